@@ -1,0 +1,170 @@
+"""The command line: each command parses, calls one library function, prints."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from . import experiments as ex
+from . import report
+from .errors import KgitError
+
+
+class KgitGroup(click.Group):
+    """Turns a KgitError into its message and exit code; other exceptions keep their traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KgitError as e:
+            click.echo(f"kgit: {e}", err=True)
+            ctx.exit(e.exit_code)
+
+
+def _emit_json(data):
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def _progress(message: str):
+    click.echo(message, err=True)
+
+
+@click.group(cls=KgitGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kgit")
+def cli():
+    """kgit optimizes GPU kernels and keeps every experiment in git.
+
+    \b
+    Start:    kgit init mykernel --problem softmax
+    Manual:   kgit try "HYPOTHESIS"; edit kernel.py; kgit record
+    Review:   kgit log, kgit show REV, kgit best, git log --all --grep speedup
+    """
+
+
+@cli.command()
+def problems():
+    """List the problems shipped with kgit."""
+    click.echo(report.problems_table())
+
+
+@cli.command()
+@click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--problem", "-p", help="Shipped problem to start from (see `kgit problems`).")
+@click.option("--force", is_flag=True, help="Overwrite an existing kernel repository's problem, kernel and config.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Use this .kgit.yaml instead of the commented default.")
+@click.option("--json", "as_json", is_flag=True, help="Print the baseline result as JSON.")
+def init(directory, problem, force, config_file, as_json):
+    """Make DIRECTORY a kernel repository and commit its measured baseline.
+
+    Copies the problem to problem/, the baseline kernel to kernel.py, writes .kgit.yaml,
+    measures the baseline and commits it, tagged kgit/baseline.
+    """
+    if not problem:
+        raise click.UsageError("say which problem to start from: --problem NAME (see `kgit problems`).")
+    _progress(f"measuring the {problem} baseline (on the CPU this runs the Triton interpreter)...")
+    text = config_file.read_text(encoding="utf-8") if config_file else None
+    outcome = ex.init(directory, problem, force=force, config_text=text)
+    if as_json:
+        _emit_json({"sha": outcome.sha, "result": outcome.result})
+        return
+    click.echo(report.result_summary(outcome.result))
+    click.echo(f"\nbaseline committed as {outcome.sha[:10]} and tagged kgit/baseline.")
+    click.echo('next: kgit try "HYPOTHESIS", edit kernel.py, kgit record')
+
+
+@cli.command("try")
+@click.argument("hypothesis")
+@click.option("--base", help="Revision to start from (default: the best attempt so far).")
+def try_(hypothesis, base):
+    """Start experiment N on branch kgit/<N>-<slug> and check it out."""
+    repo, _ = ex.load()
+    branch, base_sha = ex.start(repo, hypothesis, base)
+    click.echo(f"on {branch} (base {base_sha[:10]}). Edit the kernel, then run `kgit record`.")
+
+
+@cli.command()
+@click.option("-m", "--message", "notes", default="", help="Notes to keep in the attempt's commit body.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def record(notes, as_json):
+    """Evaluate the work tree and commit it as the next attempt of this experiment.
+
+    Failed attempts are committed too (exit code 3), so the archive remembers them.
+    """
+    repo, config = ex.load()
+    _progress("evaluating the work tree...")
+    outcome = ex.record(repo, config, notes)
+    if as_json:
+        _emit_json({"sha": outcome.sha, "speedup": outcome.speedup, "result": outcome.result})
+    else:
+        click.echo(report.shape_table(outcome.result, outcome.base_times) if outcome.result.get("shapes")
+                   else report.result_summary(outcome.result))
+        click.echo(f"\nrecorded {outcome.sha[:10]}: {repo.git('show', '-s', '--format=%s', outcome.sha).strip()}")
+    if outcome.result["status"] != "ok":
+        sys.exit(3)
+
+
+@cli.command("eval")
+@click.argument("rev", default="HEAD")
+@click.option("--json", "as_json", is_flag=True, help="Print the harness's result document.")
+def eval_(rev, as_json):
+    """Evaluate REV in a throwaway worktree; your work tree is not touched."""
+    repo, config = ex.load()
+    _progress(f"evaluating {rev} in a throwaway worktree...")
+    result = ex.evaluate_rev(repo, config, repo.rev(rev))
+    if as_json:
+        _emit_json(result)
+    else:
+        click.echo(report.result_summary(result))
+    if result["status"] != "ok":
+        sys.exit(3)
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per attempt, with full shas.")
+def log(as_json):
+    """The archive: every attempt of every experiment."""
+    repo, _ = ex.load()
+    attempts = repo.read()
+    if as_json:
+        _emit_json([a.to_json() for a in attempts])
+    elif not attempts:
+        click.echo("no attempts yet: the archive starts with `kgit init`.")
+    else:
+        click.echo(report.log_table(attempts))
+
+
+@cli.command()
+@click.argument("rev", default="HEAD")
+@click.option("--json", "as_json", is_flag=True)
+def show(rev, as_json):
+    """One attempt: hypothesis, notes, per-shape timings against its base, diff stat."""
+    repo, _ = ex.load()
+    attempt, body, base_times, diffstat = ex.describe(repo, rev)
+    if as_json:
+        _emit_json({**attempt.to_json(), "body": body, "base_times_us": base_times, "diffstat": diffstat})
+    else:
+        click.echo(report.attempt_text(attempt, body, base_times, diffstat))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+def best(as_json):
+    """The best correct attempt so far (highest speedup over the baseline)."""
+    repo, _ = ex.load()
+    attempt = ex.best(repo.read())
+    if attempt is None:
+        raise KgitError("no correct attempt in the archive yet; run `kgit init` or `kgit record`.")
+    if as_json:
+        _emit_json(attempt.to_json())
+    else:
+        click.echo(f"{attempt.sha}  {attempt.branch}  {attempt.geomean:.2f} us  "
+                   f"{attempt.speedup_baseline or 1:.2f}x vs baseline  {attempt.hypothesis}")
+
+
+def main():
+    cli(prog_name="kgit")

@@ -1,0 +1,201 @@
+"""`.kgit.yaml`: a strict schema with defaults.
+
+The commented default lives in `kgit/default.kgit.yaml` (and is the top-level
+`.kgit.yaml` of the kgit repository). Unknown keys and wrong types are errors that
+name the key and the file, because a silently ignored typo costs a night of GPU time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from .errors import ConfigError
+
+CONFIG_NAME = ".kgit.yaml"
+
+
+@dataclass
+class EvaluatorConfig:
+    backend: str = "local"
+    devices: typing.Union[str, list] = "all"
+    address: str = "auto"
+    command: typing.Optional[str] = None
+    timeout_s: float = 600
+    max_output_bytes: int = 20000
+
+    def validate(self, where):
+        _choice(where + ".backend", self.backend, ("local", "ray", "command"))
+        if isinstance(self.devices, str) and self.devices != "all":
+            raise ConfigError(f"{where}.devices must be \"all\" or a list of GPU indices such as [0, 1], not {self.devices!r}.")
+        if isinstance(self.devices, list) and not all(isinstance(d, int) and d >= 0 for d in self.devices):
+            raise ConfigError(f"{where}.devices must list GPU indices (integers >= 0), not {self.devices!r}.")
+        if self.backend == "command" and not self.command:
+            raise ConfigError(f"{where}.backend is \"command\" but {where}.command is empty: set the command template (see docs/evaluators.md).")
+        _positive(where + ".timeout_s", self.timeout_s)
+        _positive(where + ".max_output_bytes", self.max_output_bytes)
+
+
+@dataclass
+class TimingConfig:
+    target_rse: float = 0.005
+    max_time_s: float = 2.0
+    min_reps: int = 10
+    warmup: int = 3
+
+    def validate(self, where):
+        _positive(where + ".target_rse", self.target_rse)
+        _positive(where + ".max_time_s", self.max_time_s)
+        _positive(where + ".min_reps", self.min_reps)
+        if self.warmup < 0:
+            raise ConfigError(f"{where}.warmup must be 0 or more, not {self.warmup}.")
+
+
+@dataclass
+class LLMConfig:
+    model: str = "offline"
+    api_base: typing.Optional[str] = None
+    select_model: typing.Optional[str] = None
+    design_model: typing.Optional[str] = None
+    write_model: typing.Optional[str] = None
+    temperature: float = 0.7
+    timeout_s: float = 300
+    retries: int = 4
+    cache: bool = True
+
+    def validate(self, where):
+        if not self.model.strip():
+            raise ConfigError(f"{where}.model is empty: use a litellm model string or \"offline\".")
+        _positive(where + ".timeout_s", self.timeout_s)
+        if self.retries < 0:
+            raise ConfigError(f"{where}.retries must be 0 or more, not {self.retries}.")
+
+    def model_for(self, stage: str) -> str:
+        return getattr(self, f"{stage}_model", None) or self.model
+
+
+@dataclass
+class EvolveConfig:
+    iterations: int = 1
+    pick: int = 3
+    attempts: int = 3
+    max_cost_usd: typing.Optional[float] = None
+    max_wall_s: typing.Optional[float] = None
+    jobs: int = 1
+    knowledge: list = field(default_factory=lambda: ["triton", "hopper", "cdna3", "fp8_gemm"])
+    archive_tokens: int = 6000
+
+    def validate(self, where):
+        for name in ("iterations", "pick", "attempts", "jobs", "archive_tokens"):
+            _positive(f"{where}.{name}", getattr(self, name))
+        for name in ("max_cost_usd", "max_wall_s"):
+            if getattr(self, name) is not None:
+                _positive(f"{where}.{name}", getattr(self, name))
+        if not all(isinstance(k, str) for k in self.knowledge):
+            raise ConfigError(f"{where}.knowledge must be a list of document names, not {self.knowledge!r}.")
+
+
+@dataclass
+class Config:
+    problem: str = "problem"
+    evaluator: EvaluatorConfig = field(default_factory=EvaluatorConfig)
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    evolve: EvolveConfig = field(default_factory=EvolveConfig)
+
+    def validate(self, where):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if dataclasses.is_dataclass(value):
+                value.validate(f"{where}{f.name}")
+
+
+def _positive(key, value):
+    if value <= 0:
+        raise ConfigError(f"{key} must be greater than 0, not {value}.")
+
+
+def _choice(key, value, allowed):
+    if value not in allowed:
+        raise ConfigError(f"{key} must be one of {', '.join(allowed)}, not {value!r}.")
+
+
+def _type_ok(value, annotation) -> bool:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, arg) for arg in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, origin or annotation)
+
+
+def _type_name(annotation) -> str:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(annotation))
+    return {type(None): "null", str: "a string", int: "an integer", float: "a number",
+            bool: "true/false", list: "a list"}.get(annotation, getattr(annotation, "__name__", str(annotation)))
+
+
+def _build(cls, data, where: str, source: str):
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: {where or 'the file'} must be a mapping of keys, not {type(data).__name__}.")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        dotted = f"{where}{key}"
+        if key not in known:
+            close = _closest(str(key), known)
+            hint = f" Did you mean {where}{close}?" if close else f" Known keys here: {', '.join(known)}."
+            raise ConfigError(f"{source}: unknown key {dotted!r}.{hint}")
+        annotation = hints[key]
+        if dataclasses.is_dataclass(annotation):
+            kwargs[key] = _build(annotation, value, dotted + ".", source)
+        elif not _type_ok(value, annotation):
+            raise ConfigError(f"{source}: {dotted} must be {_type_name(annotation)}, not {value!r}.")
+        else:
+            kwargs[key] = value
+    return cls(**kwargs)
+
+
+def _closest(key, known):
+    import difflib
+
+    match = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return match[0] if match else None
+
+
+def parse(text: str, source: str = CONFIG_NAME) -> Config:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source} is not valid YAML ({e}). Fix the syntax, or restore it with `kgit init --force`.") from None
+    config = _build(Config, data, "", source)
+    try:
+        config.validate("")
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    return config
+
+
+def load(root: Path) -> Config:
+    path = Path(root) / CONFIG_NAME
+    if not path.exists():
+        return Config()
+    return parse(path.read_text(encoding="utf-8"), str(path))
+
+
+def default_text() -> str:
+    return resources.files("kgit").joinpath("default.kgit.yaml").read_text(encoding="utf-8")

@@ -1,0 +1,48 @@
+"""One error family for everything a person can fix.
+
+Each message says what went wrong and what to do next. The CLI prints the message
+and exits with `exit_code`; anything that is not a KgitError is a bug and keeps its
+traceback.
+"""
+
+
+class KgitError(Exception):
+    """A problem the user can fix; the message names the fix."""
+
+    exit_code = 1
+
+
+class UsageError(KgitError):
+    """The command line itself is wrong."""
+
+    exit_code = 2
+
+
+class ConfigError(KgitError):
+    """`.kgit.yaml` or a problem's `task.yml` is invalid."""
+
+
+class NotAKernelRepo(KgitError):
+    """The folder is not (yet) a kgit kernel repository."""
+
+
+class GitError(KgitError):
+    """A git command failed in a way the user has to look at."""
+
+
+class LockedError(KgitError):
+    """Another kgit process is changing the archive."""
+
+
+class EvaluationFailed(KgitError):
+    """The thing the user asked to evaluate did not pass (exit code 3)."""
+
+    exit_code = 3
+
+    def __init__(self, message, result=None):
+        super().__init__(message)
+        self.result = result
+
+
+class LLMError(KgitError):
+    """The model could not be reached or kept answering badly."""

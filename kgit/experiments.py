@@ -1,0 +1,288 @@
+"""The manual experiment workflow: init, try, record, eval, best, and the attempt commit
+that `evolve` shares with `record`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import config as config_mod
+from . import evaluate, measure
+from . import trailers as tr
+from .archive import BASELINE_TAG, Attempt, Repo, parse_branch, run_git
+from .errors import EvaluationFailed, KgitError, NotAKernelRepo
+from .harness import problem as problem_mod
+
+GITIGNORE_LINES = ["__pycache__/", "*.pyc"]
+
+
+@dataclass
+class Outcome:
+    """What one evaluation + commit produced."""
+
+    sha: str
+    result: dict
+    speedup: float | None = None
+    speedup_baseline: float | None = None
+    base_times: dict = field(default_factory=dict)
+
+
+# -- init ------------------------------------------------------------------------
+def init(path: Path, problem: str | None = None, *, force: bool = False, config_text: str | None = None,
+         problem_dir: Path | None = None, kernel_source: str | None = None) -> Outcome:
+    """Make `path` a kernel repository of a shipped problem (or a prepared problem folder)."""
+    path = Path(path).resolve()
+    if problem_dir is None:
+        shipped = problem_mod.shipped()
+        if problem not in shipped:
+            raise KgitError(f"unknown problem {problem!r}. Shipped problems: {', '.join(shipped)} "
+                            "(`kgit problems` describes them).")
+        problem_dir = shipped[problem]
+    text = config_text if config_text is not None else config_mod.default_text()
+    config = config_mod.parse(text, "the new .kgit.yaml")
+    path.mkdir(parents=True, exist_ok=True)
+    if run_git(["rev-parse", "--is-inside-work-tree"], path, check=False).strip() != "true":
+        run_git(["init", "--quiet"], path)
+    repo = Repo(Path(run_git(["rev-parse", "--show-toplevel"], path).strip()))
+    if repo.root != path:
+        raise KgitError(f"{path} is inside the git repository {repo.root}; a kernel repository is a whole "
+                        f"repository. Run `kgit init` in {repo.root}, or pick a folder outside it.")
+    with repo.lock("init"):
+        _check_init_allowed(repo, force)
+        task = problem_mod.load_task(problem_dir)
+        dest = repo.root / config.problem
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        for name in ("task.yml", "reference.py"):
+            if not (problem_dir / name).exists():
+                raise KgitError(f"{problem_dir / name} is missing: a problem needs task.yml and reference.py.")
+            shutil.copy2(problem_dir / name, dest / name)
+        kernel_name = task.files[0]
+        if kernel_source is None:
+            kernel_source = (problem_dir / kernel_name).read_text(encoding="utf-8")
+        (repo.root / kernel_name).write_text(kernel_source, encoding="utf-8")
+        (repo.root / ".kgit.yaml").write_text(text, encoding="utf-8")
+        _extend_gitignore(repo.root / ".gitignore")
+
+        doc = evaluate.evaluate_tree(repo.root, config, state_dir=repo.state / "scratch")
+        if doc["status"] != "ok":
+            raise EvaluationFailed(f"the baseline kernel did not pass ({doc['status']}): "
+                                   f"{(doc.get('error') or '')[:1500]}\nNothing was committed; fix "
+                                   f"{kernel_name} or the problem and run `kgit init --force`.", doc)
+        paths = [config.problem, kernel_name, ".kgit.yaml", ".gitignore"] + task.files[1:]
+        tree = repo.snapshot_tree(paths)
+        message = tr.Message(
+            subject=f"kgit baseline: {task.name} (geomean {doc['geomean_us']:.1f} us)",
+            paragraphs=[f"Baseline kernel of the problem {task.name}, measured by kgit init.", task.summary],
+            trailers=[("Kgit-Experiment", 0), ("Kgit-Attempt", 0), ("Kgit-Branch", repo.head_branch() or "HEAD"),
+                      ("Kgit-Hypothesis", "baseline"), *result_trailers(doc),
+                      ("Kgit-Speedup", "1.00"), ("Kgit-Speedup-Baseline", "1.00"), ("Kgit-Model", "human")],
+        ).render(ok=False)
+        head = repo.head()
+        sha = repo.commit_tree(tree, [head] if head else [], message)
+        repo.update_ref("HEAD", sha, head, reason="kgit init")
+        repo.git("tag", "-f", BASELINE_TAG, sha)
+        repo.sync_index()
+    return Outcome(sha=sha, result=doc, speedup=1.0, speedup_baseline=1.0)
+
+
+def _check_init_allowed(repo: Repo, force: bool):
+    if (repo.root / ".kgit.yaml").exists() and not force:
+        raise KgitError(f"{repo.root} is already a kernel repository (.kgit.yaml exists). Use `kgit init --force` "
+                        "to overwrite the problem, kernel and configuration with a new baseline.")
+    if repo.head() and repo.tracked_changes().strip():
+        raise KgitError(f"{repo.root} has uncommitted changes; commit or stash them (`git stash`) first, "
+                        "so the baseline commit holds only what kgit wrote.")
+
+
+def _extend_gitignore(path: Path):
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    missing = [line for line in GITIGNORE_LINES if line not in lines]
+    if missing:
+        path.write_text("\n".join(lines + missing) + "\n", encoding="utf-8")
+
+
+# -- reading -----------------------------------------------------------------------
+def load(path=".") -> tuple[Repo, config_mod.Config]:
+    repo = Repo.find(path)
+    return repo, config_mod.load(repo.root)
+
+
+def best(attempts: list[Attempt]) -> Attempt | None:
+    """The best correct attempt: highest speedup over the baseline, then lowest geomean."""
+    ok = [a for a in attempts if a.ok]
+    if not ok:
+        return None
+    return max(ok, key=lambda a: (a.speedup_baseline or 0.0, -(a.geomean or float("inf"))))
+
+
+def find(attempts: list[Attempt], sha: str) -> Attempt | None:
+    return next((a for a in attempts if a.sha == sha), None)
+
+
+def next_experiment(repo: Repo, attempts: list[Attempt]) -> int:
+    numbers = list(repo.experiment_branches()) + [a.experiment for a in attempts]
+    return max(numbers, default=0) + 1
+
+
+# -- try -----------------------------------------------------------------------------
+def start(repo: Repo, hypothesis: str, base: str | None = None, *, checkout: bool = True) -> tuple[str, str]:
+    """Create experiment branch kgit/<N>-<slug> from `base` (default: the best attempt)."""
+    hypothesis = (hypothesis or "").strip()
+    if not hypothesis:
+        raise KgitError('the hypothesis is empty: say what you expect to change, e.g. kgit try "use BLOCK_SIZE 2048".')
+    with repo.lock("try"):
+        attempts = repo.read()
+        if not attempts:
+            raise NotAKernelRepo(f"{repo.root} has no {BASELINE_TAG} tag; run `kgit init --problem NAME` first.")
+        base_sha = repo.rev(base) if base else best(attempts).sha
+        if checkout and repo.tracked_changes().strip():
+            raise KgitError("the work tree has uncommitted changes; commit or stash them (`git stash`) "
+                            "before `kgit try` checks out the new experiment branch.")
+        number = next_experiment(repo, attempts)
+        branch = f"kgit/{number}-{tr.slugify(hypothesis)}"
+        repo.create_branch(branch, base_sha, hypothesis)
+        if checkout:
+            repo.git("checkout", "--quiet", branch)
+    return branch, base_sha
+
+
+# -- record --------------------------------------------------------------------------
+def record(repo: Repo, config, notes: str = "") -> Outcome:
+    """Evaluate the work tree and commit it as the next attempt of the current experiment."""
+    branch = repo.head_branch()
+    if not branch or not parse_branch(branch):
+        raise KgitError(f"`kgit record` works on an experiment branch, and HEAD is {branch or 'detached'}. "
+                        'Start one with `kgit try "HYPOTHESIS"`, or check one out with `git checkout kgit/N-...`.')
+    task = problem_mod.load_task(repo.root / config.problem)
+    with repo.lock("record"):
+        tree = repo.snapshot_tree(task.files)
+        parent = repo.head()
+        provisional = repo.commit_tree(tree, [parent], "kgit: provisional commit for evaluation\n")
+        doc = evaluate_rev(repo, config, provisional)
+        outcome = commit_attempt(repo, config, branch=branch, tree=tree, parent=parent, result=doc,
+                                 notes=notes, author=None, model="human")
+        repo.sync_index()
+    return outcome
+
+
+def evaluate_rev(repo: Repo, config, rev: str) -> dict:
+    with repo.worktree(rev) as path:
+        return evaluate.evaluate_tree(path, config, state_dir=repo.state / "scratch")
+
+
+def experiment_info(repo: Repo, attempts: list[Attempt], branch: str) -> dict:
+    number, _ = parse_branch(branch)
+    mine = sorted((a for a in attempts if a.experiment == number), key=lambda a: a.attempt)
+    meta = repo.branch_meta(branch)
+    last = mine[-1] if mine else None
+    return {
+        "number": number, "attempts": mine,
+        "hypothesis": meta["hypothesis"] or (last.hypothesis if last else ""),
+        "base": meta["base"] or (last.base if last else repo.rev(branch)),
+        "reference": meta["reference"] or (last.reference if last else None),
+    }
+
+
+def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, result: dict,
+                   notes: str = "", plan: str = "", expected_gain: str | None = None,
+                   author: str | None, model: str, cost: float | None = None, tokens: int | None = None,
+                   extra_trailers: list | None = None) -> Outcome:
+    """Commit one attempt on `branch` (whose tip must be `parent`) with its result; the lock is held."""
+    attempts = repo.read()
+    info = experiment_info(repo, attempts, branch)
+    number = info["number"]
+    index = max((a.attempt for a in info["attempts"]), default=0) + 1
+    ok = result["status"] == "ok"
+    base_m = baseline_m = None
+    times = measure.result_times(result)
+    if ok:
+        base_m = _reference_measurement(repo, config, attempts, info["base"], result)
+        baseline_sha = repo.rev(BASELINE_TAG)
+        baseline_m = base_m if baseline_sha == info["base"] else _reference_measurement(repo, config, attempts, baseline_sha, result)
+    speedup = measure.ratio(base_m, result.get("geomean_us"), times)
+    speedup_baseline = measure.ratio(baseline_m, result.get("geomean_us"), times)
+    slug = parse_branch(branch)[1]
+    trailers = [("Kgit-Experiment", number), ("Kgit-Attempt", index), ("Kgit-Branch", branch),
+                ("Kgit-Base", info["base"])]
+    if info["reference"]:
+        trailers.append(("Kgit-Reference", info["reference"]))
+    trailers.append(("Kgit-Hypothesis", info["hypothesis"]))
+    if expected_gain:
+        trailers.append(("Kgit-Expected-Gain", expected_gain))
+    trailers += result_trailers(result)
+    if speedup is not None:
+        trailers.append(("Kgit-Speedup", f"{speedup:.3f}"))
+    if speedup_baseline is not None:
+        trailers.append(("Kgit-Speedup-Baseline", f"{speedup_baseline:.3f}"))
+    trailers.append(("Kgit-Model", model))
+    if cost is not None or model not in ("human", "offline"):
+        trailers.append(("Kgit-Cost-USD", "unknown" if cost is None else f"{cost:.4f}"))
+    if tokens is not None:
+        trailers.append(("Kgit-Tokens", int(tokens)))
+    trailers += extra_trailers or []
+    paragraphs = [f"Hypothesis: {info['hypothesis']}", plan, f"Notes: {notes}" if notes else ""]
+    if not ok and result.get("error"):
+        paragraphs.append("Error excerpt:\n" + _indent(result["error"][-2500:]))
+    message = tr.Message(tr.subject(slug, result["status"], speedup, result.get("geomean_us"), result.get("reason")),
+                         paragraphs, trailers).render(ok=ok)
+    sha = repo.commit_tree(tree, [parent], message, author=author)
+    repo.update_ref(f"refs/heads/{branch}", sha, parent, reason=f"kgit attempt {number}.{index}")
+    return Outcome(sha=sha, result=result, speedup=speedup, speedup_baseline=speedup_baseline,
+                   base_times=(base_m or {}).get("times", {}))
+
+
+def result_trailers(doc: dict) -> list:
+    out = [("Kgit-Status", doc["status"])]
+    if doc.get("reason"):
+        out.append(("Kgit-Reason", doc["reason"]))
+    out += [("Kgit-Device", doc.get("device") or "unknown"), ("Kgit-Timing", doc.get("timing") or "none")]
+    if doc["status"] == "ok":
+        out.append(("Kgit-Geomean-us", f"{doc['geomean_us']:.3f}"))
+        out += [("Kgit-Time-us", f"{key} {value:.3f}") for key, value in measure.result_times(doc).items()]
+    out += [("Kgit-Harness", doc.get("harness") or ""), ("Kgit-Eval-s", f"{doc.get('eval_s') or 0:.1f}")]
+    return out
+
+
+def _reference_measurement(repo, config, attempts, sha, result) -> dict | None:
+    """The base's timing on the device and harness that just measured `result`; re-measured if absent."""
+    attempt = find(attempts, sha)
+    if attempt is not None:
+        found = measure.comparable(attempt, result["device"], result["harness"])
+        if found:
+            return found
+    doc = evaluate_rev(repo, config, sha)
+    if doc["status"] != "ok":
+        return None
+    record_ = measure.note_record(doc, tag="re-timed as a base")
+    repo.add_note(sha, record_)
+    return record_
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.rstrip().splitlines())
+
+
+def describe(repo: Repo, rev: str) -> tuple[Attempt, str, dict, str]:
+    """One attempt with its message body, its base's per-shape times and the diff stat."""
+    sha = repo.rev(rev)
+    attempts = repo.read()
+    attempt = find(attempts, sha)
+    if attempt is None:
+        raise KgitError(f"{rev} ({sha[:10]}) is not a kgit attempt; `kgit log` lists the attempts.")
+    body = repo.git("show", "-s", "--format=%b", sha)
+    paragraphs = body.rstrip().split("\n\n")
+    if paragraphs and tr.parse(paragraphs[-1]).get("Kgit-Experiment"):
+        paragraphs = paragraphs[:-1]
+    base_times = {}
+    diffstat = ""
+    if attempt.base:
+        base = find(attempts, attempt.base)
+        if base is not None:
+            found = measure.comparable(base, attempt.device, attempt.harness)
+            base_times = (found or {}).get("times", {})
+        diffstat = repo.git("diff", "--stat", attempt.base, sha, check=False)
+    return attempt, "\n\n".join(paragraphs), base_times, diffstat

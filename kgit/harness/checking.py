@@ -1,0 +1,121 @@
+"""Inputs and correctness: fresh seeded inputs, clones, poisoned outputs, comparison."""
+
+from __future__ import annotations
+
+import math
+
+
+def mix_seed(seed: int, secret: int, salt: int = 0) -> int:
+    """A seed the candidate cannot predict from the published one."""
+    return (int(seed) * 1_000_003 + secret * 7919 + salt * 104_729) % (2**31 - 1)
+
+
+def make_input(reference, shape: dict, seed: int | None = None):
+    args = dict(shape)
+    if seed is not None:
+        args["seed"] = seed
+    return reference.generate_input(**args)
+
+
+def clone(data):
+    import torch
+
+    if isinstance(data, torch.Tensor):
+        return data.clone()
+    if isinstance(data, tuple):
+        return tuple(clone(d) for d in data)
+    if isinstance(data, list):
+        return [clone(d) for d in data]
+    if isinstance(data, dict):
+        return {k: clone(v) for k, v in data.items()}
+    return data
+
+
+def poison(data, index):
+    """Fill the preallocated output with garbage, so leftovers can never pass a check."""
+    if index is None:
+        return
+    import torch
+
+    out = data[index]
+    if out.is_floating_point():
+        out.fill_(float("nan"))
+    else:
+        out.fill_(torch.iinfo(out.dtype).max if out.dtype != torch.bool else True)
+
+
+def sync(torch):
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def compare(task, reference, pristine, out) -> tuple[bool, str]:
+    """Compare a candidate output with the reference computed on an untouched clone.
+
+    The expected output is computed only now, after the candidate ran, so there is
+    nothing for it to find in memory while it runs.
+    """
+    import torch
+
+    custom = getattr(reference, "check_implementation", None)
+    if custom is not None:
+        return _custom_verdict(custom(pristine, out))
+    expected = reference.ref_kernel(clone(pristine))
+    return allclose(out, expected, task.rtol, task.atol)
+
+
+def _custom_verdict(answer) -> tuple[bool, str]:
+    if isinstance(answer, tuple):
+        ok, message = answer[0], (answer[1] if len(answer) > 1 else "")
+        return bool(ok), str(message or "")
+    if isinstance(answer, str):
+        return (not answer), answer
+    return bool(answer), ""
+
+
+def allclose(out, expected, rtol: float, atol: float) -> tuple[bool, str]:
+    import torch
+
+    if isinstance(expected, (tuple, list)):
+        if not isinstance(out, (tuple, list)) or len(out) != len(expected):
+            return False, f"expected a sequence of {len(expected)} outputs, got {type(out).__name__}"
+        for i, (o, e) in enumerate(zip(out, expected)):
+            ok, message = allclose(o, e, rtol, atol)
+            if not ok:
+                return False, f"output {i}: {message}"
+        return True, ""
+    if not isinstance(out, torch.Tensor):
+        return False, f"expected a tensor, got {type(out).__name__}"
+    if out.shape != expected.shape:
+        return False, f"shape {tuple(out.shape)} != expected {tuple(expected.shape)}"
+    if out.dtype != expected.dtype:
+        return False, f"dtype {out.dtype} != expected {expected.dtype}"
+    o = out.detach().double()
+    e = expected.detach().double().to(o.device)
+    finite = torch.isfinite(o)
+    if not bool(finite.all()):
+        bad = int((~finite).sum())
+        return False, f"{bad} of {o.numel()} outputs are NaN or Inf"
+    diff = (o - e).abs()
+    limit = atol + rtol * e.abs()
+    over = diff > limit
+    if bool(over.any()):
+        n = int(over.sum())
+        idx = int(torch.argmax((diff - limit).flatten()))
+        where = tuple(int(i) for i in _unravel(idx, o.shape))
+        return False, (f"{n} of {o.numel()} elements differ beyond rtol={rtol:g}, atol={atol:g}; "
+                       f"worst at {where}: got {float(o.flatten()[idx]):.6g}, expected {float(e.flatten()[idx]):.6g}")
+    return True, ""
+
+
+def _unravel(index, shape):
+    coords = []
+    for dim in reversed(shape):
+        coords.append(index % dim if dim else 0)
+        index = index // dim if dim else 0
+    return reversed(coords)
+
+
+def finite_mean(values):
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(values) / len(values) if values else None

@@ -1,0 +1,144 @@
+"""A problem folder: `task.yml` plus `reference.py`.
+
+Shared by kgit (to validate and describe problems) and by the child harness (to run
+them), so it imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from ..errors import ConfigError, KgitError
+
+TASK_KEYS = {
+    "name", "summary", "description", "files", "output", "tests", "benchmarks", "cpu",
+    "ranking", "tolerance", "flops", "bytes", "forbidden", "fp8",
+}
+RANKINGS = ("mean", "median", "min")
+
+
+@dataclass
+class Task:
+    name: str
+    summary: str
+    description: str
+    files: list
+    tests: list
+    benchmarks: list
+    cpu_tests: list
+    cpu_benchmarks: list
+    ranking: str = "mean"
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    tolerance_why: str = ""
+    output: int | None = None
+    flops: str | None = None
+    bytes: str | None = None
+    forbidden: list = field(default_factory=list)
+
+    def shapes(self, kind: str, on_gpu: bool) -> list:
+        if on_gpu:
+            return getattr(self, kind)
+        return getattr(self, "cpu_" + kind) or getattr(self, kind)
+
+    def work(self, shape: dict) -> tuple[float | None, float | None]:
+        """FLOPs and bytes moved for one shape, from the task's formulas."""
+        return (_formula(self.flops, shape) if self.flops else None,
+                _formula(self.bytes, shape) if self.bytes else None)
+
+
+def shape_key(shape: dict) -> str:
+    """The canonical name of a shape: its keys but the seed, in order, e.g. m=64,n=128."""
+    return ",".join(f"{k}={v}" for k, v in shape.items() if k != "seed")
+
+
+def load_task(problem_dir: Path) -> Task:
+    path = Path(problem_dir) / "task.yml"
+    if not path.exists():
+        raise KgitError(f"{path} is missing: a problem folder needs task.yml and reference.py "
+                        "(see docs/problems.md), or re-create the repository with `kgit init --problem NAME`.")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must be a mapping of keys (see docs/problems.md).")
+    unknown = sorted(set(data) - TASK_KEYS)
+    if unknown:
+        raise ConfigError(f"{path}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(TASK_KEYS))}.")
+    for key in ("name", "tests", "benchmarks"):
+        if not data.get(key):
+            raise ConfigError(f"{path}: {key!r} is required (see docs/problems.md).")
+    for kind in ("tests", "benchmarks"):
+        _check_shapes(path, kind, data[kind])
+    cpu = data.get("cpu") or {}
+    if set(cpu) - {"tests", "benchmarks"}:
+        raise ConfigError(f"{path}: cpu may only hold 'tests' and 'benchmarks'.")
+    for kind in ("tests", "benchmarks"):
+        if cpu.get(kind):
+            _check_shapes(path, "cpu." + kind, cpu[kind])
+    ranking = data.get("ranking", "mean")
+    if ranking not in RANKINGS:
+        raise ConfigError(f"{path}: ranking must be one of {', '.join(RANKINGS)}, not {ranking!r}.")
+    tol = data.get("tolerance") or {}
+    if set(tol) - {"rtol", "atol", "why"}:
+        raise ConfigError(f"{path}: tolerance may only hold rtol, atol and why.")
+    files = data.get("files") or ["kernel.py"]
+    return Task(
+        name=str(data["name"]), summary=str(data.get("summary", "")).strip(),
+        description=str(data.get("description", "")).strip(), files=[str(f) for f in files],
+        tests=data["tests"], benchmarks=data["benchmarks"],
+        cpu_tests=cpu.get("tests") or [], cpu_benchmarks=cpu.get("benchmarks") or [],
+        ranking=ranking, rtol=float(tol.get("rtol", 1e-5)), atol=float(tol.get("atol", 1e-6)),
+        tolerance_why=str(tol.get("why", "")), output=data.get("output"),
+        flops=data.get("flops"), bytes=data.get("bytes"),
+        forbidden=[str(f) for f in data.get("forbidden") or []],
+    )
+
+
+def _check_shapes(path, kind, shapes):
+    if not isinstance(shapes, list) or not all(isinstance(s, dict) and s for s in shapes):
+        raise ConfigError(f"{path}: {kind} must be a list of shape mappings such as {{size: 1024, seed: 1}}.")
+
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+        ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow,
+        ast.USub: operator.neg}
+_FUNCS = {"ceil": math.ceil, "cdiv": lambda a, b: -(-a // b), "min": min, "max": max}
+
+
+def _formula(expr: str, shape: dict) -> float:
+    """Evaluate an arithmetic formula over the shape's keys (no names, calls or attributes beyond these)."""
+
+    def ev(node):
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in shape:
+            return shape[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.operand))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS:
+            return _FUNCS[node.func.id](*[ev(a) for a in node.args])
+        raise ConfigError(f"task.yml formula {expr!r}: unsupported element {ast.dump(node)[:60]}")
+
+    return float(ev(ast.parse(str(expr), mode="eval")))
+
+
+def shipped_dir() -> Path:
+    return Path(str(resources.files("kgit.harness").joinpath("problems")))
+
+
+def shipped() -> dict[str, Path]:
+    root = shipped_dir()
+    return {p.name: p for p in sorted(root.iterdir()) if (p / "task.yml").exists()}

@@ -1,0 +1,91 @@
+"""Text views of the archive: the log table, one attempt, per-shape comparisons."""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from .harness.problem import shipped
+from .harness.problem import load_task
+
+
+def _num(value, fmt="{:.1f}"):
+    return "" if value is None else fmt.format(value)
+
+
+def _short(text: str, width: int) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def log_table(attempts) -> str:
+    rows = []
+    for a in sorted(attempts, key=lambda a: (a.experiment, a.attempt)):
+        rows.append([a.experiment, a.attempt, a.branch, a.sha[:10], a.status, _num(a.geomean),
+                     _num(a.speedup, "{:.2f}x"), _num(a.speedup_baseline, "{:.2f}x"), _short(a.hypothesis, 50)])
+    headers = ["exp", "att", "branch", "sha", "status", "geomean us", "vs base", "vs baseline", "hypothesis"]
+    return tabulate(rows, headers=headers, tablefmt="simple")
+
+
+def shape_table(result: dict, before: dict | None = None) -> str:
+    """Per-shape statistics of one result, against `before` times (key -> us) when given."""
+    ranking = result.get("ranking") or "mean"
+    rows = []
+    for s in result.get("shapes") or []:
+        row = [s["key"], _num(s.get("mean_us"), "{:.2f}"), _num(s.get("median_us"), "{:.2f}"),
+               _num(s.get("min_us"), "{:.2f}"), _num(s.get("std_us"), "{:.2f}"), s.get("n")]
+        if before is not None:
+            b = before.get(s["key"])
+            value = s.get(ranking + "_us")
+            row += [_num(b, "{:.2f}"), _num(b / value if b and value else None, "{:.2f}x")]
+        rows.append(row)
+    headers = ["shape", "mean us", "median us", "min us", "std us", "n"]
+    if before is not None:
+        headers += ["base us", "speedup"]
+    return tabulate(rows, headers=headers, tablefmt="simple")
+
+
+def result_summary(result: dict) -> str:
+    lines = [f"status: {result['status']}" + (f" ({result['reason']})" if result.get("reason") else ""),
+             f"device: {result.get('device')}  timing: {result.get('timing')}  ranking: {result.get('ranking')}"]
+    if result.get("timing") == "interpreter":
+        lines.append("note: measured in the Triton CPU interpreter; the figures say nothing about GPU speed.")
+    if result.get("geomean_us") is not None:
+        lines.append(f"geomean: {result['geomean_us']:.2f} us")
+    if result.get("shapes"):
+        lines += ["", shape_table(result)]
+    if result.get("error"):
+        lines += ["", "error:", result["error"].rstrip()[-3000:]]
+    return "\n".join(lines)
+
+
+def attempt_text(attempt, body: str, base_times: dict, diffstat: str) -> str:
+    lines = [
+        f"{attempt.sha}  {attempt.branch}  attempt {attempt.attempt}",
+        f"subject:    {attempt.subject}",
+        f"status:     {attempt.status}",
+        f"hypothesis: {attempt.hypothesis}",
+        f"base:       {attempt.base or '-'}",
+        f"device:     {attempt.device} ({attempt.timing})",
+        f"geomean:    {_num(attempt.geomean, '{:.2f} us')}   vs base {_num(attempt.speedup, '{:.2f}x')}   "
+        f"vs baseline {_num(attempt.speedup_baseline, '{:.2f}x')}",
+        f"model:      {attempt.model}" + (f"   cost ${attempt.cost:.4f}" if attempt.cost is not None else ""),
+    ]
+    if body.strip():
+        lines += ["", body.strip()]
+    if attempt.times:
+        rows = []
+        for key, value in attempt.times.items():
+            b = base_times.get(key)
+            rows.append([key, f"{value:.2f}", _num(b, "{:.2f}"), _num(b / value if b else None, "{:.2f}x")])
+        lines += ["", tabulate(rows, headers=["shape", "time us", "base us", "speedup"], tablefmt="simple")]
+    if diffstat.strip():
+        lines += ["", diffstat.rstrip()]
+    return "\n".join(lines)
+
+
+def problems_table() -> str:
+    rows = []
+    for name, path in shipped().items():
+        task = load_task(path)
+        rows.append([name, len(task.tests), len(task.benchmarks), task.summary])
+    return tabulate(rows, headers=["problem", "tests", "benchmarks", "summary"], tablefmt="simple")
