@@ -8,8 +8,7 @@ fi
 if ! "$VENV/bin/python" -c "import kgit, pytest, hypothesis" 2>/dev/null; then
     "$VENV/bin/python" -m pip install -q --upgrade pip
     if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-        "$VENV/bin/python" -m pip install -q "torch==2.13.0" \
-            || "$VENV/bin/python" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+        "$VENV/bin/python" -m pip install -q "torch==2.13.0"
     fi
     "$VENV/bin/python" -m pip install -q -e ".[test]"
 fi

@@ -1,0 +1,98 @@
+"""Shared fixtures: throwaway kernel repositories built once per session and copied per test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kgit import config as config_mod
+from kgit import experiments
+
+# Short timing so the CPU interpreter runs stay quick; everything else is the default.
+FAST_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
+
+
+def fast_config_text(**sections) -> str:
+    """The commented default .kgit.yaml with fast timing and any overrides, as YAML text."""
+    import yaml
+
+    data = yaml.safe_load(config_mod.default_text())
+    data["timing"] = dict(FAST_TIMING)
+    for section, values in sections.items():
+        data.setdefault(section, {}).update(values)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def git(cwd, *args) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def make_git_repo(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.name", "Test Person")
+    git(path, "config", "user.email", "test@example.com")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _isolated_environment(monkeypatch, tmp_path_factory):
+    """No test sees the developer's git config or writes caches into the real home."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / "gitconfig"))
+    for key in list(os.environ):
+        if key.startswith(("GIT_AUTHOR", "GIT_COMMITTER")):
+            monkeypatch.delenv(key)
+
+
+def _template(tmp_path_factory, problem: str) -> Path:
+    root = tmp_path_factory.getbasetemp() / f"template-{problem}"
+    if not root.exists():
+        # Session fixtures run outside the autouse environment; set identity locally.
+        make_git_repo(root)
+        experiments.init(root, problem, config_text=fast_config_text())
+    return root
+
+
+@pytest.fixture(scope="session")
+def vector_add_template(tmp_path_factory):
+    return _template(tmp_path_factory, "vector_add")
+
+
+@pytest.fixture(scope="session")
+def softmax_template(tmp_path_factory):
+    return _template(tmp_path_factory, "softmax")
+
+
+@pytest.fixture
+def kernel_repo(vector_add_template, tmp_path) -> Path:
+    """A fresh copy of an initialized vector_add kernel repository (baseline committed)."""
+    dest = tmp_path / "repo"
+    shutil.copytree(vector_add_template, dest, symlinks=True)
+    return dest
+
+
+@pytest.fixture
+def softmax_repo(softmax_template, tmp_path) -> Path:
+    dest = tmp_path / "softmax-repo"
+    shutil.copytree(softmax_template, dest, symlinks=True)
+    return dest
+
+
+@pytest.fixture
+def run_kgit(monkeypatch):
+    """Run the CLI in a folder; returns click's Result (exit_code, stdout, stderr)."""
+    from kgit.cli import cli
+
+    def run(cwd, *args):
+        monkeypatch.chdir(cwd)
+        return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+    return run
