@@ -150,7 +150,7 @@ def _build(cls, data, where: str, source: str):
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"{source}: {where or 'the file'} must be a mapping of keys, not {type(data).__name__}.")
+        raise ConfigError(f"{source}: {where.rstrip('.') or 'the file'} must be a mapping of keys, not {type(data).__name__}.")
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}

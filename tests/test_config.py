@@ -1,0 +1,52 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kgit import config as config_mod
+from kgit.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_top_level_kgit_yaml_is_the_commented_default_and_loads():
+    text = (ROOT / ".kgit.yaml").read_text()
+    assert text == config_mod.default_text()
+    assert "#" in text  # commented, so users learn every key from it
+    loaded = config_mod.parse(text)
+    assert loaded == config_mod.Config()
+
+
+def test_every_dataclass_field_is_documented_in_the_default():
+    data = yaml.safe_load(config_mod.default_text())
+    cfg = config_mod.Config()
+    for section in ("evaluator", "timing", "llm", "evolve"):
+        assert set(data[section]) == set(vars(getattr(cfg, section))), section
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("evolve:\n  iteratons: 3\n", "unknown key 'evolve.iteratons'. Did you mean evolve.iterations?"),
+    ("probelm: x\n", "unknown key 'probelm'"),
+    ("timing:\n  min_reps: many\n", "timing.min_reps must be an integer"),
+    ("llm:\n  cache: 3\n", "llm.cache must be true/false"),
+    ("evaluator:\n  backend: cloud\n", "evaluator.backend must be one of local, ray, command"),
+    ("evaluator:\n  devices: some\n", "evaluator.devices must be \"all\" or a list"),
+    ("evaluator:\n  backend: command\n", "evaluator.command is empty"),
+    ("evolve:\n  pick: 0\n", "evolve.pick must be greater than 0"),
+    ("evolve: [1, 2]\n", "evolve must be a mapping"),
+    ("a: [\n", "not valid YAML"),
+])
+def test_strict_config_names_the_key(text, fragment):
+    with pytest.raises(ConfigError) as err:
+        config_mod.parse(text, "repo/.kgit.yaml")
+    assert fragment in str(err.value)
+
+
+def test_missing_file_means_defaults(tmp_path):
+    assert config_mod.load(tmp_path) == config_mod.Config()
+
+
+def test_per_stage_model_override():
+    cfg = config_mod.parse("llm:\n  model: openai/gpt-x\n  write_model: ollama/coder\n")
+    assert cfg.llm.model_for("write") == "ollama/coder"
+    assert cfg.llm.model_for("select") == "openai/gpt-x"

@@ -1,0 +1,61 @@
+import subprocess
+
+from kgit import trailers as tr
+from kgit.archive import parse_log
+
+from conftest import make_git_repo
+
+
+def _commit(repo, message):
+    env_tree = subprocess.run(["git", "write-tree"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(["git", "commit-tree", env_tree, "-F", "-"], cwd=repo, input=message,
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_trailers_round_trip_through_git(tmp_path):
+    repo = make_git_repo(tmp_path / "r")
+    msg = tr.Message(
+        "slug: incorrect",
+        ["Hypothesis: try a thing", "Error excerpt:\n--- a/kernel.py\n+++ b/kernel.py\nKey: looks like a trailer"],
+        [("Kgit-Experiment", 7), ("Kgit-Hypothesis", "multi\nline\thypothesis with ünïcödé"),
+         ("Kgit-Time-us", "m=1,n=2 3.5"), ("Kgit-Time-us", "m=4,n=5 6.25")],
+    ).render(ok=False)
+    sha = _commit(repo, msg)
+    # git's own parser finds the block despite the quoted diff ("---" lines) in the body.
+    parsed = subprocess.run(["git", "log", "-1", "--format=%(trailers:only,unfold)", sha], cwd=repo,
+                            capture_output=True, text=True, check=True).stdout
+    found = tr.parse(parsed)
+    assert found["Kgit-Experiment"] == ["7"]
+    assert found["Kgit-Hypothesis"] == ["multi line hypothesis with ünïcödé"]
+    assert found["Kgit-Time-us"] == ["m=1,n=2 3.5", "m=4,n=5 6.25"]
+    assert "Key" not in found
+
+
+def test_failed_messages_never_contain_speedup():
+    msg = tr.Message("x: incorrect", ["Speedup was SPEEDUP and speedup"], [("Kgit-Hypothesis", "get a speedup")])
+    text = msg.render(ok=False)
+    assert "speedup" not in text.lower()
+    ok_text = tr.Message("x: speedup 1.10x", [], [("Kgit-Hypothesis", "get a speedup")]).render(ok=True)
+    assert "get a speedup" in ok_text
+
+
+def test_subject_forms():
+    assert tr.subject("a-b", "ok", 1.234, 12.345) == "a-b: speedup 1.23x vs base (geomean 12.3 us)"
+    assert tr.subject("a-b", "compile-error", None, None) == "a-b: compile error"
+    assert tr.subject("a-b", "rejected", None, None, "forbidden import: os") == "a-b: rejected (forbidden import: os)"
+    assert "speedup" not in tr.subject("speedup-now", "timeout", None, None)
+
+
+def test_slugify():
+    assert tr.slugify("Use BLOCK_SIZE=2048, and 8 warps!") == "use-block-size-2048-and"
+    assert tr.slugify("   ") == "experiment"
+    assert tr.slugify("ñ") == "experiment"
+
+
+def test_parse_log_skips_non_kgit_commits():
+    fields = "\x1f".join(["a" * 40, "", "t" * 40, "n", "e", "1", "s", "Signed-off-by: x\n", ""])
+    kgit_fields = "\x1f".join(["b" * 40, "a" * 40, "t" * 40, "n", "e", "2", "s", "Kgit-Experiment: 3\nKgit-Attempt: 2\n", '{"device":"x","geomean_us":1}\n'])
+    attempts = parse_log(fields + "\0" + kgit_fields + "\0")
+    assert [a.sha for a in attempts] == ["b" * 40]
+    assert attempts[0].experiment == 3 and attempts[0].attempt == 2
+    assert attempts[0].notes == [{"device": "x", "geomean_us": 1}]

@@ -1,0 +1,186 @@
+"""The manual experiment workflow of the core issue, driven through the CLI."""
+
+import json
+import subprocess
+
+from kgit.archive import Repo
+
+from conftest import fast_config_text, git, make_git_repo
+
+
+def _status(path):
+    return git(path, "status", "--porcelain", "--untracked-files=all", "--ignored")
+
+
+def _set_block(path, value):
+    kernel = path / "kernel.py"
+    text = kernel.read_text()
+    kernel.write_text(text.replace("BLOCK_SIZE = 1024", f"BLOCK_SIZE = {value}"))
+
+
+def test_init_commits_a_measured_baseline(vector_add_template):
+    repo = vector_add_template
+    assert (repo / "problem" / "task.yml").exists() and (repo / "problem" / "reference.py").exists()
+    assert (repo / "kernel.py").exists() and (repo / ".kgit.yaml").exists()
+    tagged = git(repo, "rev-parse", "kgit/baseline^{commit}").strip()
+    assert tagged == git(repo, "rev-parse", "HEAD").strip()
+    trailers = git(repo, "log", "-1", "--format=%(trailers:only,unfold)", "kgit/baseline")
+    assert "Kgit-Status: ok" in trailers and "Kgit-Timing: interpreter" in trailers
+    assert trailers.count("Kgit-Time-us: size=") == 2
+    assert _status(repo) == ""  # nothing left behind: no bytecode, no scratch, no index drift
+
+
+def test_init_refuses_an_existing_kernel_repository_and_dirty_trees(kernel_repo, run_kgit, tmp_path):
+    result = run_kgit(kernel_repo, "init", "--problem", "vector_add")
+    assert result.exit_code == 1 and "--force" in result.stderr
+    (kernel_repo / ".kgit.yaml").unlink()
+    result = run_kgit(kernel_repo, "init", "--problem", "vector_add")
+    assert result.exit_code == 1 and "uncommitted changes" in result.stderr and "git stash" in result.stderr
+    result = run_kgit(tmp_path, "init", "new", "--problem", "no_such_problem")
+    assert result.exit_code == 1 and "vector_add" in result.stderr  # lists what exists
+    result = run_kgit(tmp_path, "init", "new")
+    assert result.exit_code == 2 and "--problem" in result.stderr
+
+
+def test_init_force_replaces_the_baseline(kernel_repo, run_kgit, tmp_path):
+    old = git(kernel_repo, "rev-parse", "kgit/baseline").strip()
+    cfg = tmp_path / "fast.yaml"
+    cfg.write_text(fast_config_text())
+    result = run_kgit(kernel_repo, "init", "--problem", "softmax", "--force", "--config", str(cfg))
+    assert result.exit_code == 0, result.stderr
+    new = git(kernel_repo, "rev-parse", "kgit/baseline").strip()
+    assert new != old and git(kernel_repo, "rev-parse", f"{new}^").strip() == old
+    assert "softmax" in (kernel_repo / "problem" / "task.yml").read_text()
+
+
+def test_try_record_ok_and_failing_attempts(kernel_repo, run_kgit):
+    before = _status(kernel_repo)
+    result = run_kgit(kernel_repo, "try", "Bigger blocks: BLOCK_SIZE 2048 for a speedup")
+    assert result.exit_code == 0, result.stderr
+    branch = git(kernel_repo, "symbolic-ref", "--short", "HEAD").strip()
+    assert branch == "kgit/1-bigger-blocks-block-size-2048"
+    _set_block(kernel_repo, 2048)
+    result = run_kgit(kernel_repo, "record", "-m", "first")
+    assert result.exit_code == 0, result.stderr
+    assert _status(kernel_repo) == before  # index synced, nothing written into the tree
+
+    (kernel_repo / "kernel.py").write_text((kernel_repo / "kernel.py").read_text().replace("a + b, mask", "a - b, mask"))
+    result = run_kgit(kernel_repo, "record", "-m", "this one breaks; no speedup here")
+    assert result.exit_code == 3
+    assert "incorrect" in result.stdout
+
+    attempts = json.loads(run_kgit(kernel_repo, "log", "--json").stdout)
+    by_key = {(a["experiment"], a["attempt"]): a for a in attempts}
+    baseline, first, second = by_key[(0, 0)], by_key[(1, 1)], by_key[(1, 2)]
+    assert first["parents"] == [baseline["sha"]] and second["parents"] == [first["sha"]]
+    assert first["status"] == "ok" and second["status"] == "incorrect"
+    assert first["base"] == baseline["sha"] and first["branch"] == branch
+    assert first["speedup"] > 0 and first["geomean_us"] > 0 and set(first["times_us"]) == {"size=4096", "size=65536"}
+    assert first["timing"] == "interpreter" and first["device"] == "cpu"
+    assert first["author"] == "Test Person"  # a person's attempt carries their identity
+
+    # `git log --all --grep speedup` lists exactly the timed, correct attempts.
+    listed = git(kernel_repo, "log", "--all", "--grep", "speedup", "--format=%H").split()
+    assert listed == [first["sha"]]
+    body = git(kernel_repo, "log", "-1", "--format=%B", second["sha"])
+    assert "speedup" not in body and "Error excerpt" in body and "differ beyond" in body
+    assert "Kgit-Status: incorrect" in body
+
+
+def test_eval_uses_a_throwaway_worktree(kernel_repo, run_kgit):
+    before = _status(kernel_repo)
+    result = run_kgit(kernel_repo, "eval", "kgit/baseline", "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["schema"] == "kgit.result/1" and doc["status"] == "ok" and doc["timing"] == "interpreter"
+    assert _status(kernel_repo) == before
+    assert len(git(kernel_repo, "worktree", "list").splitlines()) == 1
+    assert not any((kernel_repo / ".git" / "kgit" / "worktrees").iterdir())
+
+
+def test_eval_of_a_broken_commit_exits_3(kernel_repo, run_kgit):
+    (kernel_repo / "kernel.py").write_text("def custom_kernel(data):\n    return data[0] +\n")
+    git(kernel_repo, "commit", "-qam", "broken")
+    result = run_kgit(kernel_repo, "eval")
+    assert result.exit_code == 3 and "compile-error" in result.stdout
+
+
+def test_record_outside_an_experiment_branch(kernel_repo, run_kgit):
+    result = run_kgit(kernel_repo, "record")
+    assert result.exit_code == 1
+    assert "kgit try" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_unknown_revision_and_not_a_repository(kernel_repo, run_kgit, tmp_path):
+    result = run_kgit(kernel_repo, "show", "nope")
+    assert result.exit_code == 1 and "unknown revision 'nope'" in result.stderr
+    plain = make_git_repo(tmp_path / "plain")
+    result = run_kgit(plain, "log")
+    assert result.exit_code == 1 and "kgit init" in result.stderr
+    result = run_kgit(tmp_path, "log")
+    assert result.exit_code == 1 and "not inside a git repository" in result.stderr
+
+
+def test_show_best_and_try_from_any_head(kernel_repo, run_kgit):
+    run_kgit(kernel_repo, "try", "blocks of 4096")
+    _set_block(kernel_repo, 4096)
+    assert run_kgit(kernel_repo, "record").exit_code == 0
+    sha = git(kernel_repo, "rev-parse", "HEAD").strip()
+    shown = run_kgit(kernel_repo, "show", sha)
+    assert shown.exit_code == 0
+    assert "blocks of 4096" in shown.stdout and "size=4096" in shown.stdout and "kernel.py" in shown.stdout
+    best = json.loads(run_kgit(kernel_repo, "best", "--json").stdout)
+    assert best["status"] == "ok" and best["speedup_baseline"] is not None
+    git(kernel_repo, "checkout", "-q", "--detach", "kgit/baseline")
+    result = run_kgit(kernel_repo, "try", "another idea", "--base", "kgit/baseline")
+    assert result.exit_code == 0
+    assert git(kernel_repo, "symbolic-ref", "--short", "HEAD").strip() == "kgit/2-another-idea"
+    assert git(kernel_repo, "rev-parse", "HEAD").strip() == git(kernel_repo, "rev-parse", "kgit/baseline").strip()
+
+
+def test_lock_names_the_holder(kernel_repo, run_kgit):
+    run_kgit(kernel_repo, "try", "idea")
+    repo = Repo(kernel_repo)
+    with repo.lock("evolve"):
+        result = run_kgit(kernel_repo, "record")
+    assert result.exit_code == 1 and "pid" in result.stderr and "evolve" in result.stderr
+    # The lock dies with its holder: the next command goes through.
+    assert run_kgit(kernel_repo, "record").exit_code == 0
+
+
+def test_base_from_another_device_is_retimed_and_noted(kernel_repo, run_kgit):
+    from kgit import experiments
+
+    repo = Repo(kernel_repo)
+    branch, base = experiments.start(repo, "pretend H200 result", checkout=False)
+    fake = {"status": "ok", "device": "NVIDIA H200", "timing": "events", "harness": "other",
+            "ranking": "mean", "geomean_us": 5.0, "eval_s": 1.0,
+            "shapes": [{"key": "size=4096", "mean_us": 5.0}, {"key": "size=65536", "mean_us": 5.0}]}
+    tree = git(kernel_repo, "rev-parse", "HEAD^{tree}").strip()
+    with repo.lock("test"):
+        outcome = experiments.commit_attempt(repo, experiments.load(kernel_repo)[1], branch=branch, tree=tree,
+                                             parent=base, result=fake, author="kgit (test-model)", model="test-model",
+                                             cost=None, tokens=12)
+    assert git(kernel_repo, "log", "-1", "--format=%an", outcome.sha).strip() == "kgit (test-model)"
+    assert "Kgit-Cost-USD: unknown" in git(kernel_repo, "log", "-1", "--format=%B", outcome.sha)
+    run_kgit(kernel_repo, "try", "build on the H200 one", "--base", outcome.sha)
+    assert run_kgit(kernel_repo, "record").exit_code == 0
+    notes = git(kernel_repo, "notes", "--ref", "refs/notes/kgit", "show", outcome.sha)
+    record = json.loads(notes.strip().splitlines()[-1])
+    assert record["device"] == "cpu" and record["tag"] == "re-timed as a base"
+    mine = [a for a in json.loads(run_kgit(kernel_repo, "log", "--json").stdout) if a["experiment"] == 2]
+    assert mine[0]["speedup"] is not None  # compared against the CPU re-timing, not the H200 figure
+
+
+def test_works_without_any_git_identity(tmp_path, monkeypatch):
+    """CI has no user.name/email: kgit stands in for author and committer."""
+    from kgit import experiments
+
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "empty-gitconfig"))
+    root = tmp_path / "anon"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    assert subprocess.run(["git", "config", "user.name"], cwd=root, capture_output=True).returncode != 0
+    outcome = experiments.init(root, "vector_add", config_text=fast_config_text())
+    who = git(root, "log", "-1", "--format=%an <%ae>|%cn <%ce>", outcome.sha).strip()
+    assert who == "kgit <kgit@localhost>|kgit <kgit@localhost>"
