@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from . import sandbox
 from .harness import result as result_mod
 from .harness.problem import load_task
 
@@ -46,10 +47,29 @@ def child_env(scratch: Path, extra: dict | None = None) -> dict:
     return {k: v for k, v in env.items() if not SECRET_PATTERN.search(k)}
 
 
-def _read_truncated(path: Path, limit: int) -> str:
-    data = path.read_bytes() if path.exists() else b""
-    text = data[-limit:].decode("utf-8", errors="replace")
-    return ("[... cut ...]\n" if len(data) > limit else "") + text
+class OutputTail:
+    """Keeps the first and last bytes of a stream whatever its size, so a candidate that
+    prints gigabytes costs neither memory nor disk."""
+
+    def __init__(self, limit: int):
+        self.limit, self.total = max(int(limit), 2), 0
+        self.head, self.tail = bytearray(), bytearray()
+
+    def add(self, chunk: bytes):
+        self.total += len(chunk)
+        room = self.limit // 2 - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        self.tail += chunk
+        if len(self.tail) > self.limit // 2:
+            del self.tail[: len(self.tail) - self.limit // 2]
+
+    def text(self) -> str:
+        kept = len(self.head) + len(self.tail)
+        cut = f"\n[... {self.total - kept} bytes cut ...]\n" if self.total > kept else ""
+        return (bytes(self.head).decode("utf-8", errors="replace") + cut
+                + bytes(self.tail).decode("utf-8", errors="replace"))
 
 
 def stage_candidate(source_root: Path, problem_rel: str, files: list[str], scratch: Path) -> tuple[Path, Path]:
@@ -84,73 +104,129 @@ def evaluate_tree(source_root: Path, config, *, state_dir: Path, devices_env: di
 
 
 def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, devices_env: dict | None = None) -> dict:
+    isolation = sandbox.plan(getattr(config.evaluator, "sandbox", "auto"))
+    sandbox.protect_parent()
     spec = {
         "problem_dir": str(problem_dir), "candidate_dir": str(candidate_dir),
         "timing": asdict(config.timing), "secret_seed": secrets.randbelow(2**31),
+        "sandbox": isolation.child_settings(scratch, config.evaluator.timeout_s,
+                                            getattr(config.evaluator, "max_memory_gb", None)),
     }
+    result_r, result_w = os.pipe()
+    # The child watches the read end; when kgit dies, however it dies, the kernel closes
+    # our write end and the child kills itself and everything it started.
+    life_r, life_w = os.pipe()
+    spec["lifeline_fd"] = life_r
     spec_path = scratch / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    out_path, err_path = scratch / "stdout.txt", scratch / "stderr.txt"
-    read_fd, write_fd = os.pipe()
+    cmd = [*isolation.prefix, sys.executable, "-I", "-B", "-m", "kgit.harness",
+           "--spec", str(spec_path), "--result-fd", str(result_w)]
     started = time.monotonic()
-    cmd = [sys.executable, "-I", "-B", "-m", "kgit.harness", "--spec", str(spec_path), "--result-fd", str(write_fd)]
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+    try:
         proc = subprocess.Popen(
             cmd, cwd=scratch, env=child_env(scratch, devices_env), stdin=subprocess.DEVNULL,
-            stdout=out, stderr=err, pass_fds=(write_fd,), start_new_session=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(result_w, life_r),
+            start_new_session=True,
         )
-    os.close(write_fd)
-    status, payload = _wait(proc, read_fd, config.evaluator.timeout_s)
+    finally:
+        os.close(result_w)
+        os.close(life_r)
     limit = config.evaluator.max_output_bytes
-    stdout, stderr = _read_truncated(out_path, limit), _read_truncated(err_path, limit)
+    streams = {"result": OutputTail(64 << 20), "stdout": OutputTail(limit), "stderr": OutputTail(limit)}
+    try:
+        status = _wait(proc, {result_r: streams["result"], proc.stdout.fileno(): streams["stdout"],
+                              proc.stderr.fileno(): streams["stderr"]}, config.evaluator.timeout_s)
+    finally:
+        os.close(life_w)
+        proc.stdout.close()
+        proc.stderr.close()
     elapsed = round(time.monotonic() - started, 3)
-    if status == "timeout":
-        doc = result_mod.new("timeout", error=f"no result within {config.evaluator.timeout_s:g} s; the process group was killed.\n" + stderr[-2000:])
-    else:
-        try:
-            doc = result_mod.validate(json.loads(payload)) if payload else None
-        except (ValueError, json.JSONDecodeError):
-            doc = None
-        if doc is None:
-            code = proc.returncode
-            why = f"killed by signal {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
-            doc = result_mod.new("crash", error=f"the harness process died without a result ({why}).\n" + stderr[-3000:])
+    stdout, stderr = streams["stdout"].text(), streams["stderr"].text()
+    confined, payload = _split_confinement(bytes(streams["result"].head + streams["result"].tail))
+    doc = _result_doc(status, payload, proc.returncode, stderr, config.evaluator.timeout_s)
     doc["eval_s"] = elapsed
     doc["stdout"], doc["stderr"] = stdout, stderr
+    doc["sandbox"] = {"namespaces": isolation.namespaces, "applied": confined.get("applied", []),
+                      "missing": isolation.missing + confined.get("missing", [])}
     return doc
 
 
-def _wait(proc, read_fd, timeout) -> tuple[str, bytes]:
-    """Read the result pipe until EOF or timeout; kill the whole group on timeout."""
+def _split_confinement(payload: bytes) -> tuple[dict, bytes]:
+    """The child's first line on the result pipe reports what confinement held."""
+    first, sep, rest = payload.partition(b"\n")
+    if sep and first.startswith(b'{"kgit_confine"'):
+        try:
+            return json.loads(first)["kgit_confine"], rest
+        except (ValueError, KeyError):
+            pass
+    return {}, payload
+
+
+def _result_doc(status: str, payload: bytes, code, stderr: str, timeout_s: float) -> dict:
+    if status == "timeout":
+        return result_mod.new("timeout", error=f"no result within {timeout_s:g} s; the process group was killed.\n"
+                              + stderr[-2000:])
+    try:
+        doc = result_mod.validate(json.loads(payload)) if payload.strip() else None
+    except (ValueError, json.JSONDecodeError):
+        doc = None
+    if doc is not None:
+        return doc
+    if code is not None and code > 128 and code - 128 in _SIGNALS:
+        code = -(code - 128)  # unshare re-raises the child's signal, a shell-style exit code at worst
+    if code == -signal.SIGXCPU:
+        return result_mod.new("timeout", error="the CPU-time limit was reached (SIGXCPU).\n" + stderr[-2000:])
+    why = f"killed by signal {signal.Signals(-code).name}" if code and code < 0 and -code in _SIGNALS else f"exit code {code}"
+    return result_mod.new("crash", error=f"the harness process died without a result ({why}).\n" + stderr[-3000:])
+
+
+_SIGNALS = {s.value for s in signal.Signals}
+
+
+def _wait(proc, streams: dict, timeout) -> str:
+    """Drain the result pipe, stdout and stderr until the result pipe closes or time runs out.
+
+    Every fd is drained all the time, so a candidate that prints without end neither
+    blocks on a full pipe nor grows kgit's memory. On timeout, or once a result is in,
+    the whole process group is killed: nothing the candidate started outlives it.
+    """
     import selectors
 
-    chunks = []
     deadline = time.monotonic() + timeout
     sel = selectors.DefaultSelector()
-    sel.register(read_fd, selectors.EVENT_READ)
+    result_fd = next(iter(streams))
+    for fd in streams:
+        sel.register(fd, selectors.EVENT_READ)
+    status, grace_until = "done", None
     try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                _kill_group(proc)
-                return "timeout", b""
-            if sel.select(timeout=min(left, 1.0)):
-                chunk = os.read(read_fd, 1 << 16)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-            elif proc.poll() is not None:
-                # Died without ever writing; grandchildren may hold the pipe open.
+        while sel.get_map():
+            now = time.monotonic()
+            if now >= deadline:
+                status = "timeout"
                 break
+            if grace_until is None and (result_fd not in sel.get_map() or proc.poll() is not None):
+                # The result is in, or the harness is gone: what is still open belongs to
+                # a process that exits slowly or to the candidate's leftovers. Drain briefly.
+                grace_until = now + 2.0
+            if grace_until is not None and now >= grace_until:
+                break
+            wait = min(deadline, grace_until or deadline) - now
+            for key, _ in sel.select(timeout=min(wait, 1.0)):
+                chunk = os.read(key.fd, 1 << 16)
+                if chunk:
+                    streams[key.fd].add(chunk)
+                else:
+                    sel.unregister(key.fd)
     finally:
         sel.close()
-        os.close(read_fd)
-    try:
-        proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-    _kill_group(proc)  # nothing the candidate started may outlive its evaluation
-    return "done", b"".join(chunks)
+        os.close(result_fd)
+    if status == "done":
+        try:
+            proc.wait(timeout=10.0)
+        except subprocess.TimeoutExpired:
+            pass  # exits too slowly after its result; killed with its group below
+    _kill_group(proc)
+    return status
 
 
 def _kill_group(proc):

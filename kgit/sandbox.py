@@ -1,0 +1,130 @@
+"""What isolation this host allows for evaluated code, and how to ask for it.
+
+The parent side of the sandbox (the child side is kgit/harness/confine.py). On Linux
+the child starts under `unshare` in new user, network, PID and mount namespaces: no
+network, no view of other processes (so not of kgit's /proc/<pid>/environ either),
+and every process it starts dies with it. Inside, the harness makes the filesystem
+read-only except its scratch folder and drops all capabilities. Where the OS refuses
+a namespace (containers often do), evaluation still runs, and the result says plainly
+what was not applied; `evaluator.sandbox: strict` refuses to run instead.
+See docs/sandbox.md for what is and is not stopped.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+from .errors import KgitError
+
+PR_SET_DUMPABLE = 4
+# --kill-child: the harness gets SIGKILL if unshare itself is killed; as PID 1 of its
+# namespace its death takes every process the candidate started with it.
+NAMESPACE_ARGS = ["--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd")
+
+
+class SandboxUnavailable(KgitError):
+    """`evaluator.sandbox: strict` and the OS does not allow part of the sandbox."""
+
+
+@dataclass
+class Isolation:
+    """How one evaluation's child is started and confined."""
+
+    prefix: list = field(default_factory=list)  # command that wraps `python -m kgit.harness`
+    namespaces: bool = False
+    missing: list = field(default_factory=list)  # what this host would not allow, in words
+
+    def child_settings(self, scratch, timeout_s: float, max_memory_gb: float | None) -> dict:
+        """The `sandbox` part of the harness spec (read by confine.apply in the child)."""
+        data = None
+        if max_memory_gb:
+            data = int(max_memory_gb * (1 << 30))
+        elif not any(os.path.exists(p) for p in GPU_DEVICE_NODES):
+            # Only without a GPU driver: CUDA and ROCm map large private regions that a
+            # data limit would count, so there the limit is the user's explicit choice.
+            data = _memory_total() // 2 or None
+        return {
+            "parent_pid": None if self.namespaces else os.getpid(),
+            "pid_namespace": self.namespaces,
+            "read_only": self.namespaces,
+            "drop_caps": self.namespaces or os.geteuid() == 0,
+            "scratch": str(scratch),
+            # CPU seconds count every thread; this is a backstop for a lost wall clock.
+            "cpu_s": int(timeout_s * (os.cpu_count() or 1) + 60),
+            "nofile": 4096,
+            "fsize": 4 << 30,
+            "data_bytes": data,
+        }
+
+
+def _memory_total() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@functools.lru_cache(maxsize=None)
+def probe() -> tuple[bool, str]:
+    """Can this process start a child in fresh user, network, PID and mount namespaces?"""
+    if not sys.platform.startswith("linux"):
+        return False, f"namespaces are Linux-only (this is {sys.platform})"
+    unshare = shutil.which("unshare")
+    if not unshare:
+        return False, "the `unshare` program (util-linux) is not installed"
+    try:
+        proc = subprocess.run([unshare, *NAMESPACE_ARGS, "true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, f"`unshare` could not run ({e})"
+    if proc.returncode != 0:
+        why = proc.stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+        return False, f"the OS refused new namespaces ({why[0]}); containers need user namespaces allowed"
+    return True, ""
+
+
+def plan(mode: str = "auto") -> Isolation:
+    """The isolation to use for the next evaluation under `evaluator.sandbox` = mode."""
+    if mode == "off":
+        return Isolation(missing=["sandbox switched off (evaluator.sandbox: off)"])
+    ok, why = probe()
+    if ok:
+        return Isolation(prefix=[shutil.which("unshare"), *NAMESPACE_ARGS], namespaces=True)
+    missing = [f"network cut, PID namespace, read-only filesystem: {why}"]
+    if mode == "strict":
+        raise SandboxUnavailable(
+            f"evaluator.sandbox is strict but {missing[0]}. Allow user namespaces "
+            "(e.g. sysctl kernel.unprivileged_userns_clone=1, or run the container with "
+            "--security-opt seccomp=unconfined), or set evaluator.sandbox: auto to run with less isolation.")
+    return Isolation(missing=missing)
+
+
+@functools.lru_cache(maxsize=None)
+def protect_parent() -> bool:
+    """Make this (kgit's) process non-dumpable, so processes of the same user cannot
+    read /proc/<kgit pid>/environ or attach a debugger. Root can still; the PID
+    namespace is what hides kgit from a child running as root."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+
+
+def describe(mode: str = "auto") -> dict:
+    """What an evaluation here gets, for `kgit sandbox` and the docs' checks."""
+    try:
+        iso = plan(mode)
+    except SandboxUnavailable as e:
+        return {"mode": mode, "namespaces": False, "missing": [str(e)]}
+    return {"mode": mode, "namespaces": iso.namespaces, "missing": iso.missing,
+            "euid": os.geteuid(), "gpu_driver": any(os.path.exists(p) for p in GPU_DEVICE_NODES)}
