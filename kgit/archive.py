@@ -8,6 +8,7 @@ leave a half-made commit or a changed index behind. Argument lists only, never s
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import re
@@ -15,7 +16,7 @@ import shutil
 import subprocess
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import trailers as tr
@@ -26,8 +27,11 @@ BASELINE_TAG = "kgit/baseline"
 NOTES_REF = "refs/notes/kgit"
 FALLBACK_NAME, FALLBACK_EMAIL = "kgit", "kgit@localhost"
 _BRANCH_RE = re.compile(r"^kgit/(\d+)-([a-z0-9-]+)$")
-# One record per commit: fields split by \x1f, records by NUL (git log -z).
-_FIELDS = ["%H", "%P", "%T", "%an", "%ae", "%at", "%s", "%(trailers:only,unfold)", "%N"]
+# One record per commit: fields split by \x1f, records by NUL (git log -z). The raw
+# message (%B) is cheaper for git than %(trailers), and its trailer block is parsed
+# lazily, only for the attempts a caller actually looks at.
+_FIELDS = ["%H", "%P", "%T", "%an", "%ae", "%at", "%B", "%N"]
+_TRAILER_LINE = re.compile(r"^(Kgit-[A-Za-z0-9-]+): ?(.*)$", re.M)
 _LOG_FORMAT = "%x1f".join(_FIELDS)
 
 
@@ -52,8 +56,19 @@ class Attempt:
     email: str
     time: int
     subject: str
-    trailers: dict
-    notes: list = field(default_factory=list)
+    block: str  # the message's last paragraph: its trailers, parsed on first use
+    raw_notes: str = ""
+
+    @functools.cached_property
+    def trailers(self) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for key, value in _TRAILER_LINE.findall(self.block):
+            found.setdefault(key, []).append(value.strip())
+        return found
+
+    @functools.cached_property
+    def notes(self) -> list[dict]:
+        return _parse_notes(self.raw_notes) if self.raw_notes else []
 
     def _one(self, key, default=None):
         values = self.trailers.get(key)
@@ -241,6 +256,15 @@ class Repo:
         if reference:
             self.git("config", f"branch.{branch}.kgitreference", reference)
 
+    def maintain(self):
+        """Pack loose refs and refresh the commit-graph, as `git gc` would.
+
+        Thousands of loose experiment refs and an archive without a commit-graph make
+        every archive read several times slower (see benchmarks/archive_scale.py).
+        """
+        self.git("pack-refs", "--all", check=False)
+        self.git("commit-graph", "write", "--reachable", "--split", check=False)
+
     # -- notes -------------------------------------------------------------------
     def add_note(self, sha: str, record: dict):
         """Append one measurement record (a JSON line) to the commit's note; history is never rewritten."""
@@ -308,18 +332,21 @@ class Repo:
 
 def parse_log(out: str) -> list[Attempt]:
     attempts = []
+    width = len(_FIELDS)
     for record in out.split("\0"):
-        if not record.strip():
+        fields = record.split("\x1f")
+        if len(fields) != width:
             continue
-        fields = record.lstrip("\n").split("\x1f")
-        if len(fields) < len(_FIELDS):
+        sha, parents, tree, author, email, when, message, notes = fields
+        end = message.rstrip("\n")
+        cut = end.rfind("\n\n")
+        block = end[cut + 2:] if cut >= 0 else ""
+        # Only kgit's commits carry the experiment trailer; the rest is the user's history.
+        if "Kgit-Experiment:" not in block:
             continue
-        sha, parents, tree, author, email, when, subject, trailer_block, notes = fields[: len(_FIELDS)]
-        found = tr.parse(trailer_block)
-        if "Kgit-Experiment" not in found:
-            continue
-        attempts.append(Attempt(sha, parents.split(), tree, author, email, int(when or 0), subject,
-                                found, _parse_notes(notes)))
+        subject = message.lstrip("\n").split("\n", 1)[0]
+        attempts.append(Attempt(sha.lstrip("\n"), parents.split(), tree, author, email, int(when or 0),
+                                subject, block, notes))
     return attempts
 
 

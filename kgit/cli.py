@@ -25,8 +25,11 @@ class KgitGroup(click.Group):
             ctx.exit(e.exit_code)
 
 
-def _emit_json(data):
-    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+def _emit_json(data, compact=False):
+    if compact:  # archive-sized output: indentation would double the time to print it
+        click.echo(json.dumps(data, separators=(",", ":"), default=str))
+    else:
+        click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
 def _progress(message: str):
@@ -125,17 +128,86 @@ def eval_(rev, as_json):
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per attempt, with full shas.")
-def log(as_json):
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per attempt, with full shas; "
+              "`devices` holds the latest timing per device and the spread of repeated measurements.")
+@click.option("--devices", "per_device", is_flag=True,
+              help="One row per attempt and device: latest geomean, measurements, min, max, spread.")
+def log(as_json, per_device):
     """The archive: every attempt of every experiment."""
+    from . import measure
+
     repo, _ = ex.load()
     attempts = repo.read()
     if as_json:
-        _emit_json([a.to_json() for a in attempts])
+        _emit_json([{**a.to_json(), "devices": measure.by_device(a)} for a in attempts])
     elif not attempts:
         click.echo("no attempts yet: the archive starts with `kgit init`.")
+    elif per_device:
+        click.echo(report.devices_table(attempts))
     else:
         click.echo(report.log_table(attempts))
+
+
+@cli.command()
+@click.argument("revs", nargs=-1)
+@click.option("--device-tag", help="Name this device in `kgit log --devices` (default: the name the "
+              "harness reports, e.g. \"NVIDIA H200\"); e.g. mi300x-box2.")
+@click.option("--repeat", default=1, show_default=True, help="Measure each revision this many times.")
+@click.option("--all", "every", is_flag=True, help="Every correct attempt, instead of REVS.")
+@click.option("--json", "as_json", is_flag=True, help="Print the stored note records as JSON.")
+def remeasure(revs, device_tag, repeat, every, as_json):
+    """Evaluate attempts again and keep the results as git notes (refs/notes/kgit).
+
+    REVS default to the baseline and the best attempt. Commits are never rewritten;
+    `kgit log --devices` shows the latest timing per device and the spread, and
+    `kgit sync` shares the notes with a remote.
+    """
+    from . import remeasure as rm
+
+    repo, config = ex.load()
+    done = rm.remeasure(repo, config, revs, device_tag=device_tag, repeat=repeat, every=every,
+                        progress=None if as_json else _progress)
+    if as_json:
+        _emit_json([{"sha": d.sha, **d.record} for d in done])
+    else:
+        click.echo(f"stored {len(done)} measurement(s) in refs/notes/kgit; push them with `kgit sync`.")
+
+
+@cli.command()
+@click.argument("remote", default="origin")
+@click.option("--json", "as_json", is_flag=True)
+def sync(remote, as_json):
+    """Fetch REMOTE's measurement notes, merge them with yours, and push the union.
+
+    `git clone` and `git push` leave notes behind; run this on every machine that
+    measures (after pushing the kgit/* branches the notes belong to).
+    """
+    from . import remeasure as rm
+
+    repo, _ = ex.load()
+    summary = rm.sync(repo, remote)
+    if as_json:
+        _emit_json(summary)
+    else:
+        click.echo(f"{remote}: {summary['merged']}; " + (f"pushed {summary['notes']} note(s)."
+                   if summary["pushed"] else "nothing to push (no notes on either side)."))
+
+
+@cli.command("eval-candidate")
+@click.argument("folder", type=click.Path(file_okay=False, exists=True, path_type=Path))
+def eval_candidate(folder):
+    """Evaluate a candidate folder here and print the result JSON on stdout.
+
+    What a remote evaluator runs: the `command` backend and Ray hand it a folder with
+    kgit-candidate.json, problem/ and kernel/ (docs/evaluators.md). Exit code 3 when
+    the kernel did not pass.
+    """
+    from . import candidate
+
+    result = candidate.evaluate_folder(folder)
+    click.echo(json.dumps(result, sort_keys=True))
+    if result["status"] != "ok":
+        sys.exit(3)
 
 
 @cli.command()
@@ -164,6 +236,40 @@ def best(as_json):
     else:
         click.echo(f"{attempt.sha}  {attempt.branch}  {attempt.geomean:.2f} us  "
                    f"{attempt.speedup_baseline or 1:.2f}x vs baseline  {attempt.hypothesis}")
+
+
+@cli.command()
+@click.option("-n", "--iterations", type=click.IntRange(min=1), help="Iterations to run (default: evolve.iterations).")
+@click.option("--model", help='litellm model string for every stage, or "offline" (default: llm.model).')
+@click.option("--api-base", help="Base URL of an OpenAI-compatible or local server (default: llm.api_base).")
+@click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), help="Stop once priced model calls cost this much (USD).")
+@click.option("--dry-run", is_flag=True, help="Print the prompts the next iteration would send, and call no model.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run's attempts as JSON at the end.")
+def evolve(iterations, model, api_base, max_cost, dry_run, as_json):
+    """Run the scientist: select a base, design plans, write and measure them.
+
+    \b
+    Every writer attempt becomes a commit on a branch kgit/<N>-<slug>; failures too.
+    Runs out of the box with the offline strategist (tunable parameters, no model);
+    with a model: kgit evolve --model anthropic/claude-sonnet-4-5 -n 3
+    Rerunning resumes: numbering continues, measured trees are not measured again.
+    Ctrl-C stops cleanly; commits made so far are kept. See docs/evolve.md.
+    """
+    from . import evolve as evolve_mod
+
+    repo, config = ex.load()
+    config = evolve_mod.with_overrides(config, iterations=iterations, model=model, api_base=api_base, max_cost=max_cost)
+    if dry_run:
+        click.echo(evolve_mod.dry_run(repo, config))
+        return
+    summary = evolve_mod.evolve(repo, config, progress=_progress)
+    if as_json:
+        _emit_json({"stop": summary.stop, "cost_usd": summary.cost, "tokens": summary.tokens,
+                    "attempts": [vars(r) for r in summary.rows]})
+    else:
+        click.echo(evolve_mod.summary_text(summary))
+    if summary.interrupted:
+        sys.exit(130)
 
 
 def main():

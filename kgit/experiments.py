@@ -16,6 +16,8 @@ from .errors import EvaluationFailed, KgitError, NotAKernelRepo
 from .harness import problem as problem_mod
 
 GITIGNORE_LINES = ["__pycache__/", "*.pyc"]
+# Experiments between two `Repo.maintain()` runs (ref packing and commit-graph).
+MAINTAIN_EVERY = 200
 
 
 @dataclass
@@ -145,6 +147,8 @@ def start(repo: Repo, hypothesis: str, base: str | None = None, *, checkout: boo
         number = next_experiment(repo, attempts)
         branch = f"kgit/{number}-{tr.slugify(hypothesis)}"
         repo.create_branch(branch, base_sha, hypothesis)
+        if number % MAINTAIN_EVERY == 0:
+            repo.maintain()
         if checkout:
             repo.git("checkout", "--quiet", branch)
     return branch, base_sha
@@ -170,8 +174,10 @@ def record(repo: Repo, config, notes: str = "") -> Outcome:
 
 
 def evaluate_rev(repo: Repo, config, rev: str) -> dict:
-    with repo.worktree(rev) as path:
-        return evaluate.evaluate_tree(path, config, state_dir=repo.state / "scratch")
+    """Evaluate a commit with the configured backend (kgit/backends.py): local GPUs, Ray, or a command."""
+    from .backends import get_evaluator
+
+    return get_evaluator(repo, config)(rev)
 
 
 def experiment_info(repo: Repo, attempts: list[Attempt], branch: str) -> dict:

@@ -53,9 +53,13 @@ def test_slugify():
 
 
 def test_parse_log_skips_non_kgit_commits():
-    fields = "\x1f".join(["a" * 40, "", "t" * 40, "n", "e", "1", "s", "Signed-off-by: x\n", ""])
-    kgit_fields = "\x1f".join(["b" * 40, "a" * 40, "t" * 40, "n", "e", "2", "s", "Kgit-Experiment: 3\nKgit-Attempt: 2\n", '{"device":"x","geomean_us":1}\n'])
-    attempts = parse_log(fields + "\0" + kgit_fields + "\0")
+    user = "\x1f".join(["a" * 40, "", "t" * 40, "n", "e", "1", "fix\n\nSigned-off-by: x\n", ""])
+    quoted = "\x1f".join(["c" * 40, "", "t" * 40, "n", "e", "1", "s\n\nKgit-Experiment: 1 in a quote\n\nplain end\n", ""])
+    kgit = "\x1f".join(["b" * 40, "a" * 40, "t" * 40, "n", "e", "2",
+                        "s: speedup\n\nbody\n\nKgit-Experiment: 3\nKgit-Attempt: 2\nKgit-Time-us: k=1 2.5\n",
+                        '{"device":"x","geomean_us":1}\n'])
+    attempts = parse_log("\0".join([user, quoted, kgit]) + "\0")
     assert [a.sha for a in attempts] == ["b" * 40]
-    assert attempts[0].experiment == 3 and attempts[0].attempt == 2
+    assert attempts[0].experiment == 3 and attempts[0].attempt == 2 and attempts[0].subject == "s: speedup"
+    assert attempts[0].times == {"k=1": 2.5}
     assert attempts[0].notes == [{"device": "x", "geomean_us": 1}]
