@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install kgit into .venv and run the main job on a shipped problem: a kernel repository
+# for softmax in ./kgit-demo, then `kgit evolve` with the built-in offline strategist
+# (no LLM, no API key). Without a GPU the kernels run in Triton's CPU interpreter.
+#   bash scripts/demo.sh [PROBLEM] [ITERATIONS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/venv.sh
+problem="${1:-vector_add}"
+iterations="${2:-2}"
+demo="$PWD/kgit-demo"
+kgit="$VENV/bin/kgit"
+if [ ! -f "$demo/.kgit.yaml" ]; then
+    "$kgit" init "$demo" --problem "$problem"
+fi
+cd "$demo"
+"$kgit" evolve -n "$iterations"
+"$kgit" log
+echo
+echo "successful experiments: git -C $demo log --all --grep speedup --oneline"
+git log --all --grep speedup --oneline
