@@ -1,0 +1,387 @@
+"""`kgit evolve`: select -> design -> write -> evaluate -> commit, within budgets.
+
+Everything is derived from git, so a second run resumes: experiment numbers continue,
+and trees and configurations already measured are not measured again. Only the
+driving process writes the archive (under `repo.lock` for the whole run, and a thread
+lock around each commit); hypotheses of one iteration may be in flight together
+(`evolve.jobs`), their model calls and evaluations running in threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from tabulate import tabulate
+
+from . import experiments
+from . import trailers as tr
+from .archive import Repo
+from .errors import KgitError
+from .harness import problem as problem_mod
+from .harness import result as result_mod
+from .scientist import design as design_mod
+from .scientist import offline, prompts, trees
+from .scientist import select as select_mod
+from .scientist import write as write_mod
+from .scientist.answers import Plan, Selection
+from .scientist.llm import Client, Reply
+
+ERROR_CHARS = 3000
+
+
+@dataclass
+class Row:
+    sha: str
+    branch: str
+    experiment: int
+    attempt: int
+    status: str
+    geomean: float | None
+    speedup: float | None
+    model: str
+    tokens: int | None
+    cost: float | None
+    reused: str = ""
+
+
+@dataclass
+class Summary:
+    rows: list = field(default_factory=list)
+    iterations: int = 0
+    stop: str = ""
+    cost: float = 0.0
+    tokens: int = 0
+    unpriced_calls: int = 0
+    skipped: list = field(default_factory=list)  # reasons of iterations that produced no plan
+    interrupted: bool = False
+    best_before: object = None
+    best_after: object = None
+
+
+def with_overrides(config, *, iterations=None, model=None, api_base=None, max_cost=None):
+    """The configuration with the command line's settings on top (`--model` sets every stage)."""
+    llm = config.llm
+    if model:
+        llm = dataclasses.replace(llm, model=model, select_model=None, design_model=None, write_model=None)
+    if api_base:
+        llm = dataclasses.replace(llm, api_base=api_base)
+    ev = config.evolve
+    if iterations is not None:
+        ev = dataclasses.replace(ev, iterations=iterations)
+    if max_cost is not None:
+        ev = dataclasses.replace(ev, max_cost_usd=max_cost)
+    out = dataclasses.replace(config, llm=llm, evolve=ev)
+    out.validate("")
+    return out
+
+
+class Run:
+    """One `kgit evolve` run; `evaluate(sha) -> result dict` is the one evaluation entry point."""
+
+    def __init__(self, repo: Repo, config, *, evaluate=None, client=None, progress=None, clock=time.monotonic):
+        self.repo, self.config = repo, config
+        self.task = problem_mod.load_task(repo.root / config.problem)
+        self.editable = self.task.files
+        self.task_text = prompts.task_text(self.task)
+        self.client = client or Client(config.llm, repo.state / "cache" / "llm")
+        self.evaluate = evaluate or (lambda sha: experiments.evaluate_rev(repo, config, sha))
+        self.progress = progress or (lambda line: None)
+        self.clock = clock
+        self.started = clock()
+        self.summary = Summary()
+        self.commit_lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.known: dict[str, tuple[str, dict]] = {}  # tree -> (sha, result) of evaluated attempts
+        self._check_models()
+
+    # -- the run ---------------------------------------------------------------------
+    def run(self) -> Summary:
+        with self.repo.lock("evolve"):
+            self.repo.clean_worktrees()
+            attempts = self.repo.read()
+            if not attempts:
+                raise KgitError(f"{self.repo.root} has no kgit/baseline yet; run `kgit init --problem NAME` first.")
+            self.summary.best_before = experiments.best(attempts)
+            self._remember(attempts)
+            try:
+                for number in range(1, self.config.evolve.iterations + 1):
+                    stop = self._budget_stop()
+                    if stop:
+                        self.summary.stop = stop
+                        break
+                    if not self.iteration(number):
+                        break
+                    self.summary.iterations = number
+                else:
+                    self.summary.stop = f"ran {self.config.evolve.iterations} iteration(s) (evolve.iterations / -n)"
+            except KeyboardInterrupt:
+                self.stopping.set()
+                self.summary.interrupted = True
+                self.summary.stop = "interrupted (Ctrl-C); every commit made so far is kept"
+            self.summary.best_after = experiments.best(self.repo.read())
+        return self.summary
+
+    def iteration(self, number: int) -> bool:
+        """One select -> design -> implement round; False when the search cannot go on."""
+        tag = f"[{number}/{self.config.evolve.iterations}]"
+        attempts = self.repo.read()
+        best = experiments.best(attempts)
+        selection, replies, note = select_mod.choose(self.client, self.repo.root, self.task_text, attempts, best,
+                                                     self.config.evolve.archive_tokens)
+        self._account(replies)
+        self._line(tag, "select", "select", f"base {selection.base[:10]}" +
+                   (f", reference {selection.reference[:10]}" if selection.reference else "") +
+                   (f" ({note})" if note else ""))
+        plans, design_replies, error = self._design(attempts, selection)
+        self._account(design_replies)
+        if plans is None:
+            self.summary.skipped.append(f"iteration {number}: {error}")
+            self._line(tag, "design", "design", f"skipped: {error}")
+            return True
+        if not plans:
+            self.summary.stop = ("the offline strategist has measured every configuration of the marked tunables; "
+                                 "mark more values (docs/tunables.md) or use an LLM (--model)")
+            self._line(tag, "design", "design", "search space exhausted")
+            return False
+        self._line(tag, "design", "design", f"{len(plans)} plan(s): " + "; ".join(p.title for p in plans))
+        shared = replies + design_replies
+        jobs = max(1, min(self.config.evolve.jobs, len(plans)))
+        if jobs == 1:
+            for plan in plans:
+                self.hypothesis(tag, selection, plan, shared, len(plans))
+        else:
+            with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kgit-hypothesis") as pool:
+                futures = [pool.submit(self.hypothesis, tag, selection, p, shared, len(plans)) for p in plans]
+                try:
+                    for f in futures:
+                        f.result()
+                except KeyboardInterrupt:
+                    self.stopping.set()
+                    raise
+        return True
+
+    def _design(self, attempts, selection: Selection):
+        if self.client.model("design") == "offline":
+            strategist = offline.Strategist(self.repo, self.editable)
+            return strategist.plans(attempts, selection.base, self.config.evolve.pick), [], None
+        base_files = trees.commit_files(self.repo, selection.base, self.editable)
+        knowledge = prompts.knowledge(self.config.evolve.knowledge, self.repo.root)
+        text = design_mod.prompt(self.repo.root, self.task_text, selection.base, selection.reason, base_files,
+                                 attempts, knowledge, self.config.evolve.pick)
+        return design_mod.plans(self.client, text, self.config.evolve.pick)
+
+    # -- one hypothesis: the writer's attempts ------------------------------------------
+    def hypothesis(self, tag: str, selection: Selection, plan: Plan, shared: list[Reply], shares: int):
+        base = plan.base or selection.base
+        reference = selection.reference if selection.reference != base else None
+        files = trees.commit_files(self.repo, base, self.editable)
+        reference_files = trees.commit_files(self.repo, reference, self.editable) if reference else {}
+        state = {"branch": None, "parent": base}
+        error = ""
+        for attempt in range(1, self.config.evolve.attempts + 1):
+            if self.stopping.is_set() or self._budget_stop():
+                return
+            new_files, edit_error, reply = self._write(plan, files, reference_files, error, attempt)
+            replies = [reply] if reply else []
+            if attempt == 1:
+                replies += _share(shared, shares)
+            self._account([reply] if reply else [])
+            parent = state["parent"]
+            result, tree, reused = self._result(parent, new_files, edit_error)
+            notes = [write_mod.notes(reply.text) if reply else "",
+                     f"Not measured again: this tree equals attempt {reused[:10]}, whose result is repeated here."
+                     if reused else ""]
+            sha = self._commit(state, selection, plan, reference, tree, result, "\n\n".join(n for n in notes if n),
+                               replies, reused)
+            self._line(tag, "write", "write", f"{state['branch']} attempt {attempt}: {result['status']}"
+                       + (f" ({result.get('reason')})" if result.get("reason") else ""))
+            if result["status"] == "ok":
+                return
+            if new_files is not None:
+                files = new_files
+            error = _feedback(result)
+            state["parent"] = sha
+
+    def _write(self, plan, files, reference_files, error, attempt):
+        if self.client.model("write") == "offline":
+            return offline.write(files, plan), None, None
+        if attempt == 1:
+            text = write_mod.first_prompt(self.repo.root, self.task_text, plan, files, reference_files, self.editable)
+        else:
+            text = write_mod.fix_prompt(self.repo.root, self.task_text, plan, files, error, attempt,
+                                        self.config.evolve.attempts, self.editable)
+        return write_mod.implement(self.client, text, files, self.editable)
+
+    def _result(self, parent: str, new_files, edit_error) -> tuple[dict, str, str]:
+        """(result, tree, sha whose result is reused or "") of one candidate: rejected, reused, or evaluated."""
+        parent_tree = trees.tree_of(self.repo, parent)
+        if new_files is None:
+            return _rejected("edits did not apply", edit_error), parent_tree, ""
+        tree = trees.build_tree(self.repo, parent, new_files)
+        if tree == parent_tree:
+            return _rejected("no change", "the edits leave the files exactly as they were; change the code "
+                                          "the plan describes."), tree, ""
+        with self.commit_lock:
+            seen = self.known.get(tree)
+        if seen is not None:
+            sha, result = seen
+            return dict(result), tree, sha
+        candidate = self.repo.commit_tree(tree, [parent], "kgit: candidate for evaluation\n")
+        return self.evaluate(candidate), tree, ""
+
+    def _commit(self, state, selection, plan, reference, tree, result, notes, replies, reused) -> str:
+        model = self.client.model("write")
+        cost, tokens = _totals(replies)
+        with self.commit_lock:
+            if state["branch"] is None:
+                number = experiments.next_experiment(self.repo, self.repo.read())
+                state["branch"] = f"kgit/{number}-{tr.slugify(plan.title)}"
+                self.repo.create_branch(state["branch"], state["parent"], plan.title, reference)
+            outcome = experiments.commit_attempt(
+                self.repo, self.config, branch=state["branch"], tree=tree, parent=state["parent"], result=result,
+                notes=notes, plan=f"{plan.text()}\n\nBase chosen because: {selection.reason}",
+                expected_gain=plan.expected_gain, author=f"kgit ({model})", model=model, cost=cost, tokens=tokens)
+            if not reused and result["status"] != "rejected":
+                self.known[tree] = (outcome.sha, result)
+            attempt = next(a for a in self.repo.read() if a.sha == outcome.sha)
+            self.summary.rows.append(Row(outcome.sha, state["branch"], attempt.experiment, attempt.attempt,
+                                         result["status"], result.get("geomean_us"), outcome.speedup, model,
+                                         tokens, cost, reused="same tree" if reused else ""))
+        return outcome.sha
+
+    # -- budgets, costs, progress -----------------------------------------------------
+    def _budget_stop(self) -> str:
+        ev = self.config.evolve
+        if ev.max_cost_usd is not None and self.summary.cost >= ev.max_cost_usd:
+            return f"spent ${self.summary.cost:.4f} of --max-cost ${ev.max_cost_usd:.4f}"
+        if ev.max_wall_s is not None and self.clock() - self.started >= ev.max_wall_s:
+            return f"wall-time budget of {ev.max_wall_s:g} s (evolve.max_wall_s) reached"
+        return ""
+
+    def _account(self, replies: list[Reply]):
+        with self.commit_lock:
+            for r in replies:
+                if r.cost is None:
+                    self.summary.unpriced_calls += 1
+                else:
+                    self.summary.cost += r.cost
+                self.summary.tokens += r.tokens or 0
+
+    def _line(self, tag, stage, client_stage, text):
+        model = self.client.model(client_stage)
+        figures = f"{self.summary.tokens} tok, ${self.summary.cost:.4f}" if model != "offline" else "no model calls"
+        self.progress(f"{tag} {stage:<6} {model} ({figures} so far): {text}")
+
+    def _remember(self, attempts):
+        """Results of trees measured before this run, rebuilt from their trailers."""
+        for a in attempts:
+            if a.status in ("rejected", "unknown") or a.tree in self.known:
+                continue
+            self.known[a.tree] = (a.sha, _result_from(a))
+
+    def _check_models(self):
+        design, write = self.client.model("design"), self.client.model("write")
+        if write == "offline" and design != "offline":
+            raise KgitError(f"llm.write_model is offline but the designer is {design}: the offline writer only "
+                            "implements the offline designer's plans. Set both to a model, or both to offline.")
+
+
+def _share(replies: list[Reply], shares: int) -> list[Reply]:
+    """A hypothesis's part of the iteration's select and design calls, so the commits add up to the run."""
+    return [Reply("", r.model, None if r.tokens is None else r.tokens // shares,
+                  None if r.cost is None else r.cost / shares, r.cached) for r in replies]
+
+
+def _totals(replies: list[Reply]) -> tuple[float | None, int | None]:
+    if not replies:
+        return None, None
+    cost = None if any(r.cost is None for r in replies) else sum(r.cost for r in replies)
+    known = [r.tokens for r in replies if r.tokens is not None]
+    return cost, (sum(known) if known else None)
+
+
+def _rejected(reason: str, error: str) -> dict:
+    return result_mod.new("rejected", reason=reason, error=error, eval_s=0.0)
+
+
+def _result_from(a) -> dict:
+    """A result document rebuilt from an attempt's trailers (what reusing its measurement needs)."""
+    doc = result_mod.new(a.status if a.status in result_mod.STATUSES else "crash",
+                         reason=a._one("Kgit-Reason"), device=a.device, timing=a.timing, harness=a.harness,
+                         eval_s=0.0, error=f"the same tree was measured as {a.sha[:10]} ({a.status}); "
+                                           f"`git show {a.sha[:10]}` has its error excerpt.")
+    if a.ok:
+        doc.update(geomean_us=a.geomean, error=None,
+                   shapes=[{"key": k, "mean_us": v} for k, v in a.times.items()])
+    return doc
+
+
+def _feedback(result: dict) -> str:
+    """What the writer is told about a failed attempt."""
+    status = result["status"]
+    head = {"rejected": "Your edits could not be used", "compile-error": "The kernel did not compile",
+            "incorrect": "The kernel ran but gave wrong results", "runtime-error": "The kernel failed at run time",
+            "timeout": "The evaluation timed out", "crash": "The evaluation process crashed"}.get(status, status)
+    reason = f" ({result['reason']})" if result.get("reason") else ""
+    return f"{head}{reason}.\n\n{(result.get('error') or '').strip()[-ERROR_CHARS:]}"
+
+
+# -- entry points --------------------------------------------------------------------
+def evolve(repo: Repo, config, *, evaluate=None, client=None, progress=None) -> Summary:
+    return Run(repo, config, evaluate=evaluate, client=client, progress=progress).run()
+
+
+def dry_run(repo: Repo, config, *, client=None) -> str:
+    """The prompts the next iteration would send (or the offline plans), with no model call."""
+    run = Run(repo, config, client=client)
+    attempts = repo.read()
+    best = experiments.best(attempts)
+    if best is None:
+        raise KgitError(f"{repo.root} has no kgit/baseline yet; run `kgit init --problem NAME` first.")
+    out = []
+    if run.client.model("select") == "offline":
+        out.append(f"# select (offline)\nbase: {best.sha[:10]} (the best correct attempt)")
+    else:
+        text = select_mod.prompt(repo.root, run.task_text, attempts, best, config.evolve.archive_tokens)
+        out.append(f"# select prompt ({run.client.model('select')})\n\n{text}")
+    selection = Selection(best.sha, None, "the best attempt (the selector's answer is not known in a dry run)")
+    if run.client.model("design") == "offline":
+        plans = offline.Strategist(repo, run.editable).plans(attempts, best.sha, config.evolve.pick)
+        listing = "\n".join(f"- {p.title} (base {p.base[:10]}): {p.description}" for p in plans)
+        out.append(f"# design (offline)\n{listing or 'every configuration of the marked tunables was measured'}")
+        return "\n\n".join(out)
+    base_files = trees.commit_files(repo, best.sha, run.editable)
+    knowledge = prompts.knowledge(config.evolve.knowledge, repo.root)
+    out.append(f"# design prompt ({run.client.model('design')})\n\n" + design_mod.prompt(
+        repo.root, run.task_text, best.sha, selection.reason, base_files, attempts, knowledge, config.evolve.pick))
+    placeholder = Plan("<the plan the designer picks>", "<its description>", "<its rubric>")
+    out.append(f"# write prompt ({run.client.model('write')})\n\n" + write_mod.first_prompt(
+        repo.root, run.task_text, placeholder, base_files, {}, run.editable))
+    return "\n\n".join(out)
+
+
+def summary_text(summary: Summary) -> str:
+    rows = [[r.experiment, r.attempt, r.branch, r.sha[:10], r.status + (f" ({r.reused})" if r.reused else ""),
+             "" if r.geomean is None else f"{r.geomean:.1f}", "" if r.speedup is None else f"{r.speedup:.2f}x",
+             "" if r.tokens is None else r.tokens,
+             "unknown" if r.cost is None and r.model != "offline" else "" if r.cost is None else f"{r.cost:.4f}"]
+            for r in summary.rows]
+    lines = [tabulate(rows, headers=["exp", "att", "branch", "sha", "status", "geomean us", "vs base", "tokens",
+                                     "cost usd"], tablefmt="simple") if rows else "no attempts were made."]
+    lines.append(f"\n{len(summary.rows)} attempt(s) in {summary.iterations} iteration(s); "
+                 f"{sum(r.status == 'ok' for r in summary.rows)} correct. Stopped: {summary.stop}.")
+    lines.append(f"model use: {summary.tokens} tokens, ${summary.cost:.4f}" +
+                 (f"; {summary.unpriced_calls} call(s) had no price in litellm's table, so the cost and "
+                  "--max-cost count only priced calls" if summary.unpriced_calls else ""))
+    for reason in summary.skipped:
+        lines.append(f"skipped {reason}")
+    before, after = summary.best_before, summary.best_after
+    if after is not None:
+        gained = "" if before is None or before.sha == after.sha else f" (was {before.sha[:10]})"
+        lines.append(f"best: {after.sha[:10]} {after.branch} {after.geomean:.1f} us, "
+                     f"{after.speedup_baseline or 1:.2f}x vs baseline{gained}")
+    return "\n".join(lines)

@@ -1,0 +1,159 @@
+"""The one wrapper over litellm: every model call of kgit goes through `Client.ask`.
+
+litellm is imported on first use (it takes seconds) with its bundled price table, so
+it never fetches anything at import. Calls are retried with backoff on the provider
+errors that are worth retrying, answers are cached on disk keyed by the full request,
+and a model litellm has no price for is recorded with an unknown cost. API keys stay
+in the environment, where litellm reads them: kgit never passes, stores or prints one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import LLMError
+
+# litellm exception class names by what a retry can do about them. tests/test_llm.py
+# fails when litellm grows a class that is in neither table, so a new error is a
+# decision rather than a silent default.
+RETRYABLE = {
+    "APIConnectionError", "APIError", "APIResponseValidationError", "BadGatewayError",
+    "CallerCredentialRateLimitError", "InternalServerError", "MidStreamFallbackError",
+    "RateLimitError", "ServiceUnavailableError", "Timeout",
+}
+FATAL = {
+    "AuthenticationError", "BadRequestError", "BlockedPiiEntityError", "BudgetExceededError",
+    "CallerCredentialAuthenticationError", "ContentPolicyViolationError", "ContextWindowExceededError",
+    "EndpointNotSupportedByModelError", "GuardrailRaisedException", "ImageFetchError",
+    "InvalidRequestError", "JSONSchemaValidationError", "LiteLLMUnknownProvider",
+    "MalformedRequestFieldError", "MockException", "ModelNotMappedError", "ModifyResponseException",
+    "NotFoundError", "OpenAIError", "PaymentRequiredError", "PermissionDeniedError",
+    "RejectedRequestError", "SensitiveDataRouteException", "UnprocessableEntityError",
+    "UnsupportedEndpointError", "UnsupportedParamsError", "VectorStoreSearchError",
+}
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.I)
+_BEARER = re.compile(r"(?i)(bearer\s+|api[_-]?key[\"'=:\s]+)[\w.-]{8,}")
+
+
+@dataclass
+class Reply:
+    text: str
+    model: str
+    tokens: int | None
+    cost: float | None  # USD; None when litellm has no price for the model
+    cached: bool = False
+
+
+def litellm_module():
+    """litellm, imported on first use with its bundled price table and no telemetry."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.telemetry = False
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+def classify(error: BaseException) -> str | None:
+    """"retry", "fatal", or None for an exception that is not litellm's."""
+    for cls in type(error).__mro__:
+        if not cls.__module__.startswith("litellm"):
+            continue
+        if cls.__name__ in RETRYABLE:
+            return "retry"
+        if cls.__name__ in FATAL:
+            return "fatal"
+    return None
+
+
+def redact(text: str) -> str:
+    """The text without any secret from the environment or anything shaped like a bearer key."""
+    for name, value in os.environ.items():
+        if _SECRET_NAME.search(name) and len(value) >= 8:
+            text = text.replace(value, "[redacted]")
+    return _BEARER.sub(lambda m: m.group(1) + "[redacted]", text)
+
+
+class Client:
+    """Asks the model configured for a stage; one instance serves all threads of a run."""
+
+    def __init__(self, llm_config, cache_dir: Path | None, completion=None, sleep=time.sleep):
+        self.config = llm_config
+        self.cache_dir = Path(cache_dir) if cache_dir and llm_config.cache else None
+        self._completion = completion  # tests and benchmarks inject litellm.completion's stand-in
+        self._sleep = sleep
+
+    def model(self, stage: str) -> str:
+        return self.config.model_for(stage)
+
+    def request(self, stage: str, messages: list[dict]) -> dict:
+        return {"model": self.model(stage), "api_base": self.config.api_base, "messages": messages,
+                "temperature": self.config.temperature}
+
+    def ask(self, stage: str, messages: list[dict]) -> Reply:
+        request = self.request(stage, messages)
+        key = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+        cached = self._cache_get(key)
+        if cached is not None:
+            # Served from disk: no money spent this time.
+            return Reply(cached["text"], request["model"], cached.get("tokens"), 0.0, cached=True)
+        reply = self._call(request)
+        self._cache_put(key, reply)
+        return reply
+
+    def _call(self, request: dict) -> Reply:
+        litellm = litellm_module() if self._completion is None else None
+        completion = self._completion or litellm.completion
+        kwargs = {k: v for k, v in request.items() if v is not None}
+        kwargs.update(timeout=self.config.timeout_s, num_retries=0)
+        for attempt in range(self.config.retries + 1):
+            try:
+                response = completion(**kwargs)
+                break
+            except Exception as e:  # noqa: BLE001 - sorted by classify; anything else re-raised
+                kind = classify(e)
+                if kind is None:
+                    raise
+                message = redact(f"{type(e).__name__}: {e}")[:600]
+                if kind == "fatal" or attempt == self.config.retries:
+                    raise LLMError(f"the model {request['model']} failed ({message}). Check the model string, "
+                                   "--api-base and the provider's API key variable; retryable errors were tried "
+                                   f"{attempt + 1} time(s) (llm.retries).") from None
+                self._sleep(min(60.0, 2.0 ** attempt) * (0.5 + random.random()))
+        text = response.choices[0].message.content or ""
+        usage = getattr(response, "usage", None)
+        tokens = getattr(usage, "total_tokens", None) if usage else None
+        return Reply(text, request["model"], tokens, self._cost(response))
+
+    def _cost(self, response) -> float | None:
+        litellm = litellm_module()
+        try:
+            return float(litellm.completion_cost(completion_response=response))
+        except litellm.exceptions.ModelNotMappedError:
+            return None
+
+    def _cache_get(self, key: str) -> dict | None:
+        if self.cache_dir is None:
+            return None
+        path = self.cache_dir / f"{key}.json"
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def _cache_put(self, key: str, reply: Reply):
+        if self.cache_dir is None:
+            return
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.cache_dir / f".{key}.{uuid.uuid4().hex}"
+        tmp.write_text(json.dumps({"text": reply.text, "tokens": reply.tokens, "cost": reply.cost,
+                                   "model": reply.model}), encoding="utf-8")
+        os.replace(tmp, self.cache_dir / f"{key}.json")

@@ -1,0 +1,227 @@
+"""`kgit evolve` end to end on the vector_add kernel repository (CPU interpreter, fast timing).
+
+Each test keeps its evaluations to a handful: they are the slow part.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+import fake_llm
+from conftest import fast_config_text
+from kgit import evolve, experiments
+from kgit.archive import Repo
+from kgit.errors import LockedError
+from kgit.scientist import offline
+
+SLOW_BLOCK = "BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 2048 4096"
+FAST_BLOCK = "BLOCK_SIZE = 4096  # kgit: tune 256 512 1024 2048 4096"
+
+
+def git(cwd, *args) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def configure(repo_path, **evolve_keys):
+    """Write a .kgit.yaml with fast timing and these evolve settings (knowledge off unless given)."""
+    keys = {"knowledge": [], **evolve_keys}
+    (repo_path / ".kgit.yaml").write_text(fast_config_text(evolve=keys), encoding="utf-8")
+    return experiments.load(repo_path)
+
+
+def trailers(cwd, sha) -> dict:
+    out = git(cwd, "show", "-s", "--format=%(trailers:only,unfold)", sha)
+    found = {}
+    for line in out.splitlines():
+        key, _, value = line.partition(": ")
+        found.setdefault(key, []).append(value)
+    return found
+
+
+def branch_commits(cwd, branch) -> list[str]:
+    """The branch's attempt commits, oldest first."""
+    return git(cwd, "rev-list", "--reverse", branch, "--not", "kgit/baseline").split()
+
+
+def test_scripted_model_drives_every_failure_then_success(kernel_repo):
+    repo, config = configure(kernel_repo, pick=1, attempts=4)
+    status_before = git(kernel_repo, "status", "--porcelain")
+    baseline = repo.rev("kgit/baseline")
+    kernel = (kernel_repo / "kernel.py").read_text()
+    broken = kernel.replace("def custom_kernel(data):", "def custom_kernel(data)")
+    wrong = kernel.replace("a + b, mask=mask", "a - b, mask=mask")
+    fake = fake_llm.FakeLLM([
+        ("select", "I would build on the baseline, it is the only line."),           # no JSON
+        ("select", fake_llm.selection("deadbeef12")),                                # unknown sha
+        ("design", fake_llm.design(["Use a larger block per program"])),
+        ("write", fake_llm.search_replace("kernel.py", "BLOCK_SIZE = 999", "BLOCK_SIZE = 4096")),  # no match
+        ("write", fake_llm.whole_file("kernel.py", broken, "Rewrote the kernel.")),   # does not compile
+        ("write", fake_llm.whole_file("kernel.py", wrong, "Fixed the syntax.")),      # wrong result
+        ("write", fake_llm.whole_file("kernel.py", kernel.replace(SLOW_BLOCK, FAST_BLOCK), "Correct now.")),
+    ])
+    lines = []
+    summary = evolve.evolve(repo, config, client=fake, progress=lines.append)
+
+    assert not fake.answers, "the loop stopped before using the whole script"
+    assert [r.status for r in summary.rows] == ["rejected", "compile-error", "incorrect", "ok"]
+    branches = git(kernel_repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/kgit/").split()
+    assert branches == ["kgit/1-use-a-larger-block-per"]
+    shas = branch_commits(kernel_repo, branches[0])
+    assert shas == [r.sha for r in summary.rows]
+
+    # The selector was re-asked with the error each time, then fell back to the best attempt.
+    asks = fake.prompts("select")
+    assert "no ```json block" in asks[1]
+    first = trailers(kernel_repo, shas[0])
+    assert first["Kgit-Base"] == [baseline]
+    assert "Kgit-Reference" not in first
+
+    # Rejected: an empty commit (same tree as its parent) carrying the error for the model.
+    assert git(kernel_repo, "rev-parse", f"{shas[0]}^{{tree}}") == git(kernel_repo, "rev-parse", f"{baseline}^{{tree}}")
+    assert "matched nothing" in git(kernel_repo, "show", "-s", "--format=%B", shas[0])
+    # Each fix prompt carried the previous failure.
+    fixes = fake.prompts("write")[1:]
+    assert "matched nothing" in fixes[0]
+    assert "did not compile" in fixes[1]
+    assert "wrong results" in fixes[2]
+    # Attempts form a line: each one's parent is the one before.
+    for parent, child in zip(shas, shas[1:]):
+        assert git(kernel_repo, "rev-parse", f"{child}^") .strip() == parent
+
+    for sha, status in zip(shas, ["rejected", "compile-error", "incorrect", "ok"]):
+        t = trailers(kernel_repo, sha)
+        assert t["Kgit-Status"] == [status]
+        assert t["Kgit-Model"] == ["fake/scripted"]
+        assert t["Kgit-Expected-Gain"] == ["5%..30%"]
+        assert int(t["Kgit-Tokens"][0]) >= 120
+        assert float(t["Kgit-Cost-USD"][0]) > 0
+        message = git(kernel_repo, "show", "-s", "--format=%B", sha)
+        assert ("speedup" in message) == (status == "ok")
+        assert git(kernel_repo, "show", "-s", "--format=%an", sha).strip() == "kgit (fake/scripted)"
+    # The first attempt also carries its share of the select and design calls: 3 calls + its own.
+    assert int(trailers(kernel_repo, shas[0])["Kgit-Tokens"][0]) == 4 * 120
+    assert float(trailers(kernel_repo, shas[-1])["Kgit-Speedup"][0]) > 0
+    assert "4096" in git(kernel_repo, "show", f"{shas[-1]}:kernel.py")
+
+    # The user's tree, index and branch are untouched; nothing is left behind.
+    assert git(kernel_repo, "status", "--porcelain") == status_before
+    assert git(kernel_repo, "symbolic-ref", "--short", "HEAD").strip() == "main"
+    assert not list((repo.state / "worktrees").glob("*")) if (repo.state / "worktrees").exists() else True
+    assert summary.cost == pytest.approx(7 * 0.002)
+    assert any("select" in line and "fake/scripted" in line for line in lines)
+    assert "ok" in evolve.summary_text(summary)
+
+
+def test_same_tree_is_not_measured_again(kernel_repo):
+    repo, config = configure(kernel_repo, pick=1, attempts=1, iterations=2)
+    kernel = (kernel_repo / "kernel.py").read_text()
+    faster = kernel.replace(SLOW_BLOCK, FAST_BLOCK)
+    baseline = repo.rev("kgit/baseline")
+    fake = fake_llm.FakeLLM([
+        ("select", fake_llm.selection(baseline[:8])),
+        ("design", fake_llm.design(["Bigger blocks"])),
+        ("write", fake_llm.whole_file("kernel.py", faster)),
+        ("select", fake_llm.selection(baseline[:8])),
+        ("design", fake_llm.design(["Bigger blocks again, from the baseline"])),
+        ("write", fake_llm.search_replace("kernel.py", SLOW_BLOCK, FAST_BLOCK)),
+    ])
+    evaluated = []
+
+    def counting(sha):
+        evaluated.append(sha)
+        return experiments.evaluate_rev(repo, config, sha)
+
+    summary = evolve.evolve(repo, config, client=fake, evaluate=counting)
+    assert len(evaluated) == 1
+    first, second = summary.rows
+    assert (first.status, second.status) == ("ok", "ok")
+    assert second.reused == "same tree"
+    body = git(kernel_repo, "show", "-s", "--format=%B", second.sha)
+    assert f"equals attempt {first.sha[:10]}" in body
+    assert trailers(kernel_repo, second.sha)["Kgit-Geomean-us"] == trailers(kernel_repo, first.sha)["Kgit-Geomean-us"]
+
+
+def test_offline_runs_concurrently_then_resumes_without_repeating(kernel_repo, run_kgit):
+    configure(kernel_repo, pick=2, jobs=2)
+    result = run_kgit(kernel_repo, "evolve", "-n", "1")
+    assert result.exit_code == 0, result.output
+    assert "2 attempt(s) in 1 iteration(s)" in result.output
+    repo, config = configure(kernel_repo, pick=1)
+    evolve.evolve(repo, config)
+
+    attempts = [a for a in repo.read() if not a.is_baseline]
+    assert sorted(a.experiment for a in attempts) == [1, 2, 3]
+    assert all(a.model == "offline" and a.status == "ok" for a in attempts)
+    assert all("Kgit-Cost-USD" not in a.trailers for a in attempts)
+    strategist = offline.Strategist(repo, ["kernel.py"])
+    configs = strategist.configurations([a.sha for a in repo.read()])
+    assert len(set(configs.values())) == 4, "a configuration was measured twice"
+    branches = git(kernel_repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/kgit/").split()
+    assert len(branches) == 3
+    # One attempt each, built on its base; the third builds on the best of the first run.
+    assert all(a.parents == [a.base] for a in attempts)
+    third = next(a for a in attempts if a.experiment == 3)
+    assert third.base == experiments.best([a for a in repo.read() if a.experiment < 3]).sha
+
+
+def test_exhausted_space_ends_the_run_with_exit_0(kernel_repo, run_kgit, monkeypatch):
+    configure(kernel_repo, iterations=3)
+    monkeypatch.setattr(offline.Strategist, "plans", lambda self, attempts, best, pick: [])
+    result = run_kgit(kernel_repo, "evolve")
+    assert result.exit_code == 0
+    assert "measured every configuration" in result.output
+    assert git(kernel_repo, "for-each-ref", "refs/heads/kgit/") == ""
+
+
+def test_interrupt_keeps_commits_and_leaves_no_lock_or_worktree(kernel_repo):
+    repo, config = configure(kernel_repo, pick=2)
+    calls = []
+
+    def evaluate_then_interrupt(sha):
+        calls.append(sha)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return experiments.evaluate_rev(repo, config, sha)
+
+    summary = evolve.evolve(repo, config, evaluate=evaluate_then_interrupt)
+    assert summary.interrupted and "interrupted" in summary.stop
+    assert [r.status for r in summary.rows] == ["ok"]
+    assert len(git(kernel_repo, "for-each-ref", "refs/heads/kgit/").splitlines()) == 1
+    assert git(kernel_repo, "worktree", "list").count("\n") == 1
+    with repo.lock("test"):  # released
+        pass
+
+
+def test_second_run_refuses_while_the_first_holds_the_lock(kernel_repo):
+    repo, config = configure(kernel_repo)
+    with repo.lock("evolve"):
+        with pytest.raises(LockedError, match="pid"):
+            evolve.evolve(Repo(kernel_repo), config, client=fake_llm.FakeLLM([]))
+
+
+def test_dry_run_renders_prompts_without_a_model_call(kernel_repo, run_kgit):
+    repo, config = configure(kernel_repo)
+    config = evolve.with_overrides(config, model="openai/some-model")
+    text = evolve.dry_run(repo, config, client=fake_llm.FakeLLM([], model="openai/some-model"))
+    baseline = repo.rev("kgit/baseline")
+    assert "# select prompt (openai/some-model)" in text and baseline[:10] in text
+    assert "# design prompt" in text and "BLOCK_SIZE = 1024" in text
+    assert "<the plan the designer picks>" in text
+    result = run_kgit(kernel_repo, "evolve", "--dry-run")
+    assert result.exit_code == 0 and "BLOCK_SIZE 1024 ->" in result.output
+    assert git(kernel_repo, "for-each-ref", "refs/heads/kgit/") == ""
+
+
+def test_design_that_stays_invalid_skips_the_iteration(kernel_repo):
+    repo, config = configure(kernel_repo, iterations=1)
+    fake = fake_llm.FakeLLM([
+        ("select", fake_llm.selection(repo.rev("kgit/baseline"))),
+        ("design", '```json\n{"plans": []}\n```'),
+        ("design", '```json\n{"plans": [{"title": "x", "description": "y", "gain_min": 10, "gain_max": 40}]}\n```'),
+    ])
+    summary = evolve.evolve(repo, config, client=fake)
+    assert summary.rows == [] and len(summary.skipped) == 1
+    assert "percentages" in summary.skipped[0]
+    assert "non-empty list" in fake.prompts("design")[1]
