@@ -44,6 +44,25 @@ def poison(data, index):
         out.fill_(torch.iinfo(out.dtype).max if out.dtype != torch.bool else True)
 
 
+def inputs_unchanged(pristine, data, output_index) -> tuple[bool, str]:
+    """Whether the kernel left its inputs (all but the preallocated output) bit for bit as given."""
+    import torch
+
+    def flat(d):
+        return list(d) if isinstance(d, (tuple, list)) else [d]
+
+    for i, (before, after) in enumerate(zip(flat(pristine), flat(data))):
+        if i == output_index or not isinstance(before, torch.Tensor):
+            continue
+        same = before.shape == after.shape and bool(torch.equal(before, after) or
+                                                    torch.equal(before.isnan(), after.isnan()) and
+                                                    torch.equal(before.nan_to_num(), after.nan_to_num()))
+        if not same:
+            where = f"input {i}" if isinstance(pristine, (tuple, list)) else "the input"
+            return False, f"the kernel modified {where}; inputs are read-only"
+    return True, ""
+
+
 def sync(torch):
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -86,6 +105,9 @@ def allclose(out, expected, rtol: float, atol: float) -> tuple[bool, str]:
         return True, ""
     if not isinstance(out, torch.Tensor):
         return False, f"expected a tensor, got {type(out).__name__}"
+    if type(out) is not torch.Tensor:
+        # A subclass can compute its values when they are read, after timing ended.
+        return False, f"returned a {type(out).__name__}, a torch.Tensor subclass; return a plain tensor"
     if out.shape != expected.shape:
         return False, f"shape {tuple(out.shape)} != expected {tuple(expected.shape)}"
     if out.dtype != expected.dtype:

@@ -33,7 +33,22 @@ FORBIDDEN_ATTRS = {
     "elapsed_time": "patching timing events", "record": None,  # reading record() is fine
     "__globals__": "introspection", "__code__": "introspection", "__builtins__": "introspection",
     "__subclasses__": "introspection", "f_back": "introspection", "f_globals": "introspection",
+    "f_locals": "introspection", "tb_frame": "introspection", "gi_frame": "introspection",
+    "__closure__": "introspection", "__dict__": "monkey-patching", "__setattr__": "monkey-patching",
+    "DisableTorchFunction": "disabling the op guard", "DisableTorchFunctionSubclass": "disabling the op guard",
 }
+# Library entry points no kernel needs and every cheat of a family uses: work moved
+# off the timed stream or thread, and switching off the runtime op guard.
+FORBIDDEN_NAMES = {
+    "torch.cuda.Stream": "side streams", "torch.cuda.stream": "side streams",
+    "torch.cuda.set_stream": "side streams", "torch.cuda.ExternalStream": "side streams",
+    "torch.jit.fork": "deferred work", "torch.futures": "deferred work",
+    "torch.multiprocessing": "process spawning", "torch.overrides": "disabling the op guard",
+    "torch.utils._python_dispatch": "disabling the op guard",
+}
+# A forbidden module reached as an attribute of an allowed one (torch.sys, torch.threading).
+REACHED_MODULES = {"gc", "sys", "threading", "_thread", "importlib", "time", "os", "subprocess", "ctypes",
+                   "inspect", "builtins", "multiprocessing", "concurrent", "socket", "pickle", "signal"}
 
 
 def check(sources: dict[str, str], forbidden: list[str]) -> tuple[str, str] | None:
@@ -91,6 +106,12 @@ def _check_tree(tree, forbidden):
                 for banned in forbidden:
                     if full == banned or full.startswith(banned + "."):
                         return f"forbidden by the problem: {banned}", node
+                for banned, why in FORBIDDEN_NAMES.items():
+                    if full == banned or full.startswith(banned + "."):
+                        return f"forbidden call: {banned} ({why})", node
+                hidden = [p for p in full.split(".")[1:] if p in REACHED_MODULES]
+                if hidden and head in aliases:
+                    return f"forbidden import: {hidden[0]} ({FORBIDDEN_MODULES[hidden[0]]}, reached through {head})", node
                 if isinstance(node, ast.Attribute) and full.startswith("torch.") and isinstance(getattr(node, "ctx", None), ast.Store):
                     return "monkey-patching torch", node
         if isinstance(node, ast.Assign):

@@ -1,4 +1,4 @@
-"""The harness's result: a versioned JSON document (schema in docs/result-schema.md).
+"""The harness's result: a versioned JSON document (schema in docs/harness.md).
 
 It travels from the child to kgit on a dedicated pipe, and from remote evaluators
 as their printed output, so it stays plain JSON with a schema tag.
@@ -21,6 +21,9 @@ def new(status: str = "crash", **fields) -> dict:
         "device": None, "timing": None, "ranking": "mean",
         "tests": [], "shapes": [], "geomean_us": None,
         "versions": {}, "harness": harness_id(), "eval_s": None,
+        # Added within kgit.result/1 (readers must tolerate its absence): whether the
+        # speed-of-light guard ran, with which peaks, and why not when it did not.
+        "speed_of_light": None,
     }
     doc.update(fields)
     return doc

@@ -16,8 +16,9 @@ import traceback
 import uuid
 from pathlib import Path
 
-from . import checking, policy, problem, timing
+from . import checking, devices, policy, problem, timing
 from . import result as result_mod
+from .guards import Guards
 
 # Captured before any candidate code exists, so patching the module attribute later
 # does not change the clock the harness reads.
@@ -73,14 +74,41 @@ def run(spec: dict) -> dict:
     task = problem.load_task(Path(spec["problem_dir"]))
     doc["ranking"] = task.ranking
     try:
-        doc.update(_evaluate(spec, task, on_gpu, torch))
+        doc.update(_evaluate(spec, task, on_gpu, torch, doc))
     except Verdict as v:
         doc.update(status=v.status, error=v.error, reason=v.reason)
     doc["eval_s"] = round(_perf_counter() - started, 3)
     return doc
 
 
-def _evaluate(spec, task, on_gpu, torch) -> dict:
+class Candidate:
+    """The candidate's kernel, called only through the runtime guards."""
+
+    def __init__(self, kernel, guards, clock):
+        self.kernel, self.guards, self.clock = kernel, guards, clock
+
+    def call(self, data):
+        """One guarded call; cheap enough to sit inside a timed region."""
+        try:
+            with self.guards.armed():
+                return self.kernel(data)
+        except BaseException as e:  # noqa: BLE001 - a failing kernel is a result, not a harness error
+            self.verify()
+            status = "compile-error" if _is_compile_error(e) else "runtime-error"
+            raise Verdict(status, _excerpt(e)) from None
+
+    def verify(self):
+        """After a call (outside any timed region): did a guard trip, or a timer change?"""
+        self.guards.after_call()
+        if self.guards.violation:
+            rule, detail = self.guards.violation
+            raise Verdict("rejected", detail, reason=rule)
+        changed = self.clock.tampered()
+        if changed:
+            raise Verdict("rejected", f"the candidate replaced {', '.join(changed)}", reason="patched timers")
+
+
+def _evaluate(spec, task, on_gpu, torch, doc) -> dict:
     candidate_dir = Path(spec["candidate_dir"])
     sources = {f: (candidate_dir / f).read_text(encoding="utf-8", errors="replace")
                for f in task.files if (candidate_dir / f).exists()}
@@ -91,62 +119,88 @@ def _evaluate(spec, task, on_gpu, torch) -> dict:
         rule, detail = violation
         raise Verdict("rejected", detail, reason=rule)
 
-    reference = _load_module(Path(spec["problem_dir"]) / "reference.py", f"_kgit_ref_{uuid.uuid4().hex}", hidden=True)
+    module = _load_module(Path(spec["problem_dir"]) / "reference.py", f"_kgit_ref_{uuid.uuid4().hex}", hidden=True)
+    guards = Guards(torch, task.forbidden, module)
+    reference = guards.reference_proxy(module)
+    del module  # from here on the real functions run only through reference_call
     clock = timing.Clock.capture(torch, on_gpu)
+    guards.arm_reference()
+    guards.snapshot_threads()
 
     sys.path.insert(0, str(candidate_dir))
     try:
-        candidate = _load_module(candidate_dir / task.files[0], "kernel_under_test", hidden=False)
+        with guards.armed():
+            loaded = _load_module(candidate_dir / task.files[0], "kernel_under_test", hidden=False)
     except BaseException as e:  # noqa: BLE001 - anything the import does is the candidate's failure
+        if guards.violation:
+            raise Verdict("rejected", guards.violation[1], reason=guards.violation[0]) from None
         raise Verdict("compile-error", _excerpt(e)) from None
-    kernel = getattr(candidate, "custom_kernel", None)
+    kernel = getattr(loaded, "custom_kernel", None)
     if not callable(kernel):
         raise Verdict("compile-error", f"{task.files[0]} defines no custom_kernel(data) function")
+    candidate = Candidate(kernel, guards, clock)
+    candidate.verify()
 
     secret = int(spec.get("secret_seed", 0))
     tests = []
     for shape in task.shapes("tests", on_gpu):
-        tests.append(_check_shape(task, reference, kernel, shape, secret, torch))
+        # The published seed and one derived from the secret: outputs memorised for the
+        # published inputs fail the second.
+        for seed in (int(shape.get("seed", 0)), checking.mix_seed(shape.get("seed", 0), secret, 7)):
+            tests.append(_check_shape(task, reference, candidate, shape, seed, torch))
     failed = [t for t in tests if not t["ok"]]
     if failed:
         return {"status": "incorrect", "tests": tests,
-                "error": "\n".join(f"{t['key']}: {t['message']}" for t in failed)[:4000]}
+                "error": "\n".join(f"{t['key']} (seed {t['seed']}): {t['message']}" for t in failed)[:4000]}
 
     shapes = []
     for shape in task.shapes("benchmarks", on_gpu):
-        shapes.append(_time_shape(task, reference, kernel, shape, secret, clock, spec["timing"], torch))
-    bad = [s for s in shapes if s.get("error")]
-    if bad:
-        return {"status": "incorrect", "tests": tests, "shapes": shapes,
-                "error": "\n".join(f"{s['key']}: {s['error']}" for s in bad)[:4000]}
-    clock.verify(torch)
+        runs = timing.measure(task, reference, candidate, shape, secret, clock, spec["timing"], torch)
+        entry = {"key": problem.shape_key(shape), "shape": {k: v for k, v in shape.items() if k != "seed"}, **runs}
+        shapes.append(entry)
+        if entry.get("error"):
+            return {"status": "incorrect", "tests": tests, "shapes": shapes,
+                    "error": f"{entry['key']}: {entry['error']}"[:4000]}
+        why = timing.escaped(entry)
+        if why:
+            doc.update(tests=tests, shapes=shapes)
+            raise Verdict("rejected", f"{entry['key']}: {why}", reason="work escaped the timing events")
+    candidate.verify()
+    sol = _speed_of_light(spec, task, shapes, on_gpu, torch)
+    if sol.pop("verdict", None):
+        doc.update(tests=tests, shapes=shapes, speed_of_light=sol)
+        raise Verdict("rejected", sol["why"], reason="faster than physically possible")
     geo = result_mod.geomean(s[task.ranking + "_us"] for s in shapes)
-    return {"status": "ok", "tests": tests, "shapes": shapes, "geomean_us": geo}
+    return {"status": "ok", "tests": tests, "shapes": shapes, "geomean_us": geo, "speed_of_light": sol}
 
 
-def _call(kernel, data):
-    try:
-        return kernel(data)
-    except BaseException as e:  # noqa: BLE001 - a failing kernel is a result, not a harness error
-        status = "compile-error" if _is_compile_error(e) else "runtime-error"
-        raise Verdict(status, _excerpt(e)) from None
+def _speed_of_light(spec, task, shapes, on_gpu, torch) -> dict:
+    if not on_gpu:
+        return {"checked": False, "why": "not checked: interpreter timings are host time on the CPU, not a GPU's"}
+    if spec.get("device_peaks"):
+        peak = devices.from_override(spec["device_peaks"])
+    else:
+        peak = devices.lookup(torch.cuda.get_device_name()) or devices.measure(torch)
+    info = {"checked": True, "peak": peak.to_dict(), "margin": devices.MARGIN, "why": "within physical limits"}
+    verdict = devices.judge(task, shapes, peak)
+    if verdict:
+        info.update(why=verdict, verdict=True)
+    return info
 
 
-def _check_shape(task, reference, kernel, shape, secret, torch) -> dict:
+def _check_shape(task, reference, candidate, shape, seed, torch) -> dict:
     key = problem.shape_key(shape)
-    data = checking.make_input(reference, shape, secret)
+    data = checking.make_input(reference, shape, seed)
     pristine = checking.clone(data)
     checking.poison(data, task.output)
-    out = _call(kernel, data)
+    out = candidate.call(data)
     checking.sync(torch)
-    ok, message = checking.compare(task, reference, pristine, out)
-    return {"key": key, "ok": ok, "message": message}
-
-
-def _time_shape(task, reference, kernel, shape, secret, clock, settings, torch) -> dict:
-    key = problem.shape_key(shape)
-    runs = timing.measure(task, reference, kernel, shape, secret, clock, settings, torch, _call)
-    return {"key": key, "shape": {k: v for k, v in shape.items() if k != "seed"}, **runs}
+    candidate.verify()
+    # The expected output is computed inside compare, only now that the call returned.
+    ok, message = checking.inputs_unchanged(pristine, data, task.output)
+    if ok:
+        ok, message = checking.compare(task, reference, pristine, out)
+    return {"key": key, "seed": seed, "ok": ok, "message": message}
 
 
 def main(argv=None) -> int:

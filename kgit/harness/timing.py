@@ -1,8 +1,10 @@
 """Timing: device events on a GPU, the host clock in the CPU interpreter.
 
 Every repetition gets fresh inputs (so a cache keyed on input identity serves stale
-results), a poisoned output, and a flushed L2; a random sample of the timed outputs
-is re-checked after timing, so a kernel that is right once and wrong later fails.
+results), a poisoned output, and a flushed L2. A random sample of the timed outputs
+plus the last one are re-checked after timing against inputs regenerated from their
+seeds, so a kernel that is right once and wrong later fails. See docs/harness.md for
+why the end event is recorded right after the call and how escaped work is caught.
 """
 
 from __future__ import annotations
@@ -19,6 +21,13 @@ from . import checking
 # Infinity Cache and is 4x the H100/H200 L2.
 FLUSH_BYTES = 256 * 1024 * 1024
 RECHECKED = 3
+# Host-clock cross-check: back-to-back calls ended by a device-wide synchronize must
+# not take much longer per call than the events (or the host's own launch time) say.
+# 1.5x absorbs the variance of tiny kernels; the slack absorbs the final synchronize.
+ESCAPE_RATIO = 1.5
+ESCAPE_SLACK_US = 20.0
+BATCH_BYTES = 4 << 30
+BATCH_MAX = 10
 
 
 class Clock:
@@ -29,14 +38,18 @@ class Clock:
         self.perf_counter = time.perf_counter
         self.originals = {"time.perf_counter": (time, "perf_counter", time.perf_counter)}
         if on_gpu:
-            self.Event = torch.cuda.Event
             self.synchronize = torch.cuda.synchronize
             self.originals.update({
                 "torch.cuda.Event": (torch.cuda, "Event", torch.cuda.Event),
                 "torch.cuda.synchronize": (torch.cuda, "synchronize", torch.cuda.synchronize),
+                "torch._C._cuda_synchronize": (torch._C, "_cuda_synchronize", torch._C._cuda_synchronize),
                 "torch.cuda.Event.elapsed_time": (torch.cuda.Event, "elapsed_time", torch.cuda.Event.elapsed_time),
                 "torch.cuda.Event.record": (torch.cuda.Event, "record", torch.cuda.Event.record),
+                "torch.cuda.Event.synchronize": (torch.cuda.Event, "synchronize", torch.cuda.Event.synchronize),
+                "torch.cuda.current_stream": (torch.cuda, "current_stream", torch.cuda.current_stream),
             })
+            self.start = torch.cuda.Event(enable_timing=True)
+            self.end = torch.cuda.Event(enable_timing=True)
             self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
 
     @classmethod
@@ -46,72 +59,123 @@ class Clock:
     def tampered(self) -> list[str]:
         return [name for name, (owner, attr, value) in self.originals.items() if getattr(owner, attr, None) is not value]
 
-    def verify(self, torch):
-        from .runner import Verdict
-
-        changed = self.tampered()
-        if changed:
-            raise Verdict("rejected", f"the candidate replaced {', '.join(changed)}", reason="patched timers")
-
-    def time_call(self, call) -> tuple[float, float]:
-        """(output, device-or-host microseconds, host microseconds) of one call."""
+    def time_call(self, call):
+        """(output, device-or-host microseconds, host microseconds spent inside the call)."""
         if not self.on_gpu:
             t0 = self.perf_counter()
             out = call()
             t1 = self.perf_counter()
             return out, (t1 - t0) * 1e6, (t1 - t0) * 1e6
+        self.synchronize()
+        # The flush runs ahead of the start event with no synchronize in between, as in
+        # triton.testing.do_bench: the host launches the call while the flush still runs,
+        # so launch latency is not counted when the GPU is the bottleneck.
         self.flush.zero_()
-        start, end = self.Event(enable_timing=True), self.Event(enable_timing=True)
+        self.start.record()
+        h0 = self.perf_counter()
+        out = call()
+        h1 = self.perf_counter()
+        self.end.record()
+        self.synchronize()
+        return out, self.start.elapsed_time(self.end) * 1e3, (h1 - h0) * 1e6
+
+    def host_batch(self, call_with, inputs) -> float:
+        """Host microseconds per call for back-to-back calls ended by a device-wide synchronize."""
         self.synchronize()
         h0 = self.perf_counter()
-        start.record()
-        out = call()
-        end.record()
+        for data in inputs:
+            call_with(data)
         self.synchronize()
-        h1 = self.perf_counter()
-        return out, start.elapsed_time(end) * 1e3, (h1 - h0) * 1e6
+        return (self.perf_counter() - h0) * 1e6 / len(inputs)
 
 
-def measure(task, reference, kernel, shape, secret, clock, settings, torch, call_fn) -> dict:
+def measure(task, reference, candidate, shape, secret, clock, settings, torch) -> dict:
+    """Time one shape; returns the statistics, or them plus `error` if a re-check failed."""
     warmup, min_reps = int(settings["warmup"]), int(settings["min_reps"])
     target_rse, max_time = float(settings["target_rse"]), float(settings["max_time_s"])
     base_seed = int(shape.get("seed", 0))
 
+    def seed(i):
+        return checking.mix_seed(base_seed, secret, i)
+
     for i in range(warmup):
-        data = checking.make_input(reference, shape, checking.mix_seed(base_seed, secret, 1000 + i))
-        call_fn(kernel, data)
+        candidate.call(checking.make_input(reference, shape, seed(1000 + i)))
+        candidate.verify()
     checking.sync(torch)
 
-    rng = random.Random(secret ^ base_seed)
-    # Which repetitions get re-checked is decided now, unseen by the candidate.
-    planned = set(rng.sample(range(min_reps), min(RECHECKED, min_reps)))
-    kept = []  # (pristine inputs, output copy) of the re-checked repetitions
-    times, host_times = [], []
+    # Reservoir sample of re-checked repetitions, drawn after each call from a generator
+    # the candidate never sees: every repetition is equally likely to be checked.
+    rng = random.Random(secret ^ (base_seed << 1))
+    kept = []  # (repetition, output copy)
+    times, host_call = [], []
     spent_start = clock.perf_counter()
     i = 0
     while True:
-        data = checking.make_input(reference, shape, checking.mix_seed(base_seed, secret, i))
-        pristine = checking.clone(data) if i in planned else None
+        data = checking.make_input(reference, shape, seed(i))
         checking.poison(data, task.output)
-        out, t, host = clock.time_call(lambda: call_fn(kernel, data))
+        out, t, host = clock.time_call(lambda: candidate.call(data))
+        candidate.verify()
         times.append(t)
-        host_times.append(host)
-        if pristine is not None:
-            kept.append((pristine, checking.clone(out)))
+        host_call.append(host)
+        slot = len(kept) if len(kept) < RECHECKED else rng.randrange(i + 1)
+        if slot < RECHECKED:
+            entry = (i, checking.clone(out), data)
+            kept[slot:slot + 1] = [entry]
+        last = (i, out, data)
         i += 1
         spent = clock.perf_counter() - spent_start
         if i >= min_reps and (_rse(times) < target_rse or spent > max_time):
             break
-    # The last call is always among the re-checked ones: a kernel that decays is caught.
-    kept.append((checking.make_input(reference, shape, checking.mix_seed(base_seed, secret, i - 1)), out))
+    if all(k[0] != last[0] for k in kept):
+        kept.append(last)  # a kernel that decays over time is caught by its last call
 
-    for pristine, out in kept:
-        ok, message = checking.compare(task, reference, pristine, out)
-        if not ok:
-            return {"error": f"a timed run gave a wrong result: {message}", **_stats(times)}
     stats = _stats(times)
-    stats["host_mean_us"] = statistics.fmean(host_times)
+    stats["host_call_us"] = statistics.fmean(host_call)
+    stats["rechecked"] = len(kept)
+    for rep, out, data in kept:
+        pristine = checking.make_input(reference, shape, seed(rep))
+        ok, message = checking.inputs_unchanged(pristine, data, task.output)
+        if ok:
+            ok, message = checking.compare(task, reference, pristine, out)
+        if not ok:
+            return {"error": f"timed repetition {rep} gave a wrong result: {message}", **stats}
+    if clock.on_gpu:
+        inputs = _batch_inputs(reference, shape, seed, torch)
+        stats["host_batch_us"] = clock.host_batch(candidate.call, inputs)
+        candidate.verify()
     return stats
+
+
+def escaped(stats: dict) -> str | None:
+    """Why the host clock says work escaped the timing events, or None."""
+    batch = stats.get("host_batch_us")
+    if batch is None:
+        return None
+    bound = ESCAPE_RATIO * max(stats["mean_us"], stats["host_call_us"]) + ESCAPE_SLACK_US
+    if batch > bound:
+        return (f"back-to-back calls took {batch:.1f} us each by the host clock, but the timing events "
+                f"measured {stats['mean_us']:.1f} us (and the host spent {stats['host_call_us']:.1f} us in the call): "
+                "work ran outside the timed stream or after the call returned")
+    return None
+
+
+def _batch_inputs(reference, shape, seed, torch):
+    first = checking.make_input(reference, shape, seed(2000))
+    size = sum(t.numel() * t.element_size() for t in _tensors(first)) or 1
+    count = max(2, min(BATCH_MAX, BATCH_BYTES // size))
+    return [first] + [checking.make_input(reference, shape, seed(2000 + j)) for j in range(1, count)]
+
+
+def _tensors(data):
+    import torch
+
+    if isinstance(data, torch.Tensor):
+        return [data]
+    if isinstance(data, (tuple, list)):
+        return [t for d in data for t in _tensors(d)]
+    if isinstance(data, dict):
+        return [t for d in data.values() for t in _tensors(d)]
+    return []
 
 
 def _rse(times) -> float:

@@ -1,0 +1,204 @@
+"""Runtime guards around every call into candidate code.
+
+The static policy reads the source; these watch what the code does, which catches
+what a source check cannot see (names built from strings, objects found through gc):
+
+- the problem's forbidden library ops, through a TorchFunctionMode;
+- calls into the reference, through tripwires swapped into its functions;
+- threads started by the candidate (work deferred past the end of a timed call);
+- a CUDA stream switched and not restored.
+
+A guard that trips records the violation in a flag the candidate cannot catch away
+(it may swallow the exception, not the record), and the runner turns the first
+violation into `rejected (<rule>)`.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+
+
+class Tripped(BaseException):
+    """Raised into candidate code when a guard trips; BaseException so `except Exception` misses it."""
+
+
+class Guards:
+    def __init__(self, torch, forbidden: list[str], reference: types.ModuleType | None):
+        self.torch = torch
+        self.violation: tuple[str, str] | None = None
+        self._ops = _resolve(forbidden)
+        self._mode = _op_mode(torch, self) if self._ops else None
+        self._threads = set()
+        self._stream = None
+        self._tripwire = _Tripwire(reference, self) if reference is not None else None
+
+    def trip(self, rule: str, detail: str):
+        if self.violation is None:
+            self.violation = (rule, detail)
+        raise Tripped(rule)
+
+    def snapshot_threads(self):
+        """Threads alive now are the harness's; any later one is the candidate's."""
+        self._threads = {t.ident for t in threading.enumerate()}
+
+    def armed(self):
+        """Context manager: the guards that watch a candidate call (or its import)."""
+        return _Armed(self)
+
+    def reference_call(self, fn, *args, **kwargs):
+        """Run a reference function with its real code; tripwires everywhere else."""
+        if self._tripwire is None:
+            return fn(*args, **kwargs)
+        with self._tripwire.disarmed():
+            return fn(*args, **kwargs)
+
+    def arm_reference(self):
+        if self._tripwire is not None:
+            self._tripwire.arm()
+
+    def reference_proxy(self, module):
+        """An object with the reference's functions, each run through reference_call."""
+        return _ReferenceProxy(module, self)
+
+    def after_call(self):
+        """The checks too slow to run inside a timed call: new threads, a switched stream."""
+        new = [t for t in threading.enumerate() if t.ident not in self._threads and t.is_alive()]
+        if new and self.violation is None:
+            self.violation = ("threads started by the kernel",
+                              f"the kernel left {len(new)} thread(s) running: {', '.join(t.name for t in new)[:200]}")
+        if self._stream is not None and self.violation is None:
+            now = self.torch.cuda.current_stream()
+            if now != self._stream:
+                self.violation = ("side streams", "the kernel switched the current CUDA stream and did not restore it")
+
+
+class _Armed:
+    def __init__(self, guards):
+        self.g = guards
+
+    def __enter__(self):
+        g = self.g
+        if g.torch.cuda.is_available():
+            g._stream = g.torch.cuda.current_stream()
+        if g._mode is not None:
+            g._mode.__enter__()
+        return g
+
+    def __exit__(self, *exc):
+        g = self.g
+        if g._mode is not None:
+            # A candidate that popped our mode off the stack has disabled the op guard.
+            stack = g.torch.overrides._get_current_function_mode_stack()
+            if (not stack or stack[-1] is not g._mode) and g.violation is None:
+                g.violation = ("op guard removed", "the kernel removed the harness's TorchFunctionMode")
+            if stack and stack[-1] is g._mode:
+                g._mode.__exit__(*exc)
+        return False
+
+
+class _ReferenceProxy:
+    def __init__(self, module, guards):
+        self._module, self._guards = module, guards
+
+    def __getattr__(self, name):
+        fn = getattr(self._module, name)
+        if not callable(fn):
+            return fn
+        return lambda *args, **kwargs: self._guards.reference_call(fn, *args, **kwargs)
+
+
+def _resolve(names: list[str]) -> dict:
+    """Map each forbidden dotted name (e.g. torch.Tensor.add) to the object a call passes to __torch_function__."""
+    import importlib
+
+    found = {}
+    for name in names:
+        parts = name.split(".")
+        obj = None
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            for attr in parts[i:]:
+                obj = getattr(obj, attr, None)
+            break
+        if obj is not None:
+            found[obj] = name
+    return found
+
+
+def _op_mode(torch, guards):
+    from torch.overrides import TorchFunctionMode
+
+    ops = guards._ops
+
+    class ForbiddenOps(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            name = ops.get(func) if _hashable(func) else None
+            if name is not None:
+                guards.trip(f"forbidden by the problem: {name}", f"the kernel called {name} at run time")
+            return func(*args, **(kwargs or {}))
+
+    return ForbiddenOps()
+
+
+def _hashable(obj) -> bool:
+    try:
+        hash(obj)
+    except TypeError:
+        return False
+    return True
+
+
+_TRIP_SOURCE = """
+def _kgit_tripwire(*args, **kwargs):
+    _kgit_tripped()
+"""
+
+
+class _Tripwire:
+    """Swap every function of the reference module for a tripwire while candidate code may run.
+
+    A candidate that digs the reference's functions out of gc finds objects whose code
+    is the tripwire; the real code is put back only while the harness calls them.
+    """
+
+    def __init__(self, module, guards):
+        self.functions = [f for f in vars(module).values()
+                          if isinstance(f, types.FunctionType) and f.__module__ == module.__name__ and not f.__code__.co_freevars]
+        self.real = {f: f.__code__ for f in self.functions}
+        namespace = {}
+        exec(compile(_TRIP_SOURCE, "<kgit tripwire>", "exec"), namespace)
+        self.trip_code = namespace["_kgit_tripwire"].__code__
+
+        def tripped():
+            guards.trip("calling the reference", "the kernel called a function of the problem's reference")
+
+        vars(module)["_kgit_tripped"] = tripped
+        self.depth = 0
+
+    def arm(self):
+        for f in self.functions:
+            f.__code__ = self.trip_code
+
+    def disarmed(self):
+        return _Disarmed(self)
+
+
+class _Disarmed:
+    def __init__(self, wire):
+        self.w = wire
+
+    def __enter__(self):
+        if self.w.depth == 0:
+            for f, code in self.w.real.items():
+                f.__code__ = code
+        self.w.depth += 1
+
+    def __exit__(self, *exc):
+        self.w.depth -= 1
+        if self.w.depth == 0:
+            self.w.arm()
+        return False

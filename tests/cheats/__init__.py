@@ -1,0 +1,83 @@
+"""Cheating kernels, one file per family, and ways to run them through the harness.
+
+Each cheat's first comment line names its problem; `source()` prepends that problem's
+honest Triton body (_add.py or _softmax.py) so a cheat file holds only the cheat.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+from pathlib import Path
+
+from kgit.harness.problem import shipped
+
+HERE = Path(__file__).parent
+FAST_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
+
+
+def problem_of(name: str) -> str:
+    first = (HERE / f"{name}.py").read_text().splitlines()[0]
+    return "softmax" if first.startswith("# softmax") else "vector_add"
+
+
+def source(name: str) -> str:
+    body = (HERE / ("_softmax.py" if problem_of(name) == "softmax" else "_add.py")).read_text()
+    return body + "\n\n" + (HERE / f"{name}.py").read_text()
+
+
+def stage(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """(problem_dir, candidate_dir) as evaluate.stage_candidate lays them out."""
+    candidate = tmp_path / "candidate"
+    candidate.mkdir(parents=True)
+    (candidate / "kernel.py").write_text(source(name))
+    return shipped()[problem_of(name)], candidate
+
+
+def run_forked(tmp_path: Path, name: str, timing: dict | None = None, **spec_extra) -> dict:
+    """Run the harness on a cheat in a forked child of the test process.
+
+    Forking reuses the test process's imported torch (seconds saved per cheat on a
+    CPU); the child gets its own copy of every module, so a cheat that patches torch
+    or time patches only the child. evaluate.run_child is exercised separately.
+    """
+    problem_dir, candidate = stage(tmp_path, name)
+    spec = {"problem_dir": str(problem_dir), "candidate_dir": str(candidate),
+            "timing": dict(timing or FAST_TIMING), "secret_seed": secrets.randbelow(2**31), **spec_extra}
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 1
+        try:
+            os.close(read_fd)
+            os.chdir(tmp_path)
+            _fresh_triton()
+            from kgit.harness import runner
+
+            doc = runner.run(spec)
+            with os.fdopen(write_fd, "w") as out:
+                out.write(json.dumps(doc))
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as pipe:
+        payload = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert payload, f"the forked harness died without a result (wait status {status})"
+    return json.loads(payload)
+
+
+def _fresh_triton():
+    """Forget a triton the test process imported: its @jit library functions were built
+    for the GPU backend, and the CPU interpreter is only chosen at import time."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    os.environ["TRITON_INTERPRET"] = "1"
+    for name in [m for m in sys.modules if m == "triton" or m.startswith("triton.")]:
+        if not name.startswith("triton._C"):
+            del sys.modules[name]
