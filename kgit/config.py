@@ -27,6 +27,7 @@ class EvaluatorConfig:
     devices: typing.Union[str, list] = "all"
     address: str = "auto"
     command: typing.Optional[str] = None
+    pass_env: list = field(default_factory=list)
     timeout_s: float = 600
     max_output_bytes: int = 20000
 
@@ -38,6 +39,8 @@ class EvaluatorConfig:
             raise ConfigError(f"{where}.devices must list GPU indices (integers >= 0), not {self.devices!r}.")
         if self.backend == "command" and not self.command:
             raise ConfigError(f"{where}.backend is \"command\" but {where}.command is empty: set the command template (see docs/evaluators.md).")
+        if not all(isinstance(name, str) and name for name in self.pass_env):
+            raise ConfigError(f"{where}.pass_env must list environment variable names, not {self.pass_env!r}.")
         _positive(where + ".timeout_s", self.timeout_s)
         _positive(where + ".max_output_bytes", self.max_output_bytes)
 

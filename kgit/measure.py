@@ -40,3 +40,25 @@ def ratio(before: dict | None, after_geomean: float | None, after_times: dict) -
     if shared and len(shared) == len(after_times):
         return geomean(before["times"][k] for k in shared) / geomean(after_times[k] for k in shared)
     return before["geomean_us"] / after_geomean if before.get("geomean_us") else None
+
+
+def by_device(attempt) -> dict[str, dict]:
+    """Per device (or --device-tag): the latest geomean, how many measurements, and their spread.
+
+    The commit's own measurement counts as the earliest on its device; note records are
+    ordered by their `when`, since a merge of notes sorts lines rather than keeping order.
+    """
+    entries = []
+    for m in attempt.measurements():
+        when = m.get("when", attempt.time if m.get("source") == "commit" else 0)
+        entries.append((when, m))
+    out: dict[str, dict] = {}
+    for when, m in sorted(entries, key=lambda e: e[0]):
+        key = m.get("device_tag") or m.get("device") or "unknown"
+        value = m["geomean_us"]
+        slot = out.setdefault(key, {"latest_us": value, "n": 0, "min_us": value, "max_us": value, "when": when})
+        slot.update(latest_us=value, when=when, n=slot["n"] + 1,
+                    min_us=min(slot["min_us"], value), max_us=max(slot["max_us"], value))
+    for slot in out.values():
+        slot["spread"] = slot["max_us"] / slot["min_us"] - 1 if slot["min_us"] else None
+    return out

@@ -26,6 +26,19 @@ def log_table(attempts) -> str:
     return tabulate(rows, headers=headers, tablefmt="simple")
 
 
+def devices_table(attempts) -> str:
+    """One row per attempt and device: the latest geomean and the spread of repeated measurements."""
+    from .measure import by_device
+
+    rows = []
+    for a in sorted(attempts, key=lambda a: (a.experiment, a.attempt)):
+        for device, m in by_device(a).items():
+            rows.append([a.experiment, a.attempt, a.sha[:10], device, _num(m["latest_us"], "{:.2f}"), m["n"],
+                         _num(m["min_us"], "{:.2f}"), _num(m["max_us"], "{:.2f}"), _num(m["spread"], "{:.1%}")])
+    headers = ["exp", "att", "sha", "device", "latest us", "n", "min us", "max us", "spread"]
+    return tabulate(rows, headers=headers, tablefmt="simple")
+
+
 def shape_table(result: dict, before: dict | None = None) -> str:
     """Per-shape statistics of one result, against `before` times (key -> us) when given."""
     ranking = result.get("ranking") or "mean"

@@ -1,0 +1,274 @@
+"""Evaluators: `get_evaluator(repo, config)` returns a callable `(sha) -> result document`.
+
+Three backends, chosen by `evaluator.backend`:
+
+- local: a harness child per evaluation on this host, one slot per GPU, the child pinned
+  to its GPU through CUDA_VISIBLE_DEVICES (NVIDIA) or HIP_VISIBLE_DEVICES (AMD);
+- ray: one Ray task per evaluation with num_gpus=1, on any node of a cluster;
+- command: your command gets a candidate folder and prints the result (an ssh-reachable
+  box, a competition's submission CLI).
+
+Every evaluator is thread-safe and blocks until a slot is free, so J threads (`kgit
+evolve --jobs J`) can share one. Each call checks `sha` out in a throwaway worktree of
+its own. The result's `worker` field says where it ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from . import candidate, devices, evaluate
+from .errors import KgitError
+from .harness import result as result_mod
+
+
+class EvaluatorError(KgitError):
+    """The evaluator itself failed (unreachable host, broken command): no verdict on the kernel."""
+
+
+def get_evaluator(repo, config):
+    backend = config.evaluator.backend
+    if backend == "local":
+        return LocalEvaluator(repo, config)
+    if backend == "ray":
+        return RayEvaluator(repo, config)
+    if backend == "command":
+        return CommandEvaluator(repo, config)
+    raise KgitError(f"unknown evaluator.backend {backend!r}; use local, ray or command.")
+
+
+class LocalEvaluator:
+    """Harness children on this host, at most one per GPU at a time."""
+
+    def __init__(self, repo, config, host: devices.Host | None = None, board: devices.Board = devices.BOARD):
+        self.repo, self.config, self.board = repo, config, board
+        self.host = host or devices.discover()
+        self.devices = devices.select(self.host, config.evaluator.devices)
+
+    @property
+    def slots(self) -> int:
+        return len(self.devices)
+
+    def __call__(self, sha: str) -> dict:
+        key = self.board.acquire([("local", d or devices.CPU) for d in self.devices])
+        device = None if key[1] == devices.CPU else key[1]
+        env = devices.pin_env(self.host, device)
+        try:
+            with self.repo.worktree(sha) as path:
+                doc = self.run(path, env)
+        finally:
+            self.board.release(key)
+        doc["worker"] = {"backend": "local", "host": socket.gethostname(), "device": device or devices.CPU,
+                         "env": env}
+        return doc
+
+    def run(self, path: Path, env: dict) -> dict:
+        return evaluate.evaluate_tree(path, self.config, state_dir=self.repo.state / "scratch", devices_env=env)
+
+
+class CommandEvaluator:
+    """Runs `evaluator.command` on a candidate folder and reads the result it leaves.
+
+    Placeholders: {candidate} (the folder), {result} (a file the command may write the
+    JSON result into; otherwise its stdout is read), {device} (one entry of
+    `evaluator.devices`, so a many-GPU remote box runs one command per GPU), {sha}.
+    """
+
+    def __init__(self, repo, config, board: devices.Board = devices.BOARD):
+        self.repo, self.config, self.board = repo, config, board
+        listed = config.evaluator.devices
+        self.devices = [str(d) for d in listed] if isinstance(listed, list) else [""]
+
+    @property
+    def slots(self) -> int:
+        return len(self.devices)
+
+    def __call__(self, sha: str) -> dict:
+        key = self.board.acquire([("command", self.config.evaluator.command, d) for d in self.devices])
+        try:
+            with self.repo.worktree(sha) as path:
+                doc = self.run(path, sha, key[2])
+        finally:
+            self.board.release(key)
+        return doc
+
+    def run(self, tree: Path, sha: str, device: str) -> dict:
+        ev = self.config.evaluator
+        self.repo.state.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix="cmd-", dir=self.repo.state))
+        try:
+            folder = candidate.stage(tree, self.config, scratch / "candidate", sha)
+            result_path = scratch / "result.json"
+            command = render(ev.command, candidate=folder, result=result_path, device=device, sha=sha)
+            started = time.monotonic()
+            code, out, err, timed_out = run_command(command, scratch, command_env(ev.pass_env), ev.timeout_s)
+            elapsed = round(time.monotonic() - started, 3)
+            worker = {"backend": "command", "device": device or None, "exit_code": code, "wall_s": elapsed}
+            if timed_out:
+                doc = result_mod.new("timeout", error=f"the evaluator command gave no result within "
+                                     f"{ev.timeout_s:g} s and was killed.\n" + err[-2000:])
+                doc["eval_s"] = elapsed
+            else:
+                doc = parse_result(result_path, out, err, code, command)
+            doc.setdefault("stdout", out[-ev.max_output_bytes:])
+            doc.setdefault("stderr", err[-ev.max_output_bytes:])
+            doc["worker"] = worker
+            return doc
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def render(template: str, **values) -> str:
+    """The command line with each placeholder replaced by its shell-quoted value."""
+    out = template
+    for name, value in values.items():
+        out = out.replace("{" + name + "}", shlex.quote(str(value)) if str(value) else "''")
+    return out
+
+
+def command_env(pass_env: list) -> dict:
+    """The command's environment: the harness's allowlist, the user's home (ssh reads its
+    keys and known hosts there), and only the extra variables `evaluator.pass_env` names."""
+    env = {k: v for k, v in os.environ.items() if k in evaluate.ENV_ALLOW and not evaluate.SECRET_PATTERN.search(k)}
+    for name in ("HOME", "USER", "LOGNAME", "SHELL", "TERM"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    for name in pass_env:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def run_command(command: str, cwd: Path, env: dict, timeout: float) -> tuple[int | None, str, str, bool]:
+    """(exit code, stdout, stderr, timed out) of a shell command; its whole process group dies on timeout."""
+    proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        out, err = proc.communicate()
+        timed_out = True
+    decode = lambda b: (b or b"").decode("utf-8", errors="replace")  # noqa: E731
+    return proc.returncode, decode(out), decode(err), timed_out
+
+
+def parse_result(result_path: Path, stdout: str, stderr: str, code: int | None, command: str) -> dict:
+    """The result document from the result file, else from stdout; EvaluatorError if neither holds one."""
+    sources = []
+    if result_path.exists() and result_path.stat().st_size:
+        sources.append(("the {result} file", result_path.read_text(encoding="utf-8", errors="replace")))
+    sources.append(("stdout", stdout))
+    problems = []
+    for where, text in sources:
+        for candidate_text in _json_candidates(text):
+            try:
+                return result_mod.validate(json.loads(candidate_text))
+            except json.JSONDecodeError:
+                continue
+            except ValueError as e:
+                problems.append(f"{where}: {e}")
+    detail = "; ".join(problems) or "no JSON object found in the {result} file or on stdout"
+    raise EvaluatorError(f"the evaluator command (exit code {code}) returned no kgit result ({detail}). "
+                         f"Run it by hand to see why: {command}\nIts stderr ended with:\n{stderr[-1500:]}")
+
+
+def _json_candidates(text: str):
+    """The whole text, then each line that looks like a JSON object, last first (banners come first)."""
+    text = text.strip()
+    if text:
+        yield text
+    for line in reversed(text.splitlines()):
+        if line.strip().startswith("{"):
+            yield line.strip()
+
+
+class RayEvaluator:
+    """One Ray task per evaluation, `num_gpus=1`; the cluster picks the node and the GPU."""
+
+    _lock = threading.Lock()
+    _limits: dict = {}
+
+    def __init__(self, repo, config):
+        self.repo, self.config = repo, config
+        self.ray = import_ray()
+        if not self.ray.is_initialized():
+            address = config.evaluator.address
+            try:
+                self.ray.init(address=None if address == "local" else address, log_to_driver=False)
+            except ConnectionError as e:
+                raise EvaluatorError(f"cannot reach a Ray cluster at evaluator.address={address!r} ({e}). "
+                                     "Start one with `ray start --head`, or set the address to ray://HOST:10001, "
+                                     "or \"local\" to start a private one on this host.") from None
+        gpus = int(self.ray.cluster_resources().get("GPU", 0))
+        if gpus < 1:
+            raise EvaluatorError("the Ray cluster has no GPUs, so no task with num_gpus=1 could ever run. "
+                                 "Start the workers on GPU nodes (`ray start --address=HEAD:6379`), or use "
+                                 "evaluator.backend: local.")
+        with self._lock:
+            # One limit per process: tasks beyond the cluster's GPUs would only wait in Ray's
+            # queue, where a timeout could not tell waiting from hanging.
+            self.limit = self._limits.setdefault(gpus, threading.BoundedSemaphore(gpus))
+        self.slots = gpus
+        self.task = self.ray.remote(num_gpus=1, max_retries=0)(evaluate_packed)
+
+    def __call__(self, sha: str) -> dict:
+        with self.limit:
+            with self.repo.worktree(sha) as path:
+                self.repo.state.mkdir(parents=True, exist_ok=True)
+                scratch = Path(tempfile.mkdtemp(prefix="ray-", dir=self.repo.state))
+                try:
+                    files = candidate.pack(candidate.stage(path, self.config, scratch / "candidate", sha))
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
+            ref = self.task.remote(files)
+            # Startup, scheduling and transfers on top of the harness's own limit.
+            try:
+                return self.ray.get(ref, timeout=self.config.evaluator.timeout_s + 300)
+            except self.ray.exceptions.GetTimeoutError:
+                self.ray.cancel(ref, force=True)
+                doc = result_mod.new("timeout", error="the Ray task returned nothing in time and was cancelled.")
+            except self.ray.exceptions.RayError as e:
+                raise EvaluatorError(f"the Ray task failed outside the harness ({type(e).__name__}: "
+                                     f"{str(e)[:1500]}). Check `ray status` and the worker logs.") from None
+            doc["worker"] = {"backend": "ray"}
+            return doc
+
+
+def evaluate_packed(files: dict) -> dict:
+    """Runs inside a Ray worker: unpack the candidate, evaluate it, say where it ran."""
+    folder = Path(tempfile.mkdtemp(prefix="kgit-ray-"))
+    try:
+        doc = candidate.evaluate_folder(candidate.unpack(files, folder / "candidate"))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    pins = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES") if k in os.environ}
+    doc["worker"] = {"backend": "ray", "host": socket.gethostname(), "env": pins}
+    return doc
+
+
+def import_ray():
+    """Ray, imported only for the ray backend, after making AMD visibility variables acceptable to it."""
+    os.environ.update(devices.ray_safe_env(os.environ))
+    if "ROCR_VISIBLE_DEVICES" in os.environ:
+        del os.environ["ROCR_VISIBLE_DEVICES"]
+    try:
+        import ray
+    except ImportError:
+        raise KgitError("evaluator.backend is \"ray\" but Ray is not installed: `pip install 'kgit[ray]'` "
+                        "(on the driver and on every node of the cluster).") from None
+    return ray
