@@ -10,6 +10,7 @@ import click
 
 from . import __version__
 from . import experiments as ex
+from . import importers
 from . import report
 from .errors import KgitError
 
@@ -61,17 +62,31 @@ def problems():
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="Use this .kgit.yaml instead of the commented default.")
 @click.option("--json", "as_json", is_flag=True, help="Print the baseline result as JSON.")
-def init(directory, problem, force, config_file, as_json):
+@click.option("--from-gpumode", "gpumode", type=click.Path(path_type=Path),
+              help="Import a GPU MODE problem folder (reference.py, task.yml, submission.py).")
+@click.option("--from-kernelbench", "kernelbench", type=click.Path(path_type=Path),
+              help="Import a KernelBench problem file (Model, get_inputs, get_init_inputs).")
+def init(directory, problem, force, config_file, as_json, gpumode, kernelbench):
     """Make DIRECTORY a kernel repository and commit its measured baseline.
 
     Copies the problem to problem/, the baseline kernel to kernel.py, writes .kgit.yaml,
-    measures the baseline and commits it, tagged kgit/baseline.
+    measures the baseline and commits it, tagged kgit/baseline. The problem is a shipped
+    one (--problem), or imported: --from-gpumode takes a GPU MODE problem folder and its
+    submission.py becomes kernel.py; --from-kernelbench takes a KernelBench file and
+    kernel.py starts as ModelNew, a copy of Model (docs/problems.md).
     """
-    if not problem:
-        raise click.UsageError("say which problem to start from: --problem NAME (see `kgit problems`).")
-    _progress(f"measuring the {problem} baseline (on the CPU this runs the Triton interpreter)...")
+    sources = [s for s in (problem, gpumode, kernelbench) if s]
+    if len(sources) != 1:
+        raise click.UsageError("say which problem to start from, once: --problem NAME (see `kgit problems`), "
+                               "--from-gpumode FOLDER or --from-kernelbench FILE.")
+    _progress(f"measuring the {sources[0]} baseline (on the CPU this runs the Triton interpreter)...")
     text = config_file.read_text(encoding="utf-8") if config_file else None
-    outcome = ex.init(directory, problem, force=force, config_text=text)
+    if gpumode:
+        outcome = importers.init_from_gpumode(directory, gpumode, force=force, config_text=text)
+    elif kernelbench:
+        outcome = importers.init_from_kernelbench(directory, kernelbench, force=force, config_text=text)
+    else:
+        outcome = ex.init(directory, problem, force=force, config_text=text)
     if as_json:
         _emit_json({"sha": outcome.sha, "result": outcome.result})
         return

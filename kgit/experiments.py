@@ -62,6 +62,12 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
             if not (problem_dir / name).exists():
                 raise KgitError(f"{problem_dir / name} is missing: a problem needs task.yml and reference.py.")
             shutil.copy2(problem_dir / name, dest / name)
+        # Anything else beside them (an imported problem's helper modules) goes along;
+        # the editable files are the kernel's, not the problem's.
+        for item in problem_dir.iterdir():
+            if item.name in ("task.yml", "reference.py", "__pycache__") or item.name in task.files:
+                continue
+            (shutil.copytree if item.is_dir() else shutil.copy2)(item, dest / item.name)
         kernel_name = task.files[0]
         if kernel_source is None:
             kernel_source = (problem_dir / kernel_name).read_text(encoding="utf-8")

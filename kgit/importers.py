@@ -1,0 +1,361 @@
+"""Problems people already have: GPU MODE problem folders and KernelBench problem files.
+
+Each importer writes a kgit problem folder (task.yml, reference.py, helpers) into a
+scratch folder and returns it with the source of the editable kernel; `kgit init`
+then measures and commits the baseline as for a shipped problem. Nothing is executed
+while importing: the sources are only parsed, and run for the first time inside the
+harness's child process.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import shutil
+import tempfile
+import tokenize
+from pathlib import Path
+
+import yaml
+
+from . import experiments
+from .errors import KgitError
+
+GPUMODE_HELPERS = "gpumode"  # subfolder of the problem holding the GPU MODE sources
+KERNELBENCH_INIT_SEED = 0
+ADAPTER_MARK = "# ---- added by kgit init --from-{} ----"
+
+
+class ImportProblemError(KgitError):
+    """A folder or file that is not the kind of problem it was given as."""
+
+
+def init_from_gpumode(directory: Path, source: Path, **init_options) -> experiments.Outcome:
+    """`kgit init DIRECTORY --from-gpumode SOURCE`: measure and commit the imported baseline."""
+    with tempfile.TemporaryDirectory(prefix="kgit-import-") as scratch:
+        problem_dir, kernel = gpumode_problem(Path(source), Path(scratch) / "problem")
+        return experiments.init(directory, problem_dir=problem_dir, kernel_source=kernel, **init_options)
+
+
+def init_from_kernelbench(directory: Path, source: Path, **init_options) -> experiments.Outcome:
+    """`kgit init DIRECTORY --from-kernelbench SOURCE`: measure and commit the imported baseline."""
+    with tempfile.TemporaryDirectory(prefix="kgit-import-") as scratch:
+        problem_dir, kernel = kernelbench_problem(Path(source), Path(scratch) / "problem")
+        return experiments.init(directory, problem_dir=problem_dir, kernel_source=kernel, **init_options)
+
+
+# -- GPU MODE ---------------------------------------------------------------------------------
+GPUMODE_SHAPE = ("a GPU MODE problem folder holds reference.py (generate_input, ref_kernel, "
+                 "check_implementation), task.yml (tests, benchmarks) and submission.py (custom_kernel)")
+
+
+def gpumode_problem(source: Path, dest: Path) -> tuple[Path, str]:
+    """Write a kgit problem folder for the GPU MODE folder `source`; return it and the kernel source."""
+    if not source.is_dir():
+        raise ImportProblemError(f"{source} is not a folder: {GPUMODE_SHAPE}.")
+    missing = [name for name in ("reference.py", "task.yml") if not (source / name).is_file()]
+    spec = _read_yaml(source / "task.yml") if "task.yml" not in missing else {}
+    submission = _gpumode_submission(source, spec)
+    if submission is None:
+        missing.append("submission.py")
+    if missing:
+        raise ImportProblemError(f"{source} has no {' and no '.join(missing)}: {GPUMODE_SHAPE}.")
+    reference_text = _read(source / "reference.py")
+    _require_names(source / "reference.py", reference_text, ("generate_input", "ref_kernel"))
+    kernel = _read(submission)
+    _require_names(submission, kernel, ("custom_kernel",))
+    for kind in ("tests", "benchmarks"):
+        shapes = spec.get(kind)
+        if not isinstance(shapes, list) or not shapes or not all(isinstance(s, dict) and s for s in shapes):
+            raise ImportProblemError(f"{source / 'task.yml'} has no {kind!r} list of shapes "
+                                     "(such as - {m: 64, n: 64, seed: 1}): kgit needs tests and benchmarks.")
+
+    helpers = dest / GPUMODE_HELPERS
+    helpers.mkdir(parents=True)
+    (helpers / "reference.py").write_text(reference_text, encoding="utf-8")
+    for name, path in _gpumode_helpers(source, spec, submission):
+        shutil.copy2(path, helpers / name)
+    has_check = "check_implementation" in _top_level_names(reference_text)
+    (dest / "reference.py").write_text(_gpumode_adapter(has_check), encoding="utf-8")
+
+    output = _returned_input(_parse(source / "reference.py", reference_text))
+    description = str(spec.get("description") or "").strip()
+    task = {
+        "name": _gpumode_name(source),
+        "summary": _first_line(description) or f"GPU MODE problem {source.name}",
+        "description": description + "\n\n(Imported from the GPU MODE problem folder " + source.name
+                       + "; its sources are in problem/gpumode/.)",
+        "files": ["kernel.py"],
+        "tests": spec["tests"],
+        "benchmarks": spec["benchmarks"],
+        "ranking": "mean",
+        **({"output": output} if output is not None else {}),
+        "tolerance": {"why": "The GPU MODE reference's check_implementation decides." if has_check
+                      else "No check_implementation in the GPU MODE reference: an allclose at kgit's default tolerance."},
+    }
+    _write_task(dest, task)
+    return dest, kernel
+
+
+def _gpumode_submission(source: Path, spec: dict) -> Path | None:
+    """submission.py, else the Python template task.yml names, if it defines custom_kernel."""
+    names = ["submission.py"]
+    templates = spec.get("templates") if isinstance(spec.get("templates"), dict) else {}
+    names += [str(t) for lang, t in templates.items() if str(lang).lower() in ("python", "py")]
+    for name in names:
+        path = source / name
+        if path.is_file() and "custom_kernel" in _top_level_names(_read(path), path):
+            return path
+    return None
+
+
+def _gpumode_helpers(source: Path, spec: dict, submission: Path):
+    """(name, path) of the modules the reference and submission import: the `files` of task.yml."""
+    skip = {"reference.py", "eval.py", submission.name}
+    entries = spec.get("files")
+    if not isinstance(entries, list):
+        # No list of files: take the sibling modules, as GPU MODE's runner would see them.
+        return [(p.name, p) for p in sorted(source.glob("*.py")) if p.name not in skip and not p.name.startswith("template")]
+    found = []
+    for entry in entries:
+        if not isinstance(entry, dict) or "name" not in entry:
+            continue
+        name, where = str(entry["name"]), str(entry.get("source", entry["name"]))
+        if name in skip or where.startswith("@"):
+            continue
+        path = (source / where).resolve()
+        if not path.is_file():
+            raise ImportProblemError(f"{source / 'task.yml'} lists {name} from {where}, but {path} does not exist; "
+                                     "import from a full checkout of the problem repository.")
+        found.append((name, path))
+    return found
+
+
+def _returned_input(tree: ast.Module) -> int | None:
+    """The index in `data` of a preallocated output, read from ref_kernel's source.
+
+    GPU MODE references unpack `a, b, c = data` and `return c` when c is filled in place;
+    that c is the harness's `output` (poisoned before each call, and the one input a
+    kernel may write). Other shapes of ref_kernel leave it unknown.
+    """
+    func = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "ref_kernel"), None)
+    if func is None or not func.args.args:
+        return None
+    data = func.args.args[0].arg
+    unpacked = returned = None
+    for node in ast.walk(func):
+        if (unpacked is None and isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
+                and node.value.id == data and isinstance(node.targets[0], ast.Tuple)):
+            unpacked = [t.id if isinstance(t, ast.Name) else None for t in node.targets[0].elts]
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Name):
+            returned = node.value.id
+    if unpacked and returned in unpacked:
+        return unpacked.index(returned)
+    return None
+
+
+def _gpumode_name(source: Path) -> str:
+    first = _read(source / "task.yml").splitlines()[:1]
+    match = re.match(r"#\s*name:\s*(\S+)", first[0]) if first else None
+    return match.group(1) if match else source.name
+
+
+def _gpumode_adapter(has_check: bool) -> str:
+    check = "\ncheck_implementation = _reference.check_implementation\n" if has_check else ""
+    return f'''"""Written by `kgit init --from-gpumode`: the problem's own reference lives in gpumode/.
+
+GPU MODE references import their sibling modules (task.py, utils.py), so that folder
+goes on the import path before the reference is loaded.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent / "{GPUMODE_HELPERS}"
+if str(_HERE) not in sys.path:
+    sys.path.insert(0, str(_HERE))
+_spec = importlib.util.spec_from_file_location("gpumode_reference", _HERE / "reference.py")
+_reference = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_reference)
+
+generate_input = _reference.generate_input
+ref_kernel = _reference.ref_kernel
+{check}'''
+
+
+# -- KernelBench --------------------------------------------------------------------------------
+KERNELBENCH_SHAPE = ("a KernelBench problem file defines class Model (an nn.Module), get_inputs() "
+                     "and get_init_inputs()")
+
+
+def kernelbench_problem(source: Path, dest: Path) -> tuple[Path, str]:
+    """Write a kgit problem folder for the KernelBench file `source`; return it and the kernel source."""
+    if not source.is_file():
+        raise ImportProblemError(f"{source} is not a file: {KERNELBENCH_SHAPE}.")
+    text = _read(source)
+    tree = _parse(source, text)
+    names = _top_level_names(text, source)
+    missing = [n for n in ("Model", "get_inputs", "get_init_inputs") if n not in names]
+    if missing:
+        raise ImportProblemError(f"{source} defines no {', no '.join(missing)}: {KERNELBENCH_SHAPE}.")
+    if "ModelNew" in names:
+        raise ImportProblemError(f"{source} already defines ModelNew: import the problem file, not a solution; "
+                                 "kgit writes the first ModelNew itself.")
+
+    shape = _kernelbench_sizes(tree) or {"inputs": "get_inputs"}
+    dest.mkdir(parents=True)
+    (dest / "reference.py").write_text(text.rstrip() + "\n\n\n" + _kernelbench_reference(), encoding="utf-8")
+    kernel = _rename_model(text).rstrip() + "\n\n\n" + _kernelbench_kernel()
+    doc = ast.get_docstring(tree) or _class_doc(tree, "Model") or ""
+    task = {
+        "name": re.sub(r"[^A-Za-z0-9_.-]+", "_", source.stem),
+        "summary": _first_line(doc) or f"KernelBench problem {source.stem}",
+        "description": (doc + "\n\n" if doc else "") + (
+            f"Imported from the KernelBench file {source.name}. `data` is the tuple get_inputs() returns; "
+            "custom_kernel(data) must return what Model.forward returns. kernel.py starts as ModelNew, a "
+            "copy of Model; both are built after torch.manual_seed("
+            f"{KERNELBENCH_INIT_SEED}), so they hold the same weights while ModelNew creates its parameters "
+            "in the same order."),
+        "files": ["kernel.py"],
+        "tests": [{**shape, "seed": 1}, {**shape, "seed": 2}],
+        "benchmarks": [{**shape, "seed": 3}],
+        "ranking": "mean",
+        "tolerance": {"rtol": 1e-2, "atol": 1e-2,
+                      "why": "KernelBench's own tolerance: fp32 outputs within 1e-2 absolute and relative."},
+    }
+    _write_task(dest, task)
+    return dest, kernel
+
+
+def _kernelbench_sizes(tree: ast.Module) -> dict:
+    """Module-level numbers that get_inputs or get_init_inputs read: the benchmark's sizes."""
+    constants = {}
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Constant) and type(node.value.value) in (int, float)):
+            constants[node.targets[0].id] = node.value.value
+    used = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in ("get_inputs", "get_init_inputs"):
+            used |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return {name: value for name, value in constants.items() if name in used and name != "seed"}
+
+
+def _kernelbench_reference() -> str:
+    return f'''{ADAPTER_MARK.format("kernelbench")}
+# The problem above is KernelBench's; these functions give it kgit's interface.
+import torch as _kgit_torch
+
+_kgit_models = {{}}
+
+
+def _kgit_device():
+    return "cuda" if _kgit_torch.cuda.is_available() else "cpu"
+
+
+def generate_input(seed, **sizes):
+    globals().update({{k: v for k, v in sizes.items() if k != "inputs"}})
+    _kgit_torch.manual_seed(seed)
+    return tuple(x.to(_kgit_device()) if isinstance(x, _kgit_torch.Tensor) else x for x in get_inputs())
+
+
+def ref_kernel(data):
+    key = _kgit_device()
+    if key not in _kgit_models:
+        # The same seed as kernel.py's ModelNew: both start from the same weights.
+        _kgit_torch.manual_seed({KERNELBENCH_INIT_SEED})
+        _kgit_models[key] = Model(*get_init_inputs()).to(key)
+    with _kgit_torch.no_grad():
+        return _kgit_models[key](*data)
+'''
+
+
+def _kernelbench_kernel() -> str:
+    return f'''{ADAPTER_MARK.format("kernelbench")}
+# kgit calls custom_kernel(data) with the tuple get_inputs() returns. Make ModelNew fast;
+# keep creating its parameters in Model's order, so the seeded weights stay equal.
+import torch as _torch
+
+_models = {{}}
+
+
+def custom_kernel(data):
+    device = next((x.device for x in data if isinstance(x, _torch.Tensor)), None)
+    if device is None:
+        device = _torch.device("cuda" if _torch.cuda.is_available() else "cpu")
+    if device not in _models:
+        _torch.manual_seed({KERNELBENCH_INIT_SEED})
+        _models[device] = ModelNew(*get_init_inputs()).to(device)
+    with _torch.no_grad():
+        return _models[device](*data)
+'''
+
+
+def _rename_model(text: str) -> str:
+    """The source with the name Model (class, super() calls, annotations) renamed ModelNew."""
+    lines = text.splitlines(keepends=True)
+    hits = [tok.start for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+            if tok.type == tokenize.NAME and tok.string == "Model"]
+    for row, col in reversed(hits):
+        line = lines[row - 1]
+        lines[row - 1] = line[:col] + "ModelNew" + line[col + len("Model"):]
+    return "".join(lines)
+
+
+def _class_doc(tree: ast.Module, name: str) -> str | None:
+    node = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+    return ast.get_docstring(node) if node else None
+
+
+# -- shared ------------------------------------------------------------------------------------
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(_read(path))
+    except yaml.YAMLError as e:
+        raise ImportProblemError(f"{path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ImportProblemError(f"{path} must be a mapping with tests and benchmarks.")
+    return data
+
+
+def _parse(path: Path, text: str) -> ast.Module:
+    try:
+        return ast.parse(text, filename=str(path))
+    except SyntaxError as e:
+        raise ImportProblemError(f"{path}:{e.lineno}: {e.msg}; fix the file and import it again.") from None
+
+
+def _top_level_names(text: str, path: Path | None = None) -> set[str]:
+    """Names a module defines at its top level: functions, classes, assignments, imports."""
+    names = set()
+    for node in _parse(path or Path("reference.py"), text).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def _require_names(path: Path, text: str, required: tuple) -> None:
+    missing = [n for n in required if n not in _top_level_names(text, path)]
+    if missing:
+        raise ImportProblemError(f"{path} defines no {', no '.join(missing)}: {GPUMODE_SHAPE}.")
+
+
+def _first_line(text: str) -> str:
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return line if len(line) <= 120 else line[:119] + "…"
+
+
+def _write_task(dest: Path, task: dict) -> None:
+    header = "# Written by kgit's importer; edit freely (docs/problems.md lists every key).\n"
+    (dest / "task.yml").write_text(header + yaml.safe_dump(task, sort_keys=False, allow_unicode=True), encoding="utf-8")
