@@ -1,0 +1,175 @@
+"""kill -9 of kgit's whole process group at bad moments, and two runs at once.
+
+After every kill: `git fsck` is clean, every commit made before the kill is still
+reachable, the archive lock is free, no process of the run is left, and the next run
+removes the leftover worktrees and scratch folders and goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kgit.archive import Repo
+
+KGIT = str(Path(sys.executable).with_name("kgit"))
+
+
+def _git(repo, *args) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+def _start(repo: Path, *args) -> subprocess.Popen:
+    """kgit in a session of its own, as a terminal would run it: killpg takes all of it."""
+    return subprocess.Popen([KGIT, *args], cwd=repo, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _kill_group(proc: subprocess.Popen):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.communicate()
+
+
+def _wait_for(predicate, what: str, within_s: float = 120.0):
+    deadline = time.monotonic() + within_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _processes_under(path: Path) -> list[str]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(path) in cmdline:
+                found.append(f"{pid}: {cmdline[:200]}")
+    return found
+
+
+def _reachable(repo) -> set[str]:
+    return set(_git(repo, "rev-list", "--all").split())
+
+
+def _evaluating(repo: Path) -> bool:
+    return bool(_processes_under(repo / ".git" / "kgit" / "scratch"))
+
+
+def _attempt_commits(repo) -> set[str]:
+    out = _git(repo, "rev-list", "--branches=kgit/*", "--not", "kgit/baseline")
+    return set(out.split())
+
+
+def assert_survived(repo: Path, before: set[str]):
+    """Everything the issue promises after a kill -9, checked right after it."""
+    fsck = subprocess.run(["git", "fsck", "--no-progress"], cwd=repo, capture_output=True, text=True)
+    assert fsck.returncode == 0, fsck.stdout + fsck.stderr
+    assert not [line for line in (fsck.stdout + fsck.stderr).splitlines()
+                if line.startswith(("error", "missing", "broken", "bad"))]
+    lost = before - _reachable(repo)
+    assert not lost, f"commits lost: {lost}"
+    deadline = time.monotonic() + 10
+    while _processes_under(repo) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_under(repo) == [], "orphans of the killed run"
+    with Repo(repo).lock("test"):  # a stale lock would raise LockedError here
+        pass
+
+
+def assert_cleaned(repo: Path):
+    state = repo / ".git" / "kgit"
+    for sub in ("worktrees", "scratch"):
+        assert not list((state / sub).glob("*")) if (state / sub).exists() else True, f"left in {sub}"
+    assert not list(state.glob("index-*"))
+    assert _git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+
+
+@pytest.fixture
+def experiment(kernel_repo, run_kgit):
+    """A kernel repository on a fresh experiment branch with an edited kernel."""
+    assert run_kgit(kernel_repo, "try", "double the block size").exit_code == 0
+    kernel = kernel_repo / "kernel.py"
+    kernel.write_text(kernel.read_text().replace("BLOCK_SIZE = 1024", "BLOCK_SIZE = 2048"))
+    return kernel_repo
+
+
+@pytest.mark.parametrize("moment", ["starting", "evaluating"])
+def test_kill_record(experiment, moment):
+    repo = experiment
+    before = _reachable(repo)
+    status_before = _git(repo, "status", "--porcelain")
+    proc = _start(repo, "record")
+    if moment == "starting":
+        time.sleep(random.uniform(0.05, 0.6))
+    else:
+        _wait_for(lambda: _evaluating(repo), "the evaluation to start")
+        time.sleep(random.uniform(0.0, 1.0))
+    _kill_group(proc)
+    assert_survived(repo, before)
+    assert _git(repo, "status", "--porcelain") == status_before
+
+    # The next run cleans up and records the attempt.
+    again = subprocess.run([KGIT, "record"], cwd=repo, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert_cleaned(repo)
+    assert len(_attempt_commits(repo)) == 1
+
+
+def test_kill_evolve_after_its_first_commit(kernel_repo):
+    repo = kernel_repo
+    proc = _start(repo, "evolve", "-n", "1")
+    _wait_for(lambda: _attempt_commits(repo) or proc.poll() is not None, "the first attempt commit")
+    committed = _attempt_commits(repo)
+    assert committed, proc.communicate()
+    before = _reachable(repo)
+    _kill_group(proc)
+    assert_survived(repo, before)
+
+    resumed = subprocess.run([KGIT, "evolve", "-n", "1"], cwd=repo, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert committed < _attempt_commits(repo)  # kept, and the run went on
+    assert_cleaned(repo)
+
+
+def test_second_run_refuses_naming_the_first(experiment):
+    repo = experiment
+    first = _start(repo, "record")
+    lock = repo / ".git" / "kgit" / "lock"
+    try:
+        _wait_for(lambda: f"pid {first.pid}:" in lock.read_text(errors="replace"), "the first run's lock")
+        second = subprocess.run([KGIT, "evolve", "-n", "1"], cwd=repo, capture_output=True, text=True)
+    finally:
+        _kill_group(first)
+    assert second.returncode == 1
+    message = second.stderr.strip()
+    assert len(message.splitlines()) == 1 and "Traceback" not in message
+    assert f"pid {first.pid}" in message and "kgit record" in message
+
+
+def test_clean_keeps_a_live_processs_worktree(kernel_repo):
+    """A `kgit eval` that takes no lock must not lose its worktree to another run's cleanup."""
+    repo = Repo(kernel_repo)
+    with repo.worktree("HEAD") as live:
+        dead = repo.state / "worktrees" / "999999999-deadbeef0000"
+        dead.mkdir()
+        scratch = repo.state / "scratch" / "eval-999999999-abc"
+        scratch.mkdir(parents=True)
+        lock = repo.git_dir / "refs" / "heads" / "kgit" / "7-x.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        lock.write_text("stale")
+        removed = repo.clean_worktrees()
+        assert live.exists() and not dead.exists() and not scratch.exists() and not lock.exists()
+        assert removed == 3
