@@ -46,14 +46,17 @@ class Isolation:
         data = None
         if max_memory_gb:
             data = int(max_memory_gb * (1 << 30))
-        elif not any(os.path.exists(p) for p in GPU_DEVICE_NODES):
+        elif not gpu_driver_present():
             # Only without a GPU driver: CUDA and ROCm map large private regions that a
             # data limit would count, so there the limit is the user's explicit choice.
             data = _memory_total() // 2 or None
         return {
             "parent_pid": None if self.namespaces else os.getpid(),
             "pid_namespace": self.namespaces,
-            "read_only": self.namespaces,
+            # Measured on an H200 (driver 580): with every mount read-only, /dev and
+            # /dev/shm left writable, CUDA still fails to start (cudaGetDeviceCount: error
+            # 304), so on GPU hosts the read-only view is not applied; docs/sandbox.md.
+            "read_only": self.namespaces and not gpu_driver_present(),
             "drop_caps": self.namespaces or os.geteuid() == 0,
             "scratch": str(scratch),
             # CPU seconds count every thread; this is a backstop for a lost wall clock.
@@ -62,6 +65,10 @@ class Isolation:
             "fsize": 4 << 30,
             "data_bytes": data,
         }
+
+
+def gpu_driver_present() -> bool:
+    return any(os.path.exists(p) for p in GPU_DEVICE_NODES)
 
 
 def _memory_total() -> int:
@@ -99,7 +106,9 @@ def plan(mode: str = "auto") -> Isolation:
         return Isolation(missing=["sandbox switched off (evaluator.sandbox: off)"])
     ok, why = probe()
     if ok:
-        return Isolation(prefix=[shutil.which("unshare"), *NAMESPACE_ARGS], namespaces=True)
+        missing = ["read-only filesystem (a GPU driver is present, and CUDA does not start under it)"] \
+            if gpu_driver_present() else []
+        return Isolation(prefix=[shutil.which("unshare"), *NAMESPACE_ARGS], namespaces=True, missing=missing)
     missing = [f"network cut, PID namespace, read-only filesystem: {why}"]
     if mode == "strict":
         raise SandboxUnavailable(
@@ -127,4 +136,4 @@ def describe(mode: str = "auto") -> dict:
     except SandboxUnavailable as e:
         return {"mode": mode, "namespaces": False, "missing": [str(e)]}
     return {"mode": mode, "namespaces": iso.namespaces, "missing": iso.missing,
-            "euid": os.geteuid(), "gpu_driver": any(os.path.exists(p) for p in GPU_DEVICE_NODES)}
+            "euid": os.geteuid(), "gpu_driver": gpu_driver_present()}
