@@ -22,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import sandbox
+from .errors import ConfigError
 from .harness import result as result_mod
 from .harness.problem import load_task
 
@@ -94,8 +95,14 @@ def stage_candidate(source_root: Path, problem_rel: str, files: list[str], scrat
 def evaluate_tree(source_root: Path, config, *, state_dir: Path, devices_env: dict | None = None) -> dict:
     """Evaluate the kernel in a checked-out tree; return the result document."""
     task = load_task(Path(source_root) / config.problem)
+    reference = Path(source_root) / config.problem / "reference.py"
+    if not reference.is_file():
+        # Evaluating anyway would commit the problem's breakage as the kernel's crash.
+        raise ConfigError(f"{config.problem}/reference.py is missing from the tree being evaluated: a problem "
+                          "folder needs task.yml and reference.py. Restore it with "
+                          f"`git checkout kgit/baseline -- {config.problem}/reference.py` and commit.")
     state_dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="eval-", dir=state_dir))
+    scratch = Path(tempfile.mkdtemp(prefix=f"eval-{os.getpid()}-", dir=state_dir))
     try:
         problem_dir, candidate_dir = stage_candidate(source_root, config.problem, task.files, scratch)
         return run_child(problem_dir, candidate_dir, config, scratch, devices_env)
