@@ -225,3 +225,38 @@ def test_design_that_stays_invalid_skips_the_iteration(kernel_repo):
     assert summary.rows == [] and len(summary.skipped) == 1
     assert "percentages" in summary.skipped[0]
     assert "non-empty list" in fake.prompts("design")[1]
+
+
+def test_cost_budget_stops_before_more_model_calls(kernel_repo):
+    repo, config = configure(kernel_repo, iterations=5, max_cost_usd=0.003)
+    fake = fake_llm.FakeLLM([
+        ("select", fake_llm.selection(repo.rev("kgit/baseline"))),
+        ("design", fake_llm.design(["Bigger blocks"])),
+    ], cost=0.002)
+    summary = evolve.evolve(repo, config, client=fake)
+    assert not fake.answers and summary.rows == []
+    assert "--max-cost" in summary.stop and summary.cost == pytest.approx(0.004)
+
+
+def test_wall_time_budget_stops_starting_new_work(kernel_repo):
+    repo, config = configure(kernel_repo, iterations=5, max_wall_s=10)
+    ticks = iter([0.0, 20.0])  # the run starts, then the first budget check is past the limit
+    run = evolve.Run(repo, config, client=fake_llm.FakeLLM([]), clock=lambda: next(ticks))
+    summary = run.run()
+    assert summary.iterations == 0 and "wall-time" in summary.stop
+
+
+@pytest.mark.gpu
+def test_offline_evolve_on_the_gpu(kernel_repo):
+    """On the H200: the offline strategist measures real timings with device events."""
+    repo, config = experiments.load(kernel_repo)
+    (kernel_repo / ".kgit.yaml").write_text(fast_config_text(timing={"target_rse": 0.01, "max_time_s": 0.5,
+                                                                        "min_reps": 10, "warmup": 3},
+                                                             evolve={"pick": 2}), encoding="utf-8")
+    repo, config = experiments.load(kernel_repo)
+    summary = evolve.evolve(repo, config)
+    assert [r.status for r in summary.rows] == ["ok", "ok"]
+    for row in summary.rows:
+        t = trailers(kernel_repo, row.sha)
+        assert t["Kgit-Timing"] == ["events"] and "cpu" not in t["Kgit-Device"][0].lower()
+        assert float(t["Kgit-Speedup"][0]) > 0
