@@ -326,3 +326,22 @@ def test_import_ray_moves_rocr_visibility_to_hip(ray_cluster, monkeypatch):
     assert backends.import_ray() is ray_cluster
     assert "ROCR_VISIBLE_DEVICES" not in os.environ
     assert os.environ["HIP_VISIBLE_DEVICES"] == "0,1"
+
+
+# -- real GPUs (run on the device machine: pytest -m gpu tests/test_backends.py) ----------------
+@pytest.mark.gpu
+def test_each_visible_gpu_gets_a_pinned_slot_and_measures_with_events(kernel_repo):
+    host = devices.discover()
+    assert host.vendor in ("nvidia", "amd") and host.ids, "no GPU found by discovery"
+    repo = Repo(kernel_repo)
+    evaluator = backends.get_evaluator(repo, _config(devices="all"))
+    assert evaluator.slots == len(host.ids)
+    width = min(2, evaluator.slots)
+    sha = _commit_reference_that_prints_visibility(kernel_repo)
+    with ThreadPoolExecutor(width) as threads:
+        docs = list(threads.map(evaluator, [sha] * width))
+    assert all(d["status"] == "ok" and d["timing"] == "events" for d in docs), [d.get("error") for d in docs]
+    assert len({d["worker"]["device"] for d in docs}) == width
+    if host.vendor == "nvidia":
+        for doc in docs:
+            assert f"visible={doc['worker']['device']}" in doc["stdout"]

@@ -1,0 +1,107 @@
+"""Evaluations per minute with 1 and 2 GPUs through the local per-device pool.
+
+Makes a throwaway kernel repository of a shipped problem, then evaluates its baseline
+commit N times per configuration through `get_evaluator` (each evaluation: a throwaway
+worktree, a harness child pinned to one GPU, correctness checks, adaptive timing), with
+twice as many caller threads as GPUs so no slot ever waits for work, as under
+`kgit evolve --jobs J`.
+
+    python benchmarks/throughput.py [--problem softmax] [--evaluations 8] [--gpus 1 2]
+    python benchmarks/throughput.py --fake-devices   # CPU dry run: pins fake GPU ids
+
+Timing settings are the default .kgit.yaml's unless --fast. On a host with fewer GPUs
+than a row asks for, that row says so instead of measuring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import yaml
+from tabulate import tabulate
+
+from kgit import backends, devices, experiments
+from kgit import config as config_mod
+from kgit.archive import BASELINE_TAG, Repo
+
+FAST_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
+
+
+def make_repo(root: Path, problem: str, fast: bool) -> Path:
+    data = yaml.safe_load(config_mod.default_text())
+    if fast:
+        data["timing"] = dict(FAST_TIMING)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
+    for key, value in (("user.name", "kgit bench"), ("user.email", "bench@localhost")):
+        subprocess.run(["git", "-C", str(root), "config", key, value], check=True)
+    experiments.init(root, problem, config_text=yaml.safe_dump(data, sort_keys=False))
+    return root
+
+
+def measure(repo: Repo, gpus: int, evaluations: int, host: devices.Host | None) -> dict:
+    config = config_mod.load(repo.root)
+    config.evaluator.devices = list(range(gpus))
+    evaluator = backends.LocalEvaluator(repo, config, host=host)
+    sha = repo.rev(BASELINE_TAG)
+    started = time.monotonic()
+    with ThreadPoolExecutor(2 * gpus) as threads:
+        docs = list(threads.map(evaluator, [sha] * evaluations))
+    wall = time.monotonic() - started
+    statuses = sorted({d["status"] for d in docs})
+    return {
+        "gpus": gpus, "evaluations": evaluations, "wall_s": round(wall, 2),
+        "per_minute": round(evaluations * 60 / wall, 2),
+        "mean_eval_s": round(statistics.mean(d["eval_s"] or 0 for d in docs), 2),
+        "devices": sorted({d["worker"]["device"] for d in docs}), "statuses": statuses,
+        "device_name": docs[0].get("device"),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problem", default="vector_add")
+    parser.add_argument("--evaluations", type=int, default=8, help="evaluations per row")
+    parser.add_argument("--gpus", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--fast", action="store_true", help="short timing (as in the tests)")
+    parser.add_argument("--fake-devices", action="store_true",
+                        help="pretend this host has GPUs 0..N-1 (CPU dry run; figures mean nothing for GPUs)")
+    parser.add_argument("--json", type=Path, help="also write the rows to this file")
+    args = parser.parse_args()
+
+    host = devices.Host("nvidia", tuple(str(i) for i in range(max(args.gpus)))) if args.fake_devices else None
+    visible = len((host or devices.discover()).ids)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kgit-throughput-") as tmp:
+        repo = Repo(make_repo(Path(tmp) / "repo", args.problem, args.fast))
+        for gpus in args.gpus:
+            if gpus > visible:
+                rows.append({"gpus": gpus, "skipped": f"only {visible} GPU(s) visible"})
+                continue
+            rows.append(measure(repo, gpus, args.evaluations, host))
+    base = next((r["per_minute"] for r in rows if r.get("gpus") == 1 and "per_minute" in r), None)
+    table = []
+    for r in rows:
+        if "skipped" in r:
+            table.append([r["gpus"], "", "", "not run: " + r["skipped"], "", "", "", ""])
+            continue
+        scale = f"{r['per_minute'] / base:.2f}x" if base else ""
+        table.append([r["gpus"], r["evaluations"], r["wall_s"], r["per_minute"], scale, r["mean_eval_s"],
+                      ",".join(r["devices"]), ",".join(r["statuses"])])
+    print(f"problem {args.problem}, timing {'fast' if args.fast else 'default'}"
+          + (", FAKE devices (CPU dry run)" if args.fake_devices else "")
+          + (f", device {rows[0].get('device_name')}" if rows and rows[0].get("device_name") else ""))
+    print(tabulate(table, headers=["GPUs", "evals", "wall s", "evals/min", "vs 1 GPU", "mean eval s",
+                                   "devices used", "statuses"], tablefmt="github"))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
