@@ -132,7 +132,7 @@ def render(template: str, **values) -> str:
     """The command line with each placeholder replaced by its shell-quoted value."""
     out = template
     for name, value in values.items():
-        out = out.replace("{" + name + "}", shlex.quote(str(value)) if str(value) else "''")
+        out = out.replace("{" + name + "}", shlex.quote(str(value)))
     return out
 
 
@@ -222,7 +222,7 @@ class RayEvaluator:
         with self._lock:
             # One limit per process: tasks beyond the cluster's GPUs would only wait in Ray's
             # queue, where a timeout could not tell waiting from hanging.
-            self.limit = self._limits.setdefault(gpus, threading.BoundedSemaphore(gpus))
+            self.limit = self._limits.setdefault((config.evaluator.address, gpus), threading.BoundedSemaphore(gpus))
         self.slots = gpus
         self.task = self.ray.remote(num_gpus=1, max_retries=0)(evaluate_packed)
 

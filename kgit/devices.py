@@ -108,6 +108,10 @@ def pin_env(host: Host, device: str | None) -> dict:
     """Variables that make `device` the only GPU a child sees (nothing on the CPU)."""
     if device is None or host.pin_var is None:
         return {}
+    if host.vendor == "amd":
+        # ROCm reads CUDA_VISIBLE_DEVICES as an alias of HIP's: one inherited from the
+        # parent and disagreeing with the pin would hide the GPU, so both name it.
+        return {"HIP_VISIBLE_DEVICES": device, "CUDA_VISIBLE_DEVICES": device}
     return {host.pin_var: device}
 
 

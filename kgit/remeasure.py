@@ -14,6 +14,7 @@ from . import measure
 from .archive import BASELINE_TAG, NOTES_REF
 from .backends import get_evaluator
 from .errors import GitError, KgitError
+from .experiments import best, find
 
 
 @dataclass
@@ -25,8 +26,6 @@ class Remeasured:
 
 def targets(repo, attempts, revs: list[str], every: bool) -> list[str]:
     """The shas to measure: REVs, or every correct attempt, or the baseline and the best."""
-    from .experiments import best, find
-
     if revs and every:
         raise KgitError("give revisions or --all, not both.")
     if every:
@@ -92,6 +91,10 @@ def sync(repo, remote: str = "origin") -> dict:
                 repo.git("update-ref", "-d", staging, check=False)
                 return {"remote": remote, "merged": merged, "pushed": False, "notes": 0}
             push = repo.git("push", "--porcelain", remote, f"{NOTES_REF}:{NOTES_REF}", check=False)
+            if "[rejected]" not in push and not _push_ok(push):
+                # Not a race with another pusher: let git's own error (auth, network) through.
+                repo.git("push", "--quiet", remote, f"{NOTES_REF}:{NOTES_REF}")
+                push = repo.git("push", "--porcelain", remote, f"{NOTES_REF}:{NOTES_REF}", check=False)
             if _push_ok(push):
                 repo.git("update-ref", "-d", staging, check=False)
                 count = len(repo.git("notes", "--ref", NOTES_REF, "list").splitlines())

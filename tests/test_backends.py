@@ -51,7 +51,7 @@ def test_listed_devices_index_the_visible_ones():
     host = devices.Host("nvidia", ("4", "6", "7"))
     assert devices.select(host, [2, 0, 2]) == ["7", "4"]
     assert devices.pin_env(host, "7") == {"CUDA_VISIBLE_DEVICES": "7"}
-    assert devices.pin_env(devices.Host("amd", ("0",)), "0") == {"HIP_VISIBLE_DEVICES": "0"}
+    assert devices.pin_env(devices.Host("amd", ("2",)), "2") == {"HIP_VISIBLE_DEVICES": "2", "CUDA_VISIBLE_DEVICES": "2"}
     assert devices.pin_env(devices.Host(None, ()), None) == {}
 
 

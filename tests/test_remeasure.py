@@ -12,7 +12,7 @@ from kgit import config as config_mod
 from kgit import measure
 from kgit import remeasure as rm
 from kgit.archive import BASELINE_TAG, NOTES_REF, Repo
-from kgit.errors import KgitError
+from kgit.errors import GitError, KgitError
 from kgit.harness import result as result_mod
 
 from conftest import fast_config_text, git
@@ -135,3 +135,9 @@ def test_sync_names_a_missing_remote(kernel_repo, run_kgit):
     result = run_kgit(kernel_repo, "sync", "nowhere")
     assert result.exit_code == 1
     assert "no remote named 'nowhere'" in result.stderr
+
+
+def test_sync_reports_git_errors_of_an_unreachable_remote(kernel_repo, tmp_path):
+    _note(kernel_repo, "local")
+    with pytest.raises(GitError, match="git push"):
+        rm.sync(Repo(kernel_repo), str(tmp_path / "no-such-remote.git"))
