@@ -96,6 +96,7 @@ class Run:
         self.commit_lock = threading.Lock()
         self.stopping = threading.Event()
         self.known: dict[str, tuple[str, dict]] = {}  # tree -> (sha, result) of evaluated attempts
+        self.measured_on: tuple | None = None  # (device, harness) of this run's latest evaluation
         self._check_models()
 
     # -- the run ---------------------------------------------------------------------
@@ -117,7 +118,8 @@ class Run:
                         break
                     self.summary.iterations = number
                 else:
-                    self.summary.stop = f"ran {self.config.evolve.iterations} iteration(s) (evolve.iterations / -n)"
+                    self.summary.stop = (self._budget_stop() or
+                                         f"ran {self.config.evolve.iterations} iteration(s) (evolve.iterations / -n)")
             except KeyboardInterrupt:
                 self.stopping.set()
                 self.summary.interrupted = True
@@ -191,6 +193,8 @@ class Run:
                 replies += _share(shared, shares)
             self._account([reply] if reply else [])
             parent = state["parent"]
+            self._line(tag, "write", "write", f"{plan.title}, attempt {attempt}: " +
+                       ("evaluating" if new_files is not None else "the edits did not apply"))
             result, tree, reused = self._result(parent, new_files, edit_error)
             notes = [write_mod.notes(reply.text) if reply else "",
                      f"Not measured again: this tree equals attempt {reused[:10]}, whose result is repeated here."
@@ -227,11 +231,15 @@ class Run:
                                           "the plan describes."), tree, ""
         with self.commit_lock:
             seen = self.known.get(tree)
-        if seen is not None:
-            sha, result = seen
-            return dict(result), tree, sha
+            # A result stands for this run only if this run's evaluator would measure it the same way.
+            if seen is not None and (seen[1].get("device"), seen[1].get("harness")) == self.measured_on:
+                return dict(seen[1]), tree, seen[0]
         candidate = self.repo.commit_tree(tree, [parent], "kgit: candidate for evaluation\n")
-        return self.evaluate(candidate), tree, ""
+        result = self.evaluate(candidate)
+        if result.get("device"):
+            with self.commit_lock:
+                self.measured_on = (result["device"], result.get("harness"))
+        return result, tree, ""
 
     def _commit(self, state, selection, plan, reference, tree, result, notes, replies, reused) -> str:
         model = self.client.model("write")
