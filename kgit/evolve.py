@@ -382,7 +382,8 @@ def summary_text(summary: Summary) -> str:
                                      "cost usd"], tablefmt="simple") if rows else "no attempts were made."]
     lines.append(f"\n{len(summary.rows)} attempt(s) in {summary.iterations} iteration(s); "
                  f"{sum(r.status == 'ok' for r in summary.rows)} correct. Stopped: {summary.stop}.")
-    lines.append(f"model use: {summary.tokens} tokens, ${summary.cost:.4f}" +
+    used = summary.tokens or summary.cost or summary.unpriced_calls
+    lines.append("model use: none (offline)" if not used else f"model use: {summary.tokens} tokens, ${summary.cost:.4f}" +
                  (f"; {summary.unpriced_calls} call(s) had no price in litellm's table, so the cost and "
                   "--max-cost count only priced calls" if summary.unpriced_calls else ""))
     for reason in summary.skipped:

@@ -13,8 +13,9 @@ import fake_llm
 from conftest import fast_config_text
 from kgit import evolve, experiments
 from kgit.archive import Repo
-from kgit.errors import LockedError
-from kgit.scientist import offline
+from kgit.errors import ConfigError, LockedError
+from kgit.scientist import offline, prompts
+from kgit.scientist import select as select_mod
 
 SLOW_BLOCK = "BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 2048 4096"
 FAST_BLOCK = "BLOCK_SIZE = 4096  # kgit: tune 256 512 1024 2048 4096"
@@ -249,7 +250,6 @@ def test_wall_time_budget_stops_starting_new_work(kernel_repo):
 @pytest.mark.gpu
 def test_offline_evolve_on_the_gpu(kernel_repo):
     """On the H200: the offline strategist measures real timings with device events."""
-    repo, config = experiments.load(kernel_repo)
     (kernel_repo / ".kgit.yaml").write_text(fast_config_text(timing={"target_rse": 0.01, "max_time_s": 0.5,
                                                                         "min_reps": 10, "warmup": 3},
                                                              evolve={"pick": 2}), encoding="utf-8")
@@ -260,3 +260,42 @@ def test_offline_evolve_on_the_gpu(kernel_repo):
         t = trailers(kernel_repo, row.sha)
         assert t["Kgit-Timing"] == ["events"] and "cpu" not in t["Kgit-Device"][0].lower()
         assert float(t["Kgit-Speedup"][0]) > 0
+
+
+# -- prompts: templates, overrides, knowledge, the archive table -------------------------
+def test_templates_render_and_repo_overrides_win(kernel_repo):
+    text = prompts.render("fix", None, task="T", plan="P", error="E", code="C", attempt=2, attempts=3,
+                          editable="kernel.py", regions="")
+    assert "attempt 2 of 3" in text and "$" not in text
+    (kernel_repo / "prompts").mkdir()
+    (kernel_repo / "prompts" / "select.md").write_text("Pick from $archive, or $nonsense.\n")
+    with pytest.raises(ConfigError, match=r"\$nonsense"):
+        prompts.render("select", kernel_repo, task="", archive="", count=0, shown=0, best="")
+    (kernel_repo / "prompts" / "select.md").write_text("Mine: $best costs $$5\n")
+    assert prompts.render("select", kernel_repo, task="", archive="", count=0, shown=0, best="abc") == \
+        "Mine: abc costs $5\n"
+
+
+def test_knowledge_documents_load_and_a_missing_one_names_the_fix(kernel_repo):
+    assert len(prompts.knowledge(["triton"], None)) > 500
+    (kernel_repo / "prompts" / "knowledge").mkdir(parents=True)
+    (kernel_repo / "prompts" / "knowledge" / "ours.md").write_text("Our GPU has 7 SMs.")
+    assert "7 SMs" in prompts.knowledge(["ours"], kernel_repo)
+    with pytest.raises(ConfigError, match="evolve.knowledge lists 'volta'.*available: .*triton"):
+        prompts.knowledge(["volta"], kernel_repo)
+
+
+def test_archive_table_keeps_to_its_budget_and_leads_with_the_best(kernel_repo):
+    from kgit.archive import Attempt
+
+    def attempt(i, status, geomean):
+        block = (f"Kgit-Experiment: {i}\nKgit-Attempt: 1\nKgit-Status: {status}\nKgit-Hypothesis: idea {i}\n"
+                 + (f"Kgit-Geomean-us: {geomean}\nKgit-Speedup-Baseline: {100 / geomean}\n"
+                    f"Kgit-Time-us: size=1 {geomean}\n" if status == "ok" else ""))
+        return Attempt(f"{i:040x}", [], "", "a", "e", i, "s", block)
+
+    attempts = [attempt(i, "ok" if i % 3 else "incorrect", 50 + (i * 7919) % 1000) for i in range(1, 5001)]
+    table, shown = select_mod.archive_table(attempts, token_budget=2000)
+    assert len(table) <= 2000 * select_mod.CHARS_PER_TOKEN + 200 and 20 < shown < 5000
+    fastest = min((a for a in attempts if a.ok), key=lambda a: a.geomean)
+    assert table.index(fastest.sha[:10]) < table.index("## recent failures")
