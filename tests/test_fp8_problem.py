@@ -297,6 +297,13 @@ def test_baseline_marks_its_tunables():
         assert value.split("=")[1].strip() in values.split(), line
 
 
+def test_the_anchor_benchmark_starts_its_sweep_at_the_shipped_configuration():
+    anchors = _load(Path(__file__).parent.parent / "benchmarks" / "fp8_anchors.py")
+    kernel = _load(PROBLEM / "kernel.py")
+    assert anchors.GRID[0] == tuple(getattr(kernel, name) for name in anchors.TUNABLES)
+    assert len(set(anchors.GRID)) == len(anchors.GRID)
+
+
 def test_task_uses_the_cpu_section_and_the_challenge_shapes():
     task = load_task(PROBLEM)
     assert len(task.tests) == 11 and len(task.benchmarks) == 18 and task.output == 4
