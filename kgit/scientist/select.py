@@ -27,7 +27,7 @@ def archive_table(attempts, token_budget: int) -> tuple[str, int]:
     """The table text and how many attempts it shows."""
     ok = sorted((a for a in attempts if a.ok), key=lambda a: -(a.speedup_baseline or 0))
     winners = []
-    for key in {k for a in ok for k in a.times}:
+    for key in sorted({k for a in ok for k in a.times}):
         winners.append(min((a for a in ok if key in a.times), key=lambda a: a.times[key]))
     failures = [a for a in sorted(attempts, key=lambda a: -a.time) if not a.ok][:FAILURE_ROWS]
     rest = sorted(attempts, key=lambda a: -a.time)
