@@ -5,6 +5,7 @@ Each test keeps its evaluations to a handful: they are the slow part.
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -146,9 +147,11 @@ def test_same_tree_is_not_measured_again(kernel_repo):
 
 def test_offline_runs_concurrently_then_resumes_without_repeating(kernel_repo, run_kgit):
     configure(kernel_repo, pick=2, jobs=2)
-    result = run_kgit(kernel_repo, "evolve", "-n", "1")
+    result = run_kgit(kernel_repo, "evolve", "-n", "1", "--json")
     assert result.exit_code == 0, result.output
-    assert "2 attempt(s) in 1 iteration(s)" in result.output
+    doc = json.loads(result.stdout)
+    assert [r["status"] for r in doc["attempts"]] == ["ok", "ok"] and "1 iteration" in doc["stop"]
+    assert "[1/1] design offline" in result.stderr
     repo, config = configure(kernel_repo, pick=1)
     evolve.evolve(repo, config)
 
