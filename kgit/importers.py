@@ -46,7 +46,7 @@ def init_from_kernelbench(directory: Path, source: Path, **init_options) -> expe
 
 
 # -- GPU MODE ---------------------------------------------------------------------------------
-GPUMODE_SHAPE = ("a GPU MODE problem folder holds reference.py (generate_input, ref_kernel, "
+GPUMODE_SHAPE = ("a GPU MODE problem folder holds reference.py (generate_input, ref_kernel, optionally "
                  "check_implementation), task.yml (tests, benchmarks) and submission.py (custom_kernel)")
 
 
@@ -99,15 +99,11 @@ def gpumode_problem(source: Path, dest: Path) -> tuple[Path, str]:
 
 
 def _gpumode_submission(source: Path, spec: dict) -> Path | None:
-    """submission.py, else the Python template task.yml names, if it defines custom_kernel."""
+    """submission.py, else the Python template that task.yml names."""
     names = ["submission.py"]
     templates = spec.get("templates") if isinstance(spec.get("templates"), dict) else {}
     names += [str(t) for lang, t in templates.items() if str(lang).lower() in ("python", "py")]
-    for name in names:
-        path = source / name
-        if path.is_file() and "custom_kernel" in _top_level_names(_read(path), path):
-            return path
-    return None
+    return next((source / name for name in names if (source / name).is_file()), None)
 
 
 def _gpumode_helpers(source: Path, spec: dict, submission: Path):

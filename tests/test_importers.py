@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
 from pathlib import Path
 
@@ -105,8 +106,21 @@ def test_gpumode_errors_for_wrong_contents(tmp_path):
     spec.write_text(spec.read_text().split("benchmarks:")[0])
     with pytest.raises(KgitError, match="no 'benchmarks' list"):
         importers.gpumode_problem(source, tmp_path / "p3")
+    submission = source / "submission.py"
+    submission.write_text(submission.read_text().replace("def custom_kernel", "def kernel"))
+    with pytest.raises(KgitError, match="submission.py defines no custom_kernel"):
+        importers.gpumode_problem(source, tmp_path / "p5")
     with pytest.raises(KgitError, match="is not a folder"):
         importers.gpumode_problem(source / "task.yml", tmp_path / "p4")
+
+
+def test_the_preallocated_output_is_read_from_ref_kernel():
+    def index(source):
+        return importers._returned_input(ast.parse(source))
+
+    assert index("def ref_kernel(data):\n    a, b, a_scale, b_scale, c = data\n    c[...] = a\n    return c\n") == 4
+    assert index("def ref_kernel(data):\n    x, w = data\n    return x @ w\n") is None
+    assert index("def ref_kernel(data):\n    return data[0]\n") is None
 
 
 def test_gpumode_without_a_files_list_takes_the_sibling_modules(tmp_path):
