@@ -61,6 +61,9 @@ def test_never_repeats_a_measured_configuration_and_says_when_exhausted(tmp_path
     strategist = offline.Strategist(repo, ["kernel.py"])
     base = FakeAttempt(_commit(path, small, "base"), geomean=10.0)
     attempts = [base]
+    # Two single changes from the base, then the one combination left: three, all different.
+    titles = [p.title for p in strategist.plans(attempts, base.sha, pick=5)]
+    assert titles == ["B 1 -> 2", "W 1 -> 2", "B 1 -> 2, W 1 -> 2"]
     proposed = []
     for _ in range(4):
         plans = strategist.plans(attempts, base.sha, pick=1)

@@ -109,25 +109,25 @@ class Strategist:
         self.repo = repo
         self.editable = editable
 
+    def files(self, shas: list[str]) -> dict[str, dict[str, str]]:
+        """{sha: {path: text}} of the editable files of each commit, read with one git process."""
+        got = trees.read_files(self.repo, [(sha, path) for sha in shas for path in self.editable])
+        return {sha: {p: got[(sha, p)] for p in self.editable if got[(sha, p)] is not None} for sha in shas}
+
     def configurations(self, shas: list[str]) -> dict[str, tuple]:
-        """{sha: configuration} of each commit, read with one git process."""
-        specs = [(sha, path) for sha in shas for path in self.editable]
-        got = trees.read_files(self.repo, specs)
-        out = {}
-        for sha in shas:
-            files = {p: got[(sha, p)] for p in self.editable if got[(sha, p)] is not None}
-            out[sha] = configuration(files)
-        return out
+        return {sha: configuration(files) for sha, files in self.files(shas).items()}
 
     def plans(self, attempts, best_sha: str, pick: int) -> list[Plan]:
         """Up to `pick` plans whose configuration was never measured; [] when the space is exhausted."""
-        configs = self.configurations([a.sha for a in attempts])
-        measured = set(configs.values())
         ranked = [best_sha] + [a.sha for a in sorted((a for a in attempts if a.ok and a.sha != best_sha),
                                                       key=lambda a: a.geomean)]
+        files_of = self.files(list(dict.fromkeys([a.sha for a in attempts] + ranked)))
+        measured = {configuration(files_of[a.sha]) for a in attempts}
         plans: list[Plan] = []
+        # Neighbours of the best first, then of the next best lines, so `pick` is filled
+        # from the most promising bases before any far-away combination.
         for sha in ranked:
-            files = trees.commit_files(self.repo, sha, self.editable)
+            files = files_of[sha]
             for values, change in self._neighbours(files):
                 config = configuration(assign(files, values))
                 if config in measured:
@@ -136,9 +136,7 @@ class Strategist:
                 plans.append(self._plan(sha, values, change))
                 if len(plans) >= pick:
                     return plans
-            if plans:
-                return plans
-        return self._anywhere(best_sha, measured, pick)
+        return plans + self._anywhere(best_sha, files_of[best_sha], measured, pick - len(plans))
 
     def _neighbours(self, files):
         """Single-parameter changes, nearest values first, round-robin over the parameters."""
@@ -153,10 +151,11 @@ class Strategist:
                     if 0 <= i < len(t.choices) and t.choices[i] != t.value:
                         yield {t.key: t.choices[i]}, [(t.name, t.value, t.choices[i])]
 
-    def _anywhere(self, best_sha, measured, pick) -> list[Plan]:
-        files = trees.commit_files(self.repo, best_sha, self.editable)
+    def _anywhere(self, best_sha, files, measured, pick) -> list[Plan]:
         params = [t for path, text in files.items() for t in tunables(path, text)]
-        plans = []
+        plans: list[Plan] = []
+        if pick <= 0:
+            return plans
         for combo in itertools.islice(itertools.product(*[t.choices for t in params]), PRODUCT_LIMIT):
             values = {t.key: v for t, v in zip(params, combo)}
             config = configuration(assign(files, values))
