@@ -28,6 +28,10 @@ class FakeAttempt:
     def ok(self):
         return self.geomean is not None
 
+    @property
+    def speedup_baseline(self):
+        return 100.0 / self.geomean if self.geomean else None
+
 
 def test_markers_are_read_and_rewritten_in_place():
     found = offline.tunables("kernel.py", SOURCE)

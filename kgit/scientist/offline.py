@@ -120,7 +120,7 @@ class Strategist:
     def plans(self, attempts, best_sha: str, pick: int) -> list[Plan]:
         """Up to `pick` plans whose configuration was never measured; [] when the space is exhausted."""
         ranked = [best_sha] + [a.sha for a in sorted((a for a in attempts if a.ok and a.sha != best_sha),
-                                                      key=lambda a: a.geomean)]
+                                                      key=lambda a: -(a.speedup_baseline or 0.0))]
         files_of = self.files(list(dict.fromkeys([a.sha for a in attempts] + ranked)))
         measured = {configuration(files_of[a.sha]) for a in attempts}
         plans: list[Plan] = []
