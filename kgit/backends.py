@@ -252,8 +252,12 @@ class RayEvaluator:
 def evaluate_packed(files: dict) -> dict:
     """Runs inside a Ray worker: unpack the candidate, evaluate it, say where it ran."""
     folder = Path(tempfile.mkdtemp(prefix="kgit-ray-"))
+    # On AMD nodes Ray pins the task with HIP_VISIBLE_DEVICES; a CUDA_VISIBLE_DEVICES left
+    # in the node's environment would be read as a second, conflicting alias.
+    hip = os.environ.get("HIP_VISIBLE_DEVICES")
     try:
-        doc = candidate.evaluate_folder(candidate.unpack(files, folder / "candidate"))
+        doc = candidate.evaluate_folder(candidate.unpack(files, folder / "candidate"),
+                                        {"CUDA_VISIBLE_DEVICES": hip} if hip else None)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     pins = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES") if k in os.environ}
