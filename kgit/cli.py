@@ -258,9 +258,11 @@ def best(as_json):
 @click.option("--model", help='litellm model string for every stage, or "offline" (default: llm.model).')
 @click.option("--api-base", help="Base URL of an OpenAI-compatible or local server (default: llm.api_base).")
 @click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), help="Stop once priced model calls cost this much (USD).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1),
+              help="Hypotheses in flight at once; evaluations queue per GPU (default: evolve.jobs).")
 @click.option("--dry-run", is_flag=True, help="Print the prompts the next iteration would send, and call no model.")
 @click.option("--json", "as_json", is_flag=True, help="Print the run's attempts as JSON at the end.")
-def evolve(iterations, model, api_base, max_cost, dry_run, as_json):
+def evolve(iterations, model, api_base, max_cost, jobs, dry_run, as_json):
     """Run the scientist: select a base, design plans, write and measure them.
 
     \b
@@ -273,7 +275,7 @@ def evolve(iterations, model, api_base, max_cost, dry_run, as_json):
     from . import evolve as evolve_mod
 
     repo, config = ex.load()
-    config = evolve_mod.with_overrides(config, iterations=iterations, model=model, api_base=api_base, max_cost=max_cost)
+    config = evolve_mod.with_overrides(config, iterations=iterations, model=model, api_base=api_base, max_cost=max_cost, jobs=jobs)
     if dry_run:
         click.echo(evolve_mod.dry_run(repo, config))
         return

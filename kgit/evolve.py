@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from . import experiments
+from . import backends, experiments
 from . import trailers as tr
 from .archive import Repo
 from .errors import KgitError
@@ -62,7 +62,7 @@ class Summary:
     best_after: object = None
 
 
-def with_overrides(config, *, iterations=None, model=None, api_base=None, max_cost=None):
+def with_overrides(config, *, iterations=None, model=None, api_base=None, max_cost=None, jobs=None):
     """The configuration with the command line's settings on top (`--model` sets every stage)."""
     llm = config.llm
     if model:
@@ -74,6 +74,8 @@ def with_overrides(config, *, iterations=None, model=None, api_base=None, max_co
         ev = dataclasses.replace(ev, iterations=iterations)
     if max_cost is not None:
         ev = dataclasses.replace(ev, max_cost_usd=max_cost)
+    if jobs is not None:
+        ev = dataclasses.replace(ev, jobs=jobs)
     out = dataclasses.replace(config, llm=llm, evolve=ev)
     out.validate("")
     return out
@@ -88,7 +90,8 @@ class Run:
         self.editable = self.task.files
         self.task_text = prompts.task_text(self.task)
         self.client = client or Client(config.llm, repo.state / "cache" / "llm")
-        self.evaluate = evaluate or (lambda sha: experiments.evaluate_rev(repo, config, sha))
+        # One evaluator for the run: its device pool is what lets `jobs` hypotheses share the GPUs.
+        self.evaluate = evaluate or backends.get_evaluator(repo, config)
         self.progress = progress or (lambda line: None)
         self.clock = clock
         self.started = clock()

@@ -7,6 +7,7 @@ first, until the budget is spent.
 
 from __future__ import annotations
 
+from .. import measure
 from . import prompts
 from .answers import Selection, ask_json, selection
 
@@ -19,8 +20,15 @@ def row(a) -> str:
     geomean = f"{a.geomean:.1f}" if a.geomean else "-"
     vs = f"{a.speedup_baseline:.2f}x" if a.speedup_baseline else "-"
     hypothesis = " ".join(a.hypothesis.split())[:140]
-    return (f"{a.sha[:10]} | {a.experiment}.{a.attempt} | {(a.base or '-')[:10]} | {a.status} | {geomean} | "
+    line = (f"{a.sha[:10]} | {a.experiment}.{a.attempt} | {(a.base or '-')[:10]} | {a.status} | {geomean} | "
             f"{vs} | {times or '-'} | {hypothesis}")
+    if a.raw_notes:  # re-measured: the latest geomean per device and the spread of repeats
+        per_device = measure.by_device(a)
+        if len(per_device) > 1 or any(d["n"] > 1 for d in per_device.values()):
+            line += " | remeasured: " + "; ".join(
+                f"{dev} {d['latest_us']:.1f} (n={d['n']}, spread {100 * (d['spread'] or 0):.1f}%)"
+                for dev, d in per_device.items())
+    return line
 
 
 def archive_table(attempts, token_budget: int) -> tuple[str, int]:
