@@ -36,6 +36,8 @@ FORBIDDEN_ATTRS = {
     "f_locals": "introspection", "tb_frame": "introspection", "gi_frame": "introspection",
     "__closure__": "introspection", "__dict__": "monkey-patching", "__setattr__": "monkey-patching",
     "DisableTorchFunction": "disabling the op guard", "DisableTorchFunctionSubclass": "disabling the op guard",
+    "_pop_torch_function_stack": "disabling the op guard", "_push_on_torch_function_stack": "disabling the op guard",
+    "_set_torch_function_mode": "disabling the op guard",
 }
 # Library entry points no kernel needs and every cheat of a family uses: work moved
 # off the timed stream or thread, and switching off the runtime op guard.

@@ -103,10 +103,7 @@ def measure(task, reference, candidate, shape, secret, clock, settings, torch) -
         candidate.verify()
     checking.sync(torch)
 
-    # Reservoir sample of re-checked repetitions, drawn after each call from a generator
-    # the candidate never sees: every repetition is equally likely to be checked.
-    rng = random.Random(secret ^ (base_seed << 1))
-    kept = []  # (repetition, output copy)
+    kept = Reservoir(RECHECKED, random.Random(secret ^ (base_seed << 1)))
     times, host_call = [], []
     spent_start = clock.perf_counter()
     i = 0
@@ -117,15 +114,13 @@ def measure(task, reference, candidate, shape, secret, clock, settings, torch) -
         candidate.verify()
         times.append(t)
         host_call.append(host)
-        slot = len(kept) if len(kept) < RECHECKED else rng.randrange(i + 1)
-        if slot < RECHECKED:
-            entry = (i, checking.clone(out), data)
-            kept[slot:slot + 1] = [entry]
+        kept.offer(i, lambda: (i, checking.clone(out), data))
         last = (i, out, data)
         i += 1
         spent = clock.perf_counter() - spent_start
         if i >= min_reps and (_rse(times) < target_rse or spent > max_time):
             break
+    kept = kept.items
     if all(k[0] != last[0] for k in kept):
         kept.append(last)  # a kernel that decays over time is caught by its last call
 
@@ -144,6 +139,26 @@ def measure(task, reference, candidate, shape, secret, clock, settings, torch) -
         stats["host_batch_us"] = clock.host_batch(candidate.call, inputs)
         candidate.verify()
     return stats
+
+
+class Reservoir:
+    """A uniform sample of k repetitions out of a count not known in advance.
+
+    Decided after each call, from a generator the candidate never sees, so every
+    repetition is equally likely to be re-checked and nothing tells a call it will be.
+    """
+
+    def __init__(self, k: int, rng: random.Random):
+        self.k, self.rng, self.items, self.seen = k, rng, [], 0
+
+    def offer(self, index, make):
+        """Consider repetition `index`; `make()` builds what to keep, only if it is kept."""
+        self.seen += 1
+        slot = len(self.items) if len(self.items) < self.k else self.rng.randrange(self.seen)
+        if slot < len(self.items):
+            self.items[slot] = make()
+        elif slot < self.k:
+            self.items.append(make())
 
 
 def escaped(stats: dict) -> str | None:

@@ -28,24 +28,34 @@ def source(name: str) -> str:
     return body + "\n\n" + (HERE / f"{name}.py").read_text()
 
 
-def stage(tmp_path: Path, name: str) -> tuple[Path, Path]:
+def baseline(problem: str) -> str:
+    return (shipped()[problem] / "kernel.py").read_text()
+
+
+def stage(tmp_path: Path, problem: str, code: str) -> tuple[Path, Path]:
     """(problem_dir, candidate_dir) as evaluate.stage_candidate lays them out."""
     candidate = tmp_path / "candidate"
     candidate.mkdir(parents=True)
-    (candidate / "kernel.py").write_text(source(name))
-    return shipped()[problem_of(name)], candidate
+    (candidate / "kernel.py").write_text(code)
+    return shipped()[problem], candidate
 
 
-def run_forked(tmp_path: Path, name: str, timing: dict | None = None, **spec_extra) -> dict:
-    """Run the harness on a cheat in a forked child of the test process.
+def run_forked(tmp_path: Path, name: str | None = None, timing: dict | None = None, *,
+               problem: str | None = None, code: str | None = None, **spec_extra) -> dict:
+    """Run the harness on a cheat (by name) or on `code` for `problem`, in a forked child.
 
     Forking reuses the test process's imported torch (seconds saved per cheat on a
     CPU); the child gets its own copy of every module, so a cheat that patches torch
     or time patches only the child. evaluate.run_child is exercised separately.
     """
-    problem_dir, candidate = stage(tmp_path, name)
+    if name is not None:
+        problem, code = problem_of(name), source(name)
+    problem_dir, candidate = stage(tmp_path, problem, code)
     spec = {"problem_dir": str(problem_dir), "candidate_dir": str(candidate),
             "timing": dict(timing or FAST_TIMING), "secret_seed": secrets.randbelow(2**31), **spec_extra}
+    import torch  # noqa: F401 - imported once here, inherited by every fork
+    import triton  # noqa: F401
+
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never return into pytest

@@ -1,0 +1,185 @@
+"""Cheating kernels, one per family (tests/cheats/), each caught for the right reason.
+
+CPU cheats run the harness in a forked child (see tests/cheats/__init__.py); the
+`gpu` ones need a CUDA or ROCm device and run with `pytest -m gpu tests/test_cheats.py`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cheats import FAST_TIMING, baseline, run_forked, source
+from kgit import config as config_mod
+from kgit import evaluate
+
+
+def _last_error(doc) -> str:
+    return (doc.get("error") or "").strip()
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("forbidden_static", "forbidden by the problem: torch.add"),
+    ("forbidden_runtime", "forbidden by the problem: torch.add"),
+    ("import_reference", "forbidden import: reference (the reference)"),
+    ("gc_reference", "calling the reference"),
+    ("patched_timer", "patched timers"),
+    ("thread_deferral", "threads started by the kernel"),
+])
+def test_rejected_with_the_rule(tmp_path, name, reason):
+    doc = run_forked(tmp_path, name)
+    assert (doc["status"], doc["reason"]) == ("rejected", reason), _last_error(doc)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("cache_identity", "differ beyond"),
+    ("partial", "NaN or Inf"),
+    ("nan_inf", "1 of 16000 outputs are NaN or Inf"),
+    ("precision", "differ beyond rtol=1e-05"),
+    ("mutate_inputs", "the kernel modified the input"),
+    ("lazy_output", "torch.Tensor subclass"),
+])
+def test_incorrect_with_the_cause(tmp_path, name, message):
+    doc = run_forked(tmp_path, name)
+    assert doc["status"] == "incorrect", _last_error(doc)
+    assert message in doc["error"]
+
+
+def test_output_right_once_then_stale_fails_the_timed_recheck(tmp_path):
+    doc = run_forked(tmp_path, "stale_later")
+    assert doc["status"] == "incorrect"
+    assert all(t["ok"] for t in doc["tests"])  # it passed every correctness test...
+    assert "timed repetition" in doc["error"]  # ...and was caught by the re-check of timed outputs
+
+
+def test_memorised_published_outputs_fail_the_secret_seeds(tmp_path):
+    doc = run_forked(tmp_path, "memorized")
+    assert doc["status"] == "incorrect"
+    published = {101, 102, 103}
+    assert all(t["ok"] for t in doc["tests"] if t["seed"] in published)
+    secret = [t for t in doc["tests"] if t["seed"] not in published]
+    assert secret and not any(t["ok"] for t in secret)
+
+
+def test_gc_finds_no_expected_output_during_the_call(tmp_path):
+    # The cheat copies any tensor that already holds a + b; expected outputs are made
+    # only after the call returns, so it finds none and returns the poisoned buffer.
+    doc = run_forked(tmp_path, "gc_expected")
+    assert doc["status"] == "incorrect"
+    assert "NaN or Inf" in doc["error"]
+
+
+def test_reference_is_not_importable_nor_loaded(tmp_path):
+    doc = run_forked(tmp_path, "find_reference")
+    assert doc["status"] == "runtime-error"
+    assert "reference not found" in doc["error"]
+
+
+def test_honest_kernel_passes_with_guards_on(tmp_path):
+    # Plain torch ops, none of them forbidden: the op guard must let them through.
+    doc = run_forked(tmp_path, "honest_torch_softmax")
+    assert doc["status"] == "ok", _last_error(doc)
+    assert len(doc["tests"]) == 2 * 3  # every CPU test shape, published and secret seed
+    assert doc["speed_of_light"]["checked"] is False and "interpreter" in doc["speed_of_light"]["why"]
+    assert all(s["n"] >= FAST_TIMING["min_reps"] and s["rechecked"] >= 1 for s in doc["shapes"])
+
+
+def test_shipped_baseline_passes_through_the_real_child(kernel_repo, tmp_path):
+    """The evaluate.run_child path kgit uses: python -I in its own process group."""
+    doc = evaluate.evaluate_tree(kernel_repo, config_mod.load(kernel_repo), state_dir=tmp_path / "state")
+    assert doc["status"] == "ok", (doc.get("error"), doc.get("stderr"))
+    assert doc["schema"] == "kgit.result/1" and doc["geomean_us"] > 0
+
+
+@pytest.mark.parametrize("problem", ["vector_add", "softmax"])
+def test_shipped_triton_baselines_pass(tmp_path, problem):
+    doc = run_forked(tmp_path, problem=problem, code=baseline(problem))
+    assert doc["status"] == "ok", _last_error(doc)
+
+
+def test_a_runtime_cheat_is_rejected_through_the_real_child(kernel_repo, tmp_path):
+    config = config_mod.load(kernel_repo)
+    (kernel_repo / "kernel.py").write_text(source("forbidden_runtime"))
+    doc = evaluate.evaluate_tree(kernel_repo, config, state_dir=tmp_path / "state")
+    assert (doc["status"], doc["reason"]) == ("rejected", "forbidden by the problem: torch.add")
+
+
+# ---- GPU: run on the device machine with `pytest -m gpu tests/test_cheats.py` ----
+
+GPU_TIMING = {"target_rse": 0.01, "max_time_s": 0.5, "min_reps": 10, "warmup": 2}
+
+
+def _gpu():
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.fail("gpu tests need a CUDA or ROCm device (deselect them with -m 'not gpu')")
+    return torch
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["patched_events", "patched_synchronize"])
+def test_gpu_patched_timing_functions(tmp_path, name):
+    _gpu()
+    doc = run_forked(tmp_path, name, GPU_TIMING)
+    assert (doc["status"], doc["reason"]) == ("rejected", "patched timers"), _last_error(doc)
+
+
+@pytest.mark.gpu
+def test_gpu_side_stream_work_escapes_the_events_and_is_caught(tmp_path):
+    _gpu()
+    doc = run_forked(tmp_path, "side_stream", GPU_TIMING)
+    assert (doc["status"], doc["reason"]) == ("rejected", "work escaped the timing events"), _last_error(doc)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", ["vector_add", "softmax"])
+def test_gpu_honest_baseline_passes_within_the_speed_of_light(tmp_path, problem):
+    _gpu()
+    doc = run_forked(tmp_path, timing=GPU_TIMING, problem=problem, code=baseline(problem))
+    assert doc["status"] == "ok", _last_error(doc)
+    assert doc["timing"] == "events" and doc["speed_of_light"]["checked"] is True
+    assert doc["speed_of_light"]["peak"]["source"] in ("datasheet", "measured")
+    for shape in doc["shapes"]:
+        assert shape["sol_us"] and shape["min_us"] >= shape["sol_us"] * 0.5
+        assert 0 < shape["host_batch_us"]
+
+
+@pytest.mark.gpu
+def test_gpu_faster_than_light_with_an_injected_slow_device(tmp_path):
+    # A device 1000x slower than an H200 makes the honest baseline impossibly fast:
+    # the guard must fire on real event timings.
+    _gpu()
+    doc = run_forked(tmp_path, timing=GPU_TIMING, problem="vector_add", code=baseline("vector_add"),
+                     device_peaks={"name": "test slow GPU", "bytes_per_s": 4.8e9})
+    assert (doc["status"], doc["reason"]) == ("rejected", "faster than physically possible"), _last_error(doc)
+    assert doc["speed_of_light"]["peak"]["source"] == "override"
+
+
+@pytest.mark.gpu
+def test_gpu_l2_is_flushed_between_timed_calls(tmp_path):
+    # The 1M-element shape (12 MB) fits in an H100/H200 L2. Timed calls must pay for
+    # HBM reads like do_bench's flushed calls do, not run at warm-L2 speed.
+    torch = _gpu()
+    import triton.testing
+
+    doc = run_forked(tmp_path, timing=GPU_TIMING, problem="vector_add", code=baseline("vector_add"))
+    assert doc["status"] == "ok", _last_error(doc)
+    harness = next(s for s in doc["shapes"] if s["shape"]["size"] == 1 << 20)["median_us"]
+
+    namespace = {}
+    exec(compile(baseline("vector_add"), "kernel.py", "exec"), namespace)
+    a, b = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
+    out = torch.empty_like(a)
+    call = lambda: namespace["custom_kernel"]((a, b, out))  # noqa: E731
+    cold = triton.testing.do_bench(call, return_mode="median") * 1e3
+    call()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(200):
+        call()
+    end.record()
+    torch.cuda.synchronize()
+    warm = start.elapsed_time(end) * 1e3 / 200
+    assert harness >= 0.9 * cold, (harness, cold, warm)
+    assert harness > 1.1 * warm, (harness, cold, warm)
