@@ -80,13 +80,21 @@ class Attempt:
         except (TypeError, ValueError):
             return None
 
+    def _int(self, key) -> int:
+        # A hand-edited commit may carry anything here; -1 keeps it out of the
+        # baseline (0) and out of every real experiment instead of breaking `kgit log`.
+        try:
+            return int(self._one(key, "0"))
+        except ValueError:
+            return -1
+
     @property
     def experiment(self) -> int:
-        return int(self._one("Kgit-Experiment", "0"))
+        return self._int("Kgit-Experiment")
 
     @property
     def attempt(self) -> int:
-        return int(self._one("Kgit-Attempt", "0"))
+        return self._int("Kgit-Attempt")
 
     @property
     def is_baseline(self) -> bool:
@@ -215,7 +223,7 @@ class Repo:
     def snapshot_tree(self, paths: list[str]) -> str:
         """The tree of HEAD plus the working tree's tracked changes and `paths`, via a private index."""
         self.state.mkdir(parents=True, exist_ok=True)
-        index = self.state / f"index-{uuid.uuid4().hex}"
+        index = self.state / f"index-{os.getpid()}-{uuid.uuid4().hex}"
         env = {"GIT_INDEX_FILE": str(index)}
         try:
             if self.head():
@@ -307,7 +315,9 @@ class Repo:
         """A detached throwaway worktree of `rev` under .git/kgit/worktrees, removed afterwards."""
         root = self.state / "worktrees"
         root.mkdir(parents=True, exist_ok=True)
-        path = root / uuid.uuid4().hex[:12]
+        # The owner's pid in the name lets clean_worktrees tell leftovers of a killed kgit
+        # from the worktree of a `kgit eval` that is still running.
+        path = root / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.git("worktree", "add", "--detach", "--quiet", str(path), rev)
         try:
             yield path
@@ -317,17 +327,47 @@ class Repo:
             self.git("worktree", "prune", check=False)
 
     def clean_worktrees(self) -> int:
-        """Remove worktrees and scratch folders left by a killed kgit process."""
+        """Remove what a killed kgit process left: worktrees, scratch folders, private
+        indexes, and git's lock files on kgit's own refs. Call it holding the lock."""
         removed = 0
         for sub in ("worktrees", "scratch"):
             root = self.state / sub
             if root.exists():
                 for path in root.iterdir():
+                    if _owner_alive(path.name):
+                        continue
                     self.git("worktree", "remove", "--force", str(path), check=False)
                     shutil.rmtree(path, ignore_errors=True)
                     removed += 1
+        for path in self.state.glob("index-*"):
+            if not _owner_alive(path.name):
+                path.unlink(missing_ok=True)
+        # A kill -9 in the middle of `git update-ref` leaves its .lock file, and every
+        # later update of that ref fails. Only kgit writes these refs, and we hold the
+        # archive lock, so such a file is stale.
+        for pattern in ("refs/heads/kgit/**/*.lock", "refs/tags/kgit/*.lock", "refs/notes/kgit.lock"):
+            for path in self.git_dir.glob(pattern):
+                path.unlink(missing_ok=True)
+                removed += 1
         self.git("worktree", "prune", check=False)
         return removed
+
+
+def _owner_alive(name: str) -> bool:
+    """Is the process whose pid starts this leftover's name still running?"""
+    digits = re.match(r"^(?:eval-|index-)?(\d+)-", name)
+    if not digits:
+        return False  # a name from before pids were recorded: its owner is long gone
+    pid = int(digits.group(1))
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def parse_log(out: str) -> list[Attempt]:

@@ -169,6 +169,7 @@ def record(repo: Repo, config, notes: str = "") -> Outcome:
                         'Start one with `kgit try "HYPOTHESIS"`, or check one out with `git checkout kgit/N-...`.')
     task = problem_mod.load_task(repo.root / config.problem)
     with repo.lock("record"):
+        repo.clean_worktrees()  # what a killed run left behind
         tree = repo.snapshot_tree(task.files)
         parent = repo.head()
         provisional = repo.commit_tree(tree, [parent], "kgit: provisional commit for evaluation\n")

@@ -52,7 +52,8 @@ class Message:
     trailers: list = field(default_factory=list)  # [(key, value)], keys may repeat
 
     def render(self, ok: bool) -> str:
-        clean = (lambda t: t) if ok else scrub
+        # Control characters go in every case: git refuses a NUL in a message outright.
+        clean = (lambda t: _CONTROL.sub(" ", t)) if ok else scrub
         # git stops looking for trailers at a line starting with "---" (a patch separator),
         # so quoted diffs and tracebacks get those lines indented.
         body = [re.sub(r"(?m)^---", " ---", clean(p).strip()) for p in self.paragraphs if p and p.strip()]
