@@ -49,6 +49,8 @@ def inputs_unchanged(pristine, data, output_index) -> tuple[bool, str]:
     import torch
 
     def flat(d):
+        if isinstance(d, dict):
+            return list(d.values())
         return list(d) if isinstance(d, (tuple, list)) else [d]
 
     for i, (before, after) in enumerate(zip(flat(pristine), flat(data))):

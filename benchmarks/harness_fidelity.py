@@ -1,0 +1,137 @@
+"""How far the harness's timings can be trusted, on a GPU (written for the H200).
+
+Three figures, each against its goal from the harness issue:
+
+1. Agreement with triton.testing.do_bench on the shipped baselines: per benchmark
+   shape, the harness's statistic over do_bench's (same statistic, do_bench flushes
+   its cache before each call too). Goal: geometric mean within 3% of 1.
+2. Repeatability: the same kernel evaluated twice, per shape |a - b| / a.
+   Goal: under 1% (geometric mean over shapes).
+3. Fixed overhead of one evaluation: the wall time of a full evaluation through
+   kgit.evaluate.run_child (child start to result) with the shortest timing settings,
+   next to the bare `python -I -c "import torch, triton"` start.
+
+The harness runs through kgit.evaluate.run_child, exactly as `kgit try` runs it, with
+the default timing settings of .kgit.yaml unless given others.
+
+    python benchmarks/harness_fidelity.py                       # vector_add and softmax
+    python benchmarks/harness_fidelity.py --problems vector_add --stat median
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from tabulate import tabulate
+
+from kgit import config as config_mod
+from kgit import evaluate
+from kgit.harness import problem as problem_mod
+
+
+def evaluate_baseline(name: str, config) -> dict:
+    folder = problem_mod.shipped()[name]
+    task = problem_mod.load_task(folder)
+    scratch = Path(tempfile.mkdtemp(prefix="fidelity-"))
+    try:
+        shutil.copytree(folder, scratch / "problem")
+        (scratch / "candidate").mkdir()
+        for f in task.files:
+            shutil.copy2(folder / f, scratch / "candidate" / f)
+        doc = evaluate.run_child(scratch / "problem", scratch / "candidate", config, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if doc["status"] != "ok":
+        sys.exit(f"{name}: the baseline did not pass ({doc['status']} {doc.get('reason') or ''}):\n"
+                 f"{doc.get('error')}\n{doc.get('stderr', '')[-2000:]}")
+    return doc
+
+
+def do_bench_us(name: str, shape: dict, stat: str) -> float:
+    import torch
+    import triton.testing
+
+    folder = problem_mod.shipped()[name]
+    namespace, reference = {}, {}
+    exec(compile((folder / "kernel.py").read_text(), str(folder / "kernel.py"), "exec"), namespace)
+    exec(compile((folder / "reference.py").read_text(), str(folder / "reference.py"), "exec"), reference)
+    data = reference["generate_input"](**shape)
+    kernel = namespace["custom_kernel"]
+    kernel(data)
+    torch.cuda.synchronize()
+    return triton.testing.do_bench(lambda: kernel(data), warmup=100, rep=500, return_mode=stat) * 1e3
+
+
+def geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def import_floor_s() -> float:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-I", "-c", "import torch, triton; torch.cuda.init()"], check=True)
+    return time.perf_counter() - started
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--problems", nargs="+", default=["vector_add", "softmax"])
+    parser.add_argument("--stat", choices=["mean", "median", "min"], default="mean",
+                        help="statistic compared (the problems rank by mean)")
+    args = parser.parse_args()
+
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("harness_fidelity needs a CUDA or ROCm GPU: interpreter timings on the CPU are not meaningful.")
+    config = config_mod.parse(config_mod.default_text())
+    print(f"device: {torch.cuda.get_device_name()}; timing {config.timing}; statistic: {args.stat}\n")
+
+    rows, ratios, spreads = [], [], []
+    for name in args.problems:
+        first, second = evaluate_baseline(name, config), evaluate_baseline(name, config)
+        again = {s["key"]: s for s in second["shapes"]}
+        task = problem_mod.load_task(problem_mod.shipped()[name])
+        for shape, entry in zip(task.benchmarks, first["shapes"]):
+            ours = entry[f"{args.stat}_us"]
+            theirs = do_bench_us(name, shape, args.stat)
+            other = again[entry["key"]][f"{args.stat}_us"]
+            ratio, spread = ours / theirs, abs(ours - other) / ours
+            ratios.append(ratio)
+            spreads.append(spread)
+            rows.append([name, entry["key"], f"{ours:.2f}", f"{theirs:.2f}", f"{ratio:.3f}",
+                         f"{other:.2f}", f"{100 * spread:.2f}%", entry["n"],
+                         f"{entry.get('sol_us') or 0:.2f}", f"{entry.get('host_batch_us', 0):.2f}"])
+    print(tabulate(rows, headers=["problem", "shape", "harness us", "do_bench us", "ratio",
+                                  "2nd run us", "run-to-run", "n", "speed of light us", "host batch us"]))
+
+    agreement = geomean(ratios)
+    repeat = geomean(max(s, 1e-6) for s in spreads)
+    fast = replace(config, timing=replace(config.timing, min_reps=1, warmup=0, max_time_s=0.0))
+    walls = []
+    for _ in range(3):
+        started = time.perf_counter()
+        evaluate_baseline("vector_add", fast)
+        walls.append(time.perf_counter() - started)
+    floor = min(import_floor_s() for _ in range(3))
+    print()
+    print(tabulate([
+        ["agreement with do_bench (geomean ratio)", f"{agreement:.4f}", "within 0.97..1.03",
+         "ok" if abs(agreement - 1) <= 0.03 else "MISSED"],
+        ["worst shape ratio", f"{min(ratios, key=lambda r: -abs(r - 1)):.4f}", "-", ""],
+        ["repeatability (geomean |a-b|/a)", f"{100 * repeat:.2f}%", "< 1%", "ok" if repeat < 0.01 else "MISSED"],
+        ["one evaluation, vector_add, 1 rep (best of 3)", f"{min(walls):.2f} s", "-", ""],
+        ["python -I + import torch, triton + CUDA init", f"{floor:.2f} s", "-", ""],
+    ], headers=["figure", "value", "goal", ""]))
+
+
+if __name__ == "__main__":
+    main()
