@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import socket
 import subprocess
@@ -29,126 +28,10 @@ from kgit import evaluate, sandbox
 from kgit.harness import problem as problem_mod
 
 from conftest import fast_config_text
+from hostile_kernels import HOSTILE, stage
 
 NAMESPACES, WHY_NOT = sandbox.probe()
 needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason=f"this host allows no namespaces: {WHY_NOT}")
-
-HOSTILE = '''
-import json, os, resource, socket, sys
-
-DONE = set()  # the kernel is called many times; each escape is tried once
-
-
-def once(name):
-    if name in DONE:
-        return False
-    DONE.add(name)
-    return True
-
-
-def snoop(secrets, port, outside, marker):
-    if not once("snoop"):
-        return
-    report = {"env_keys": sorted(os.environ)}
-    report["env_has_secret"] = any(s in v for s in secrets for v in os.environ.values())
-    leaked = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                data = open(f"/proc/{pid}/environ", "rb").read()
-            except OSError:
-                continue
-            if any(s.encode() in data for s in secrets):
-                leaked.append(pid)
-    report["proc_environ_with_secret"] = leaked
-    try:
-        open(f"/proc/{os.getppid()}/environ", "rb").read()
-        report["read_parent_environ"] = True
-    except OSError as e:
-        report["read_parent_environ"] = str(e)
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-        report["connected"] = True
-    except OSError as e:
-        report["connected"] = str(e)
-    try:
-        with open(outside, "w") as f:
-            f.write("escaped")
-        report["wrote_outside"] = True
-    except OSError as e:
-        report["wrote_outside"] = str(e)
-    try:
-        with open(os.path.join(os.environ.get("HOME", "."), "allowed.txt"), "w") as f:
-            f.write("fine")
-        report["wrote_home"] = True
-    except OSError as e:
-        report["wrote_home"] = str(e)
-    report["core"] = resource.getrlimit(resource.RLIMIT_CORE)
-    report["nofile"] = resource.getrlimit(resource.RLIMIT_NOFILE)
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (1 << 20, 1 << 20))
-        report["raised_nofile"] = True
-    except (OSError, ValueError) as e:
-        report["raised_nofile"] = str(e)
-    if marker:
-        escape(marker, detach=True)
-    print("KGIT-PROBE " + json.dumps(report))
-    sys.stdout.flush()
-
-
-def escape(marker, detach):
-    if not once("escape"):
-        return
-    pid = os.fork()
-    if pid == 0:
-        if detach:
-            os.setsid()  # leave the process group kgit kills
-            if os.fork():
-                os._exit(0)
-        os.execv("/bin/sleep", ["sleep", marker])
-    if detach:
-        os.waitpid(pid, 0)
-
-
-def segfault():
-    import ctypes
-    ctypes.string_at(0)
-
-
-def spin():
-    while True:
-        pass
-
-
-def hog(gib):
-    import torch
-    return [torch.empty(1 << 28, dtype=torch.float32) for _ in range(gib)]
-
-
-def shout(megabytes):
-    if not once("shout"):
-        return
-    line = "x" * 1023 + "\\n"
-    for _ in range(megabytes * 1024):
-        sys.stdout.write(line)
-'''
-
-def _kernel_source(action: str) -> str:
-    """The shipped baseline kernel, with the hostile action run first on every call."""
-    baseline = (problem_mod.shipped()["vector_add"] / "kernel.py").read_text()
-    body = baseline.replace("def custom_kernel(data):\n", f"def custom_kernel(data):\n    {action}\n")
-    assert body != baseline
-    return "import hostile\n" + body
-
-
-def _stage(tmp_path: Path, action: str) -> tuple[Path, Path, Path]:
-    scratch = tmp_path / "scratch"
-    problem_dir, candidate_dir = scratch / "problem", scratch / "candidate"
-    shutil.copytree(problem_mod.shipped()["vector_add"], problem_dir)
-    candidate_dir.mkdir()
-    (candidate_dir / "kernel.py").write_text(_kernel_source(action))
-    (candidate_dir / "hostile.py").write_text(HOSTILE)
-    return problem_dir, candidate_dir, scratch
 
 
 def _config(**evaluator):
@@ -190,7 +73,7 @@ PARENT = textwrap.dedent('''
 def _evaluate_as_kgit(tmp_path, action, secrets: dict, **evaluator) -> dict:
     """Evaluate in a separate kgit process whose environment (from its very start, as
     /proc shows it) holds the secrets, the way a user runs kgit with API keys set."""
-    problem_dir, candidate_dir, scratch = _stage(tmp_path, action)
+    problem_dir, candidate_dir, scratch = stage(tmp_path, action)
     cfg = tmp_path / "kgit.yaml"
     cfg.write_text(fast_config_text(evaluator=evaluator))
     env = {**os.environ, **secrets}
@@ -304,7 +187,7 @@ def test_result_says_what_was_applied(snooped):
 def test_process_group_kill_without_namespaces(tmp_path):
     """sandbox: off keeps the process-group kill: a forked child in the group dies too."""
     marker = f"{random.randint(10**6, 10**7)}.{random.randint(1, 999)}"
-    problem_dir, candidate_dir, scratch = _stage(tmp_path, f"hostile.escape({marker!r}, detach=False)")
+    problem_dir, candidate_dir, scratch = stage(tmp_path, f"hostile.escape({marker!r}, detach=False)")
     doc = evaluate.run_child(problem_dir, candidate_dir, _config(sandbox="off"), scratch)
     try:
         assert doc["status"] == "ok", doc.get("error")
@@ -316,7 +199,7 @@ def test_process_group_kill_without_namespaces(tmp_path):
 
 
 def test_segfault_is_a_crash_with_the_stack(tmp_path):
-    problem_dir, candidate_dir, scratch = _stage(tmp_path, "hostile.segfault()")
+    problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.segfault()")
     doc = evaluate.run_child(problem_dir, candidate_dir, _config(), scratch)
     assert doc["status"] == "crash"
     assert "SIGSEGV" in doc["error"]
@@ -324,7 +207,7 @@ def test_segfault_is_a_crash_with_the_stack(tmp_path):
 
 
 def test_infinite_loop_times_out_and_leaves_nothing(tmp_path):
-    problem_dir, candidate_dir, scratch = _stage(tmp_path, "hostile.spin()")
+    problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.spin()")
     doc = evaluate.run_child(problem_dir, candidate_dir, _config(timeout_s=20), scratch)
     assert doc["status"] == "timeout"
     assert "20 s" in doc["error"]
@@ -332,7 +215,7 @@ def test_infinite_loop_times_out_and_leaves_nothing(tmp_path):
 
 
 def test_huge_allocation_is_a_runtime_error(tmp_path):
-    problem_dir, candidate_dir, scratch = _stage(tmp_path, "hostile.hog(64)")
+    problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.hog(64)")
     doc = evaluate.run_child(problem_dir, candidate_dir, _config(max_memory_gb=2), scratch)
     assert doc["status"] == "runtime-error", doc.get("error")
     assert "memory" in doc["error"].lower()
@@ -340,7 +223,7 @@ def test_huge_allocation_is_a_runtime_error(tmp_path):
 
 
 def test_enormous_output_is_cut_not_stored(tmp_path):
-    problem_dir, candidate_dir, scratch = _stage(tmp_path, "hostile.shout(64)")
+    problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.shout(64)")
     doc = evaluate.run_child(problem_dir, candidate_dir, _config(max_output_bytes=4000), scratch)
     assert doc["status"] == "ok", doc.get("error")
     assert len(doc["stdout"]) < 4200
@@ -351,7 +234,7 @@ def test_enormous_output_is_cut_not_stored(tmp_path):
 
 def test_killing_kgit_kills_the_evaluation(tmp_path):
     """kill -9 of the kgit process: the lifeline pipe closes and the child dies with it."""
-    problem_dir, candidate_dir, scratch = _stage(tmp_path, "hostile.spin()")
+    problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.spin()")
     cfg = tmp_path / "kgit.yaml"
     cfg.write_text(fast_config_text(evaluator={"timeout_s": 300}))
     parent = subprocess.Popen([sys.executable, "-c", PARENT, str(cfg), str(problem_dir), str(candidate_dir), str(scratch)],
@@ -387,3 +270,89 @@ def test_output_tail_keeps_head_and_tail():
     small = evaluate.OutputTail(100)
     small.add(b"hello")
     assert small.text() == "hello"
+
+
+# -- on the GPU (run on the device machine: pytest -m gpu tests/test_sandbox.py) --------------
+GPU_FAULTS = {
+    "illegal-address": '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _bad(a_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    # Far outside any allocation: an illegal memory access on the device.
+    tl.store(out_ptr + offsets + (1 << 40), tl.load(a_ptr + offsets))
+
+
+def custom_kernel(data):
+    a, b, out = data
+    _bad[(triton.cdiv(a.numel(), 1024),)](a, out, a.numel(), BLOCK=1024)
+    return out
+''',
+    "spin": '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _spin(flag_ptr):
+    while tl.load(flag_ptr, volatile=True) == 0:
+        pass
+
+
+def custom_kernel(data):
+    a, b, out = data
+    _spin[(1,)](torch.zeros(1, dtype=torch.int32, device=a.device))
+    return out
+''',
+    "huge": '''
+import torch
+
+
+def custom_kernel(data):
+    a, b, out = data
+    hoard = torch.empty(1 << 45, dtype=torch.uint8, device=a.device)  # 32 TiB
+    return out
+''',
+}
+
+
+def _stage_source(tmp_path: Path, source: str) -> tuple[Path, Path, Path]:
+    problem_dir, candidate_dir, scratch = stage(tmp_path, "pass")
+    (candidate_dir / "kernel.py").write_text(source)
+    (candidate_dir / "hostile.py").unlink()
+    return problem_dir, candidate_dir, scratch
+
+
+@pytest.mark.gpu
+def test_gpu_evaluation_works_inside_the_sandbox(tmp_path):
+    source = (problem_mod.shipped()["vector_add"] / "kernel.py").read_text()
+    doc = evaluate.run_child(*_stage_source(tmp_path, source), _config())
+    assert doc["status"] == "ok", doc.get("error")
+    assert doc["timing"] == "events" and doc["device"] != "cpu"
+    assert doc["sandbox"]["namespaces"] is NAMESPACES
+    if NAMESPACES:
+        assert doc["sandbox"]["missing"] == [], doc["sandbox"]
+    # No host-memory limit where a GPU driver is present unless asked for.
+    assert not any("data=" in a for a in doc["sandbox"]["applied"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fault, statuses, words", [
+    ("illegal-address", {"runtime-error", "crash"}, ("illegal", "memory")),
+    ("spin", {"timeout"}, ("30 s",)),
+    ("huge", {"runtime-error"}, ("out of memory",)),
+])
+def test_gpu_faults_become_statuses(tmp_path, fault, statuses, words):
+    scratch_parts = _stage_source(tmp_path / "bad", GPU_FAULTS[fault])
+    doc = evaluate.run_child(*scratch_parts, _config(timeout_s=30))
+    assert doc["status"] in statuses, (doc["status"], doc.get("error"))
+    assert all(w.lower() in doc["error"].lower() for w in words), doc["error"][-2000:]
+    assert _gone(str(scratch_parts[2]), within_s=10)
+    # The device is usable again right after.
+    source = (problem_mod.shipped()["vector_add"] / "kernel.py").read_text()
+    after = evaluate.run_child(*_stage_source(tmp_path / "good", source), _config())
+    assert after["status"] == "ok", after.get("error")

@@ -1,0 +1,132 @@
+"""Hostile candidates for the sandbox tests and benchmarks/faults.py.
+
+The static policy check rejects `os`, `socket` and `ctypes` in the editable files, so
+these candidates keep their hostile code in a helper module, `hostile.py`, that the
+policy does not read (it reads only the problem's editable files): they stand in for a
+kernel that found a way around the static check, so the runtime defences are what
+meets them.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from kgit.harness import problem as problem_mod
+
+HOSTILE = '''
+import json, os, resource, socket, sys
+
+DONE = set()  # the kernel is called many times; each escape is tried once
+
+
+def once(name):
+    if name in DONE:
+        return False
+    DONE.add(name)
+    return True
+
+
+def snoop(secrets, port, outside, marker):
+    if not once("snoop"):
+        return
+    report = {"env_keys": sorted(os.environ)}
+    report["env_has_secret"] = any(s in v for s in secrets for v in os.environ.values())
+    leaked = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                data = open(f"/proc/{pid}/environ", "rb").read()
+            except OSError:
+                continue
+            if any(s.encode() in data for s in secrets):
+                leaked.append(pid)
+    report["proc_environ_with_secret"] = leaked
+    try:
+        open(f"/proc/{os.getppid()}/environ", "rb").read()
+        report["read_parent_environ"] = True
+    except OSError as e:
+        report["read_parent_environ"] = str(e)
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        report["connected"] = True
+    except OSError as e:
+        report["connected"] = str(e)
+    try:
+        with open(outside, "w") as f:
+            f.write("escaped")
+        report["wrote_outside"] = True
+    except OSError as e:
+        report["wrote_outside"] = str(e)
+    try:
+        with open(os.path.join(os.environ.get("HOME", "."), "allowed.txt"), "w") as f:
+            f.write("fine")
+        report["wrote_home"] = True
+    except OSError as e:
+        report["wrote_home"] = str(e)
+    report["core"] = resource.getrlimit(resource.RLIMIT_CORE)
+    report["nofile"] = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1 << 20, 1 << 20))
+        report["raised_nofile"] = True
+    except (OSError, ValueError) as e:
+        report["raised_nofile"] = str(e)
+    if marker:
+        escape(marker, detach=True)
+    print("KGIT-PROBE " + json.dumps(report))
+    sys.stdout.flush()
+
+
+def escape(marker, detach):
+    if not once("escape"):
+        return
+    pid = os.fork()
+    if pid == 0:
+        if detach:
+            os.setsid()  # leave the process group kgit kills
+            if os.fork():
+                os._exit(0)
+        os.execv("/bin/sleep", ["sleep", marker])
+    if detach:
+        os.waitpid(pid, 0)
+
+
+def segfault():
+    import ctypes
+    ctypes.string_at(0)
+
+
+def spin():
+    while True:
+        pass
+
+
+def hog(gib):
+    import torch
+    return [torch.empty(1 << 28, dtype=torch.float32) for _ in range(gib)]
+
+
+def shout(megabytes):
+    if not once("shout"):
+        return
+    line = "x" * 1023 + "\\n"
+    for _ in range(megabytes * 1024):
+        sys.stdout.write(line)
+'''
+
+def kernel_source(action: str) -> str:
+    """The shipped baseline kernel, with the hostile action run first on every call."""
+    baseline = (problem_mod.shipped()["vector_add"] / "kernel.py").read_text()
+    body = baseline.replace("def custom_kernel(data):\n", f"def custom_kernel(data):\n    {action}\n")
+    assert body != baseline
+    return "import hostile\n" + body
+
+
+def stage(tmp_path: Path, action: str) -> tuple[Path, Path, Path]:
+    scratch = tmp_path / "scratch"
+    problem_dir, candidate_dir = scratch / "problem", scratch / "candidate"
+    shutil.copytree(problem_mod.shipped()["vector_add"], problem_dir)
+    candidate_dir.mkdir()
+    (candidate_dir / "kernel.py").write_text(kernel_source(action))
+    (candidate_dir / "hostile.py").write_text(HOSTILE)
+    return problem_dir, candidate_dir, scratch
