@@ -211,9 +211,16 @@ def test_clock_reports_a_patched_timer(monkeypatch):
 
 
 def _plain_candidate(fn):
+    import contextlib
+
     class Plain:
+        kernel = staticmethod(fn)
+
         def call(self, data):
             return fn(data)
+
+        def guarded(self):
+            return contextlib.nullcontext()
 
         def verify(self):
             pass

@@ -89,10 +89,11 @@ class _Armed:
         g = self.g
         if g._mode is not None:
             # A candidate that popped our mode off the stack has disabled the op guard.
-            stack = g.torch.overrides._get_current_function_mode_stack()
-            if (not stack or stack[-1] is not g._mode) and g.violation is None:
+            depth = g.torch._C._len_torch_function_stack()
+            on_top = depth > 0 and g.torch._C._get_function_stack_at(depth - 1) is g._mode
+            if not on_top and g.violation is None:
                 g.violation = ("op guard removed", "the kernel removed the harness's TorchFunctionMode")
-            if stack and stack[-1] is g._mode:
+            if on_top:
                 g._mode.__exit__(*exc)
         return False
 

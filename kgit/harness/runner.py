@@ -7,6 +7,7 @@ captured, never parsed.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -88,10 +89,22 @@ class Candidate:
         self.kernel, self.guards, self.clock = kernel, guards, clock
 
     def call(self, data):
-        """One guarded call; cheap enough to sit inside a timed region."""
+        """One guarded call, outside any timed region."""
+        with self.guarded():
+            return self.kernel(data)
+
+    @contextlib.contextmanager
+    def guarded(self):
+        """Runtime guards armed around the block; a failure inside becomes a Verdict.
+
+        Timing enters it before the start event and leaves it after the end event, so
+        the guards' own Python never sits between the events.
+        """
         try:
             with self.guards.armed():
-                return self.kernel(data)
+                yield
+        except Verdict:
+            raise
         except BaseException as e:  # noqa: BLE001 - a failing kernel is a result, not a harness error
             self.verify()
             status = "compile-error" if _is_compile_error(e) else "runtime-error"

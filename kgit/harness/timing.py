@@ -59,32 +59,39 @@ class Clock:
     def tampered(self) -> list[str]:
         return [name for name, (owner, attr, value) in self.originals.items() if getattr(owner, attr, None) is not value]
 
-    def time_call(self, call):
-        """(output, device-or-host microseconds, host microseconds spent inside the call)."""
+    def time_call(self, call, region):
+        """(output, device-or-host microseconds, host microseconds spent inside the call).
+
+        `region` (the runtime guards) is entered before the start event and left after
+        the end event, so only the call itself lies between the two.
+        """
         if not self.on_gpu:
-            t0 = self.perf_counter()
-            out = call()
-            t1 = self.perf_counter()
+            with region:
+                t0 = self.perf_counter()
+                out = call()
+                t1 = self.perf_counter()
             return out, (t1 - t0) * 1e6, (t1 - t0) * 1e6
         self.synchronize()
         # The flush runs ahead of the start event with no synchronize in between, as in
         # triton.testing.do_bench: the host launches the call while the flush still runs,
         # so launch latency is not counted when the GPU is the bottleneck.
         self.flush.zero_()
-        self.start.record()
-        h0 = self.perf_counter()
-        out = call()
-        h1 = self.perf_counter()
-        self.end.record()
+        with region:
+            self.start.record()
+            h0 = self.perf_counter()
+            out = call()
+            h1 = self.perf_counter()
+            self.end.record()
         self.synchronize()
         return out, self.start.elapsed_time(self.end) * 1e3, (h1 - h0) * 1e6
 
-    def host_batch(self, call_with, inputs) -> float:
+    def host_batch(self, call, inputs, region) -> float:
         """Host microseconds per call for back-to-back calls ended by a device-wide synchronize."""
         self.synchronize()
         h0 = self.perf_counter()
-        for data in inputs:
-            call_with(data)
+        with region:
+            for data in inputs:
+                call(data)
         self.synchronize()
         return (self.perf_counter() - h0) * 1e6 / len(inputs)
 
@@ -110,7 +117,7 @@ def measure(task, reference, candidate, shape, secret, clock, settings, torch) -
     while True:
         data = checking.make_input(reference, shape, seed(i))
         checking.poison(data, task.output)
-        out, t, host = clock.time_call(lambda: candidate.call(data))
+        out, t, host = clock.time_call(lambda: candidate.kernel(data), candidate.guarded())
         candidate.verify()
         times.append(t)
         host_call.append(host)
@@ -136,7 +143,7 @@ def measure(task, reference, candidate, shape, secret, clock, settings, torch) -
             return {"error": f"timed repetition {rep} gave a wrong result: {message}", **stats}
     if clock.on_gpu:
         inputs = _batch_inputs(reference, shape, seed, torch)
-        stats["host_batch_us"] = clock.host_batch(candidate.call, inputs)
+        stats["host_batch_us"] = clock.host_batch(candidate.kernel, inputs, candidate.guarded())
         candidate.verify()
     return stats
 
