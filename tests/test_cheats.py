@@ -1,6 +1,6 @@
 """Cheating kernels, one per family (tests/cheats/), each caught for the right reason.
 
-CPU cheats run the harness in a forked child (see tests/cheats/__init__.py); the
+Cheats run the harness in a child process (see tests/cheats/__init__.py); the
 `gpu` ones need a CUDA or ROCm device and run with `pytest -m gpu tests/test_cheats.py`.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from cheats import FAST_TIMING, baseline, run_forked, source
+from cheats import FAST_TIMING, baseline, in_fork, run_harness, source
 from kgit import config as config_mod
 from kgit import evaluate
 
@@ -26,7 +26,7 @@ def _last_error(doc) -> str:
     ("thread_deferral", "threads started by the kernel"),
 ])
 def test_rejected_with_the_rule(tmp_path, name, reason):
-    doc = run_forked(tmp_path, name)
+    doc = run_harness(tmp_path, name)
     assert (doc["status"], doc["reason"]) == ("rejected", reason), _last_error(doc)
 
 
@@ -39,20 +39,20 @@ def test_rejected_with_the_rule(tmp_path, name, reason):
     ("lazy_output", "torch.Tensor subclass"),
 ])
 def test_incorrect_with_the_cause(tmp_path, name, message):
-    doc = run_forked(tmp_path, name)
+    doc = run_harness(tmp_path, name)
     assert doc["status"] == "incorrect", _last_error(doc)
     assert message in doc["error"]
 
 
 def test_output_right_once_then_stale_fails_the_timed_recheck(tmp_path):
-    doc = run_forked(tmp_path, "stale_later")
+    doc = run_harness(tmp_path, "stale_later")
     assert doc["status"] == "incorrect"
     assert all(t["ok"] for t in doc["tests"])  # it passed every correctness test...
     assert "timed repetition" in doc["error"]  # ...and was caught by the re-check of timed outputs
 
 
 def test_memorised_published_outputs_fail_the_secret_seeds(tmp_path):
-    doc = run_forked(tmp_path, "memorized")
+    doc = run_harness(tmp_path, "memorized")
     assert doc["status"] == "incorrect"
     published = {101, 102, 103}
     assert all(t["ok"] for t in doc["tests"] if t["seed"] in published)
@@ -63,20 +63,36 @@ def test_memorised_published_outputs_fail_the_secret_seeds(tmp_path):
 def test_gc_finds_no_expected_output_during_the_call(tmp_path):
     # The cheat copies any tensor that already holds a + b; expected outputs are made
     # only after the call returns, so it finds none and returns the poisoned buffer.
-    doc = run_forked(tmp_path, "gc_expected")
+    doc = run_harness(tmp_path, "gc_expected")
     assert doc["status"] == "incorrect"
     assert "NaN or Inf" in doc["error"]
 
 
+def test_the_gc_cheat_does_find_an_expected_output_that_exists():
+    # The control for the test above: were an expected output alive during the call
+    # (computed before it), the same cheat would pass.
+    def attempt():
+        import torch
+
+        namespace = {}
+        exec(compile(source("gc_expected"), "kernel.py", "exec"), namespace)
+        a, b = torch.randn(4097), torch.randn(4097)
+        expected = a + b
+        out = torch.full_like(a, float("nan"))
+        return bool(torch.equal(namespace["custom_kernel"]((a, b, out)), expected))
+
+    assert in_fork(attempt) is True
+
+
 def test_reference_is_not_importable_nor_loaded(tmp_path):
-    doc = run_forked(tmp_path, "find_reference")
+    doc = run_harness(tmp_path, "find_reference")
     assert doc["status"] == "runtime-error"
     assert "reference not found" in doc["error"]
 
 
 def test_honest_kernel_passes_with_guards_on(tmp_path):
     # Plain torch ops, none of them forbidden: the op guard must let them through.
-    doc = run_forked(tmp_path, "honest_torch_softmax")
+    doc = run_harness(tmp_path, "honest_torch_softmax")
     assert doc["status"] == "ok", _last_error(doc)
     assert len(doc["tests"]) == 2 * 3  # every CPU test shape, published and secret seed
     assert doc["speed_of_light"]["checked"] is False and "interpreter" in doc["speed_of_light"]["why"]
@@ -92,7 +108,7 @@ def test_shipped_baseline_passes_through_the_real_child(kernel_repo, tmp_path):
 
 @pytest.mark.parametrize("problem", ["vector_add", "softmax"])
 def test_shipped_triton_baselines_pass(tmp_path, problem):
-    doc = run_forked(tmp_path, problem=problem, code=baseline(problem))
+    doc = run_harness(tmp_path, problem=problem, code=baseline(problem))
     assert doc["status"] == "ok", _last_error(doc)
 
 
@@ -120,14 +136,14 @@ def _gpu():
 @pytest.mark.parametrize("name", ["patched_events", "patched_synchronize"])
 def test_gpu_patched_timing_functions(tmp_path, name):
     _gpu()
-    doc = run_forked(tmp_path, name, GPU_TIMING)
+    doc = run_harness(tmp_path, name, GPU_TIMING)
     assert (doc["status"], doc["reason"]) == ("rejected", "patched timers"), _last_error(doc)
 
 
 @pytest.mark.gpu
 def test_gpu_side_stream_work_escapes_the_events_and_is_caught(tmp_path):
     _gpu()
-    doc = run_forked(tmp_path, "side_stream", GPU_TIMING)
+    doc = run_harness(tmp_path, "side_stream", GPU_TIMING)
     assert (doc["status"], doc["reason"]) == ("rejected", "work escaped the timing events"), _last_error(doc)
 
 
@@ -135,7 +151,7 @@ def test_gpu_side_stream_work_escapes_the_events_and_is_caught(tmp_path):
 @pytest.mark.parametrize("problem", ["vector_add", "softmax"])
 def test_gpu_honest_baseline_passes_within_the_speed_of_light(tmp_path, problem):
     _gpu()
-    doc = run_forked(tmp_path, timing=GPU_TIMING, problem=problem, code=baseline(problem))
+    doc = run_harness(tmp_path, timing=GPU_TIMING, problem=problem, code=baseline(problem))
     assert doc["status"] == "ok", _last_error(doc)
     assert doc["timing"] == "events" and doc["speed_of_light"]["checked"] is True
     assert doc["speed_of_light"]["peak"]["source"] in ("datasheet", "measured")
@@ -149,7 +165,7 @@ def test_gpu_faster_than_light_with_an_injected_slow_device(tmp_path):
     # A device 1000x slower than an H200 makes the honest baseline impossibly fast:
     # the guard must fire on real event timings.
     _gpu()
-    doc = run_forked(tmp_path, timing=GPU_TIMING, problem="vector_add", code=baseline("vector_add"),
+    doc = run_harness(tmp_path, timing=GPU_TIMING, problem="vector_add", code=baseline("vector_add"),
                      device_peaks={"name": "test slow GPU", "bytes_per_s": 4.8e9})
     assert (doc["status"], doc["reason"]) == ("rejected", "faster than physically possible"), _last_error(doc)
     assert doc["speed_of_light"]["peak"]["source"] == "override"
@@ -162,7 +178,7 @@ def test_gpu_l2_is_flushed_between_timed_calls(tmp_path):
     torch = _gpu()
     import triton.testing
 
-    doc = run_forked(tmp_path, timing=GPU_TIMING, problem="vector_add", code=baseline("vector_add"))
+    doc = run_harness(tmp_path, timing=GPU_TIMING, problem="vector_add", code=baseline("vector_add"))
     assert doc["status"] == "ok", _last_error(doc)
     harness = next(s for s in doc["shapes"] if s["shape"]["size"] == 1 << 20)["median_us"]
 

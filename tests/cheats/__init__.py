@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import subprocess
 import sys
 from pathlib import Path
 
@@ -40,19 +41,36 @@ def stage(tmp_path: Path, problem: str, code: str) -> tuple[Path, Path]:
     return shipped()[problem], candidate
 
 
-def run_forked(tmp_path: Path, name: str | None = None, timing: dict | None = None, *,
-               problem: str | None = None, code: str | None = None, **spec_extra) -> dict:
-    """Run the harness on a cheat (by name) or on `code` for `problem`, in a forked child.
+def run_harness(tmp_path: Path, name: str | None = None, timing: dict | None = None, *,
+                problem: str | None = None, code: str | None = None, **spec_extra) -> dict:
+    """Run the harness on a cheat (by name) or on `code` for `problem`, in a child process.
 
-    Forking reuses the test process's imported torch (seconds saved per cheat on a
-    CPU); the child gets its own copy of every module, so a cheat that patches torch
-    or time patches only the child. evaluate.run_child is exercised separately.
+    On the CPU the child is forked from the test process, reusing its imported torch
+    (seconds saved per cheat); it has its own copy of every module, so a cheat that
+    patches torch or time patches only the child. CUDA does not survive a fork, so on
+    a GPU the child is a fresh `python -I`. evaluate.run_child is exercised separately.
     """
     if name is not None:
         problem, code = problem_of(name), source(name)
     problem_dir, candidate = stage(tmp_path, problem, code)
     spec = {"problem_dir": str(problem_dir), "candidate_dir": str(candidate),
             "timing": dict(timing or FAST_TIMING), "secret_seed": secrets.randbelow(2**31), **spec_extra}
+    import torch
+
+    if torch.cuda.is_available():
+        return _spawned(tmp_path, spec)
+
+
+    def evaluate():
+        from kgit.harness import runner
+
+        return runner.run(spec)
+
+    return in_fork(evaluate, cwd=tmp_path)
+
+
+def in_fork(fn, cwd: Path | None = None):
+    """fn() in a forked child (torch already imported, triton fresh); its JSON-able result."""
     import torch  # noqa: F401 - imported once here, inherited by every fork
     import triton  # noqa: F401
 
@@ -62,13 +80,12 @@ def run_forked(tmp_path: Path, name: str | None = None, timing: dict | None = No
         code = 1
         try:
             os.close(read_fd)
-            os.chdir(tmp_path)
+            if cwd is not None:
+                os.chdir(cwd)
             _fresh_triton()
-            from kgit.harness import runner
-
-            doc = runner.run(spec)
+            value = fn()
             with os.fdopen(write_fd, "w") as out:
-                out.write(json.dumps(doc))
+                out.write(json.dumps(value))
             code = 0
         finally:
             os._exit(code)
@@ -76,7 +93,22 @@ def run_forked(tmp_path: Path, name: str | None = None, timing: dict | None = No
     with os.fdopen(read_fd) as pipe:
         payload = pipe.read()
     _, status = os.waitpid(pid, 0)
-    assert payload, f"the forked harness died without a result (wait status {status})"
+    assert payload, f"the forked child died without a result (wait status {status})"
+    return json.loads(payload)
+
+
+def _spawned(tmp_path: Path, spec: dict) -> dict:
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    read_fd, write_fd = os.pipe()
+    code = "import sys; from kgit.harness.runner import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-I", "-B", "-c", code, "--spec", str(spec_path),
+                             "--result-fd", str(write_fd)], cwd=tmp_path, pass_fds=(write_fd,))
+    os.close(write_fd)
+    with os.fdopen(read_fd) as pipe:
+        payload = pipe.read()
+    proc.wait()
+    assert payload, f"the harness child died without a result (exit code {proc.returncode})"
     return json.loads(payload)
 
 
