@@ -61,7 +61,8 @@ def _processes_under(path: Path) -> list[str]:
 
 
 def _reachable(repo) -> set[str]:
-    return set(_git(repo, "rev-list", "--all").split())
+    # Refs only: `--all` would also count leftover worktrees' provisional commits.
+    return set(_git(repo, "rev-list", "--branches", "--tags", "--glob=refs/notes/*", "HEAD").split())
 
 
 def _evaluating(repo: Path) -> bool:

@@ -161,11 +161,14 @@ def apply(spec: dict) -> dict:
     if lifeline is not None:
         watch_lifeline(int(lifeline), own_group=not want.get("pid_namespace"))
         applied.append("dies with kgit (lifeline pipe)")
-    try:
-        die_with_parent(want.get("parent_pid"))
-        applied.append("parent-death signal")
-    except OSError as e:
-        missing.append(f"parent-death signal ({e.strerror})")
+    if not sys.platform.startswith("linux"):
+        missing.append(f"parent-death signal (Linux only; the lifeline pipe still works on {sys.platform})")
+    else:
+        try:
+            die_with_parent(want.get("parent_pid"))
+            applied.append("parent-death signal")
+        except OSError as e:
+            missing.append(f"parent-death signal ({e.strerror})")
 
     try:
         limits = set_limits(want.get("cpu_s"), int(want.get("nofile", 4096)),
