@@ -21,7 +21,9 @@ def _last_error(doc) -> str:
     ("forbidden_static", "forbidden by the problem: torch.add"),
     ("forbidden_runtime", "forbidden by the problem: torch.add"),
     ("import_reference", "forbidden import: reference (the reference)"),
-    ("gc_reference", "calling the reference"),
+    ("gc_reference", "object hunting through gc"),
+    ("gc_expected", "object hunting through gc"),
+    ("frame_reference", "calling the reference"),
     ("patched_timer", "patched timers"),
     ("thread_deferral", "threads started by the kernel"),
 ])
@@ -60,17 +62,10 @@ def test_memorised_published_outputs_fail_the_secret_seeds(tmp_path):
     assert secret and not any(t["ok"] for t in secret)
 
 
-def test_gc_finds_no_expected_output_during_the_call(tmp_path):
-    # The cheat copies any tensor that already holds a + b; expected outputs are made
-    # only after the call returns, so it finds none and returns the poisoned buffer.
-    doc = run_harness(tmp_path, "gc_expected")
-    assert doc["status"] == "incorrect"
-    assert "NaN or Inf" in doc["error"]
-
-
-def test_the_gc_cheat_does_find_an_expected_output_that_exists():
-    # The control for the test above: were an expected output alive during the call
-    # (computed before it), the same cheat would pass.
+def test_the_gc_cheat_would_find_an_expected_output_that_existed():
+    # gc_expected is rejected by the audit hook; behind that line, no expected output
+    # exists during the call (tests/test_harness.py checks that). This is the control:
+    # unguarded, with an expected output alive, the same cheat would pass.
     def attempt():
         import torch
 

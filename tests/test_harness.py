@@ -141,24 +141,77 @@ def test_reference_functions_are_tripwires_except_through_the_harness():
     assert reference.ref_kernel(torch.tensor(2.0)).item() == 5.0  # still usable afterwards
 
 
-def test_new_threads_and_a_removed_mode_are_violations():
+def test_starting_a_thread_trips_and_a_thread_left_running_is_a_violation():
     import threading
 
-    guards = Guards(torch, ["torch.add"], None)
+    guards = Guards(torch, [], None)
+    guards.snapshot_threads()
+    with pytest.raises(Tripped):
+        with guards.armed():
+            threading.Thread(target=lambda: None).start()
+    assert guards.violation[0] == "threads started by the kernel"
+
+    # A thread that appeared some other way (native code) is caught after the call.
+    guards = Guards(torch, [], None)
     guards.snapshot_threads()
     stop = threading.Event()
     worker = threading.Thread(target=stop.wait, daemon=True)
-    with guards.armed():
-        worker.start()
+    worker.start()
     guards.after_call()
     stop.set()
     worker.join()
     assert guards.violation[0] == "threads started by the kernel"
 
+
+def test_gc_hunting_trips_the_audit_hook():
+    import gc
+
+    guards = Guards(torch, [], None)
+    with pytest.raises(Tripped):
+        with guards.armed():
+            gc.get_objects()
+    assert guards.violation[0] == "object hunting through gc"
+    gc.get_objects()  # outside candidate calls nothing is watched
+
+
+def test_a_removed_op_guard_is_a_violation():
     guards = Guards(torch, ["torch.add"], None)
     with guards.armed():
         torch._C._pop_torch_function_stack()  # what a cheat reaching torch._C could do
     assert guards.violation[0] == "op guard removed"
+
+
+def test_the_harness_handle_on_the_reference_is_refused_inside_a_call():
+    module = _reference_module()
+    guards = Guards(torch, [], module)
+    reference = guards.reference_proxy(module)
+    guards.arm_reference()
+    with pytest.raises(Tripped):
+        with guards.armed():
+            reference.ref_kernel(torch.tensor(1.0))
+    assert guards.violation[0] == "calling the reference"
+
+
+def test_no_expected_output_exists_while_the_candidate_runs():
+    # A kernel that looks through every live object for a finished a + b during its
+    # call finds none: the harness computes expected outputs only after the call.
+    import gc
+
+    from kgit.harness import runner
+
+    task = problem.load_task(problem.shipped()["vector_add"])
+    found = []
+
+    def hunting(data):
+        a, b, out = data
+        want = a + b
+        found.extend(o for o in gc.get_objects() if type(o) is torch.Tensor and o is not want
+                     and o.shape == want.shape and torch.equal(o, want))
+        return out.copy_(want)
+
+    result = runner._check_shape(task, _load_reference("vector_add"), _plain_candidate(hunting),
+                                 {"size": 4097, "seed": 103}, 103, torch)
+    assert result["ok"] and found == []
 
 
 # ---- timing ----
@@ -169,7 +222,7 @@ def test_reservoir_checks_every_repetition_equally_often():
     for _ in range(3000):
         sample = timing.Reservoir(3, rng)
         for i in range(20):
-            sample.offer(i, lambda i=i: i)
+            sample.offer(lambda i=i: i)
         assert len(sample.items) == 3 and len(set(sample.items)) == 3
         for i in sample.items:
             counts[i] += 1
@@ -181,7 +234,7 @@ def test_reservoir_builds_only_what_it_keeps():
     built = []
     sample = timing.Reservoir(2, random.Random(0))
     for i in range(50):
-        sample.offer(i, lambda i=i: built.append(i) or i)
+        sample.offer(lambda i=i: built.append(i) or i)
     assert len(built) < 50 and set(sample.items) <= set(built)
 
 

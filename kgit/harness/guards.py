@@ -5,7 +5,10 @@ what a source check cannot see (names built from strings, objects found through 
 
 - the problem's forbidden library ops, through a TorchFunctionMode;
 - calls into the reference, through tripwires swapped into its functions;
-- threads started by the candidate (work deferred past the end of a timed call);
+- threads started by the candidate (work deferred past the end of a timed call), gc
+  object hunting and network access, through an audit hook (sys.addaudithook: the
+  interpreter reports these events however they are reached, and a hook cannot be
+  removed); plus a check for threads left running;
 - a CUDA stream switched and not restored.
 
 A guard that trips records the violation in a flag the candidate cannot catch away
@@ -15,8 +18,26 @@ violation into `rejected (<rule>)`.
 
 from __future__ import annotations
 
+import sys
 import threading
 import types
+
+# Audit events that no kernel call has a reason to raise. Process spawning and file
+# access are left to the sandbox: Triton runs ptxas and writes its cache mid-call.
+AUDITED = {
+    "_thread.start_new_thread": "threads started by the kernel",  # raised from Python 3.13 on
+    "gc.get_objects": "object hunting through gc", "gc.get_referrers": "object hunting through gc",
+    "gc.get_referents": "object hunting through gc",
+    "socket.connect": "network access", "socket.bind": "network access",
+}
+_armed = [None]  # the Guards whose candidate code is running, if any
+_hook_installed = [False]
+
+
+def _audit(event, args):
+    guards = _armed[0]
+    if guards is not None and event in AUDITED:
+        guards.trip(AUDITED[event], f"the kernel raised the audit event {event}")
 
 
 class Tripped(BaseException):
@@ -32,6 +53,10 @@ class Guards:
         self._threads = set()
         self._stream = None
         self._tripwire = _Tripwire(reference, self) if reference is not None else None
+        if not _hook_installed[0]:
+            sys.addaudithook(_audit)
+            _guard_thread_start()
+            _hook_installed[0] = True
 
     def trip(self, rule: str, detail: str):
         if self.violation is None:
@@ -48,6 +73,9 @@ class Guards:
 
     def reference_call(self, fn, *args, **kwargs):
         """Run a reference function with its real code; tripwires everywhere else."""
+        if _armed[0] is not None:
+            # The candidate found the harness's own handle on the reference (through frames).
+            self.trip("calling the reference", "the kernel called the reference through the harness's handle")
         if self._tripwire is None:
             return fn(*args, **kwargs)
         with self._tripwire.disarmed():
@@ -73,6 +101,23 @@ class Guards:
                 self.violation = ("side streams", "the kernel switched the current CUDA stream and did not restore it")
 
 
+def _guard_thread_start():
+    """Before Python 3.13 starting a thread raises no audit event: wrap the one primitive
+    every Python thread starts through, before any candidate code can keep the original."""
+    import _thread
+
+    original = _thread.start_new_thread
+
+    def start_new_thread(*args, **kwargs):
+        guards = _armed[0]
+        if guards is not None:
+            guards.trip("threads started by the kernel", "the kernel started a thread")
+        return original(*args, **kwargs)
+
+    _thread.start_new_thread = _thread.start_new = start_new_thread
+    threading._start_new_thread = start_new_thread
+
+
 class _Armed:
     def __init__(self, guards):
         self.g = guards
@@ -83,10 +128,12 @@ class _Armed:
             g._stream = g.torch.cuda.current_stream()
         if g._mode is not None:
             g._mode.__enter__()
+        _armed[0] = g
         return g
 
     def __exit__(self, *exc):
         g = self.g
+        _armed[0] = None
         if g._mode is not None:
             # A candidate that popped our mode off the stack has disabled the op guard.
             depth = g.torch._C._len_torch_function_stack()

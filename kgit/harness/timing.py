@@ -121,7 +121,7 @@ def measure(task, reference, candidate, shape, secret, clock, settings, torch) -
         candidate.verify()
         times.append(t)
         host_call.append(host)
-        kept.offer(i, lambda: (i, checking.clone(out), data))
+        kept.offer(lambda: (i, checking.clone(out), data))
         last = (i, out, data)
         i += 1
         spent = clock.perf_counter() - spent_start
@@ -158,8 +158,8 @@ class Reservoir:
     def __init__(self, k: int, rng: random.Random):
         self.k, self.rng, self.items, self.seen = k, rng, [], 0
 
-    def offer(self, index, make):
-        """Consider repetition `index`; `make()` builds what to keep, only if it is kept."""
+    def offer(self, make):
+        """Consider the next repetition; `make()` builds what to keep, only if it is kept."""
         self.seen += 1
         slot = len(self.items) if len(self.items) < self.k else self.rng.randrange(self.seen)
         if slot < len(self.items):
