@@ -56,7 +56,7 @@ def inputs_unchanged(pristine, data, output_index) -> tuple[bool, str]:
     for i, (before, after) in enumerate(zip(flat(pristine), flat(data))):
         if i == output_index or not isinstance(before, torch.Tensor):
             continue
-        same = before.shape == after.shape and bool(torch.equal(before, after) or
+        same = isinstance(after, torch.Tensor) and before.shape == after.shape and bool(torch.equal(before, after) or
                                                     torch.equal(before.isnan(), after.isnan()) and
                                                     torch.equal(before.nan_to_num(), after.nan_to_num()))
         if not same:
