@@ -46,6 +46,7 @@ def cli():
     Start:    kgit init mykernel --problem softmax
     Manual:   kgit try "HYPOTHESIS"; edit kernel.py; kgit record
     Review:   kgit log, kgit show REV, kgit best, git log --all --grep speedup
+    Share:    kgit report --open, kgit diff A B, kgit lineage REV, kgit pr N
     """
 
 
@@ -287,6 +288,96 @@ def evolve(iterations, model, api_base, max_cost, jobs, dry_run, as_json):
         click.echo(evolve_mod.summary_text(summary))
     if summary.interrupted:
         sys.exit(130)
+
+
+@cli.command("report")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the HTML file (default: .git/kgit/report.html, outside your work tree).")
+@click.option("--open", "open_it", is_flag=True, help="Open the report in the default browser.")
+@click.option("--markdown", is_flag=True, help="Print a markdown summary (for an issue or a PR comment) instead.")
+@click.option("--json", "as_json", is_flag=True, help="Print the totals and one object per experiment.")
+def report_(output, open_it, markdown, as_json):
+    """The campaign at a glance: one self-contained HTML file.
+
+    \b
+    Progress curve (with the baseline, task.yml's `references` and the speed of light
+    where the device is known), lineage tree coloured by status with the best path,
+    per-shape speedup of the best attempt, the table of hypotheses, and totals.
+    Images are embedded: the file opens offline and can be mailed or archived.
+    """
+    from . import report_html, review
+
+    repo, task = review.here()
+    if markdown or as_json:
+        campaign = review.load(repo, task)
+        _emit_json(review.to_json(campaign)) if as_json else click.echo(review.markdown(campaign, task.name), nl=False)
+        return
+    path = report_html.write(repo, task, output or repo.state / "report.html")
+    click.echo(f"wrote {path}")
+    if open_it:
+        click.launch(str(path))
+
+
+@cli.command()
+@click.argument("experiment")
+@click.option("--remote", default="origin", show_default=True, help="Git remote to push the review branch to.")
+@click.option("--base-branch", help="Branch the pull request targets (default: the branch of the baseline commit).")
+@click.option("--json", "as_json", is_flag=True)
+def pr(experiment, remote, base_branch, as_json):
+    """Propose EXPERIMENT's best attempt as a pull request.
+
+    \b
+    EXPERIMENT is a number (3) or a branch (kgit/3-...). The best attempt's tree becomes
+    one commit on the experiment's base (plus one commit per earlier experiment the
+    base branch lacks), pushed to kgit-review/<N>-<slug> on REMOTE. With gh installed
+    and logged in the pull request is opened; otherwise the body and the exact
+    `gh pr create` command are printed. Failed attempts stay in the archive and are
+    summarised in the body. See docs/review.md.
+    """
+    import shlex
+
+    from . import pr as pr_mod
+    from . import review
+
+    repo, task = review.here()
+    proposal = pr_mod.propose(repo, task, experiment, remote=remote, base_branch=base_branch)
+    if as_json:
+        _emit_json(proposal.to_json())
+    elif proposal.opened:
+        click.echo(f"pushed {proposal.branch} to {remote} and opened {proposal.url or 'the pull request'}")
+    else:
+        click.echo(proposal.body)
+        click.echo(f"pushed {proposal.branch} ({proposal.sha[:10]}) to {remote}; {proposal.why_not_opened}. "
+                   f"Open the pull request with:\n{shlex.join(proposal.command)}")
+
+
+@cli.command()
+@click.argument("rev_a")
+@click.argument("rev_b")
+@click.option("--json", "as_json", is_flag=True)
+def diff(rev_a, rev_b, as_json):
+    """Per-shape timings of attempts REV_A and REV_B on one device, and the code diff.
+
+    B is compared on A's device and harness: its own measurement, or a note from
+    `kgit remeasure`. Speedup above 1 means B is faster.
+    """
+    from . import review
+
+    repo, _ = ex.load()
+    doc = review.compare(repo, rev_a, rev_b)
+    _emit_json(doc) if as_json else click.echo(review.compare_text(doc))
+
+
+@cli.command()
+@click.argument("rev", default="HEAD")
+@click.option("--json", "as_json", is_flag=True)
+def lineage(rev, as_json):
+    """The chain of experiments from the baseline to REV, one line each."""
+    from . import review
+
+    repo, _ = ex.load()
+    chain = review.lineage_of(repo, rev)
+    _emit_json([a.to_json() for a in chain]) if as_json else click.echo(review.lineage_text(chain))
 
 
 def main():

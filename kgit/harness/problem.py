@@ -19,7 +19,7 @@ from ..errors import ConfigError, KgitError
 
 TASK_KEYS = {
     "name", "summary", "description", "files", "output", "tests", "benchmarks", "cpu",
-    "ranking", "tolerance", "flops", "bytes", "forbidden", "fp8",
+    "ranking", "tolerance", "flops", "bytes", "forbidden", "fp8", "references",
 }
 RANKINGS = ("mean", "median", "min")
 
@@ -42,6 +42,8 @@ class Task:
     flops: str | None = None
     bytes: str | None = None
     forbidden: list = field(default_factory=list)
+    # Reference geomeans for the report, {device name: {label: us}}, e.g. a vendor library.
+    references: dict = field(default_factory=dict)
 
     def shapes(self, kind: str, on_gpu: bool) -> list:
         if on_gpu:
@@ -100,7 +102,18 @@ def load_task(problem_dir: Path) -> Task:
         tolerance_why=str(tol.get("why", "")), output=data.get("output"),
         flops=data.get("flops"), bytes=data.get("bytes"),
         forbidden=[str(f) for f in data.get("forbidden") or []],
+        references=_check_references(path, data.get("references") or {}),
     )
+
+
+def _check_references(path, refs) -> dict:
+    ok = isinstance(refs, dict) and all(
+        isinstance(lines, dict) and all(isinstance(us, (int, float)) and us > 0 for us in lines.values())
+        for lines in refs.values())
+    if not ok:
+        raise ConfigError(f"{path}: references maps a device name to labelled geomeans in microseconds, "
+                          "e.g. references: {NVIDIA H200: {cuBLASLt fp8: 44.0}}.")
+    return {str(device): {str(label): float(us) for label, us in lines.items()} for device, lines in refs.items()}
 
 
 def _check_shapes(path, kind, shapes):

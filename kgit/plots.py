@@ -1,0 +1,173 @@
+"""The report's figures, drawn with matplotlib's Agg backend into PNG bytes.
+
+Each function takes a review.Campaign and returns PNG bytes, or None when there is
+nothing to draw, so the HTML report can say why a figure is missing instead of
+showing an empty frame.
+"""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: the report is built on servers and in CI
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
+
+# Colour per experiment status: improvements green, correct-but-slower grey, failures warm.
+STATUS_COLOURS = {
+    "improved": "#2e7d32", "not-faster": "#9e9e9e", "baseline": "#1565c0",
+    "incorrect": "#e65100", "compile-error": "#c62828", "runtime-error": "#ad1457",
+    "timeout": "#6a1b9a", "crash": "#4e342e", "rejected": "#f9a825",
+}
+OTHER_COLOUR = "#757575"
+BEST_COLOUR = "#0d47a1"
+# Past this many experiments the tree labels only the best path: every label would overlap.
+MAX_LABELLED = 40
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def progress(campaign) -> bytes | None:
+    """Best geomean so far over experiments, each correct attempt as a dot, and the
+    baseline and reference lines; only timings from the best attempt's device."""
+    device = campaign.device
+    points = [(a.experiment, a.geomean) for a in campaign.attempts
+              if a.ok and not a.is_baseline and a.device == device]
+    start = campaign.baseline_geomean
+    if not points and start is None:
+        return None
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    if points:
+        xs, ys = zip(*sorted(points))
+        ax.scatter(xs, ys, s=14, color="#90a4ae", label="correct attempt", zorder=2)
+    step_x, step_y, current = [0], [start], start
+    for number in sorted(campaign.experiments):
+        here = [g for x, g in points if x == number]
+        if here and (current is None or min(here) < current):
+            current = min(here)
+        step_x.append(number)
+        step_y.append(current)
+    if any(y is not None for y in step_y):
+        ax.step(step_x, step_y, where="post", color=BEST_COLOUR, linewidth=2, label="best so far", zorder=3)
+    if start is not None:
+        ax.axhline(start, color=STATUS_COLOURS["baseline"], linestyle=":", linewidth=1.2, label=f"baseline {start:.1f} us")
+    styles = ["--", "-.", (0, (5, 2, 1, 2)), (0, (1, 1))]
+    for i, (label, us) in enumerate(campaign.references.items()):
+        ax.axhline(us, color="#6d4c41", linestyle=styles[i % len(styles)], linewidth=1.2, label=f"{label} {us:.1f} us")
+    values = [y for _, y in points] + [y for y in step_y if y is not None] + list(campaign.references.values())
+    scale = ""
+    if max(values) / min(values) > 10:  # a campaign that gained 10x reads better on a log axis
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        scale = " (log)"
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("experiment")
+    ax.set_ylabel(f"geomean us{scale}, {device}")
+    ax.set_title("Progress: best geomean over experiments (lower is better)")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return _png(fig)
+
+
+def _tree_layout(campaign) -> dict[int, tuple[float, float]]:
+    """(depth, row) per experiment, baseline = 0: leaves take rows in order, a parent sits
+    at the middle of its children, so branches never cross."""
+    children: dict[int, list[int]] = {0: []}
+    for number, e in campaign.experiments.items():
+        children.setdefault(0 if e.parent is None else e.parent, []).append(number)
+        children.setdefault(number, [])
+    pos: dict[int, tuple[float, float]] = {}
+    next_row = 0.0
+    # Post-order walk with an explicit stack: a long chain of experiments must not hit
+    # Python's recursion limit.
+    stack = [(0, 0, False)]
+    while stack:
+        node, depth, expanded = stack.pop()
+        kids = sorted(children.get(node, []))
+        if not kids:
+            pos[node] = (depth, next_row)
+            next_row += 1
+        elif expanded:
+            rows = [pos[k][1] for k in kids]
+            pos[node] = (depth, (min(rows) + max(rows)) / 2)
+        else:
+            stack.append((node, depth, True))
+            stack.extend((kid, depth + 1, False) for kid in reversed(kids))
+    return pos
+
+
+def lineage_tree(campaign) -> bytes:
+    """Experiments as a tree from the baseline; colour = status, thick blue = the best path."""
+    pos = _tree_layout(campaign)
+    on_path = {a.experiment for a in campaign.best_path if not a.is_baseline}
+    rows = max((r for _, r in pos.values()), default=0) + 1
+    depth = max((d for d, _ in pos.values()), default=0) + 1
+    fig, ax = plt.subplots(figsize=(min(4 + 1.6 * depth, 16), min(1.2 + 0.42 * rows, 40)))
+    for number, e in campaign.experiments.items():
+        parent = 0 if e.parent is None else e.parent
+        (x0, y0), (x1, y1) = pos[parent], pos[number]
+        best_edge = number in on_path and (parent == 0 or parent in on_path)
+        ax.plot([x0, x0 + 0.5, x0 + 0.5, x1], [y0, y0, y1, y1], color=BEST_COLOUR if best_edge else "#cfd8dc",
+                linewidth=3 if best_edge else 1, zorder=1)
+    label_all = len(campaign.experiments) <= MAX_LABELLED
+    x, y = pos[0]
+    ax.scatter([x], [y], s=120, color=STATUS_COLOURS["baseline"], zorder=3)
+    ax.annotate("baseline", (x, y), xytext=(6, 6), textcoords="offset points", fontsize=8)
+    for number, e in campaign.experiments.items():
+        x, y = pos[number]
+        ax.scatter([x], [y], s=90 if number in on_path else 50, color=STATUS_COLOURS.get(e.status, OTHER_COLOUR),
+                   edgecolors=BEST_COLOUR if number in on_path else "white", linewidths=2 if number in on_path else 0.5,
+                   zorder=3)
+        if label_all or number in on_path:
+            best = e.best
+            tail = f" {best.speedup_baseline:.2f}x" if best and best.speedup_baseline else ""
+            ax.annotate(f"#{number} {_short(e.hypothesis, 28)}{tail}", (x, y), xytext=(6, 4),
+                        textcoords="offset points", fontsize=7)
+    used = sorted({e.status for e in campaign.experiments.values()} | {"baseline"})
+    handles = [plt.Line2D([], [], marker="o", linestyle="", color=STATUS_COLOURS.get(s, OTHER_COLOUR), label=s)
+               for s in used]
+    handles.append(plt.Line2D([], [], color=BEST_COLOUR, linewidth=3, label="best path"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.set_xlim(-0.3, depth + 1.2)
+    ax.set_ylim(rows - 0.5, -0.7)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("generations from the baseline")
+    ax.set_yticks([])
+    ax.set_title("Lineage of experiments")
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    return _png(fig)
+
+
+def shape_speedups(campaign) -> bytes | None:
+    """Horizontal bars: the best attempt's speedup over the baseline per shape."""
+    rows = campaign.shape_speedups()
+    if not rows:
+        return None
+    keys = [r[0] for r in rows]
+    values = [r[3] for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.45 * len(rows)))
+    colours = [STATUS_COLOURS["improved"] if v > 1 else STATUS_COLOURS["incorrect"] for v in values]
+    ax.barh(range(len(rows)), values, color=colours)
+    for i, v in enumerate(values):
+        ax.annotate(f"{v:.2f}x", (v, i), xytext=(4, 0), textcoords="offset points", va="center", fontsize=8)
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_yticks(range(len(rows)), keys, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(values) * 1.18)
+    ax.set_xlabel(f"speedup vs baseline on {campaign.device}")
+    ax.set_title("Per-shape speedup of the best attempt")
+    return _png(fig)
+
+
+def _short(text: str, width: int) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,257 @@
+"""`kgit pr EXPERIMENT`: propose an experiment's best attempt for code review.
+
+The archive keeps every attempt, failures included; a reviewer wants one commit. So
+the best attempt's tree becomes one commit on top of the experiment's base. When that
+base is itself an attempt the remote's base branch does not hold yet (experiment 5
+built on experiment 2's best), each experiment on the lineage in between becomes one
+commit of its own, so the pull request never carries failed attempts. The commits go
+to a review branch `kgit-review/<N>-<slug>` (outside kgit/*, so the archive never
+reads them), and `gh pr create` opens the pull request when gh is installed and
+logged in; otherwise the body and the exact command are printed.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+from tabulate import tabulate
+
+from . import review
+from . import trailers as tr
+from .archive import Repo, parse_branch
+from .errors import KgitError
+
+REVIEW_PREFIX = "kgit-review/"
+
+
+@dataclass
+class Proposal:
+    branch: str  # the review branch, without refs/heads/
+    sha: str  # its tip: the squashed best attempt
+    attempt: str  # the archive attempt it squashes
+    base_branch: str
+    title: str
+    body: str
+    body_file: str
+    command: list  # the gh command that opens (or would open) the pull request
+    stack: list = field(default_factory=list)  # (experiment, squashed sha) oldest first
+    opened: bool = False
+    url: str = ""
+    why_not_opened: str = ""
+
+    def to_json(self) -> dict:
+        return {**vars(self), "command": shlex.join(self.command)}
+
+
+def propose(repo: Repo, task, experiment: str, remote: str = "origin", base_branch: str | None = None,
+            gh: str = "gh") -> Proposal:
+    campaign = review.load(repo, task)
+    exp = campaign.experiments.get(_number(experiment))
+    if exp is None:
+        raise KgitError(f"there is no experiment {experiment!r}; `kgit log` lists them (the exp column).")
+    best = exp.best
+    if best is None:
+        raise KgitError(f"experiment {exp.number} has no correct attempt, so there is nothing to propose; "
+                        f"`kgit lineage {exp.branch}` and `kgit show {exp.branch}` show what happened.")
+    if not repo.git("remote", "get-url", remote, check=False).strip():
+        raise KgitError(f"no git remote named {remote!r}; add one (`git remote add {remote} URL`) or name "
+                        "another with --remote.")
+    base_branch = base_branch or _default_base_branch(campaign)
+    tip = _remote_tip(repo, remote, base_branch)
+
+    steps = [a for a in review.lineage(campaign.attempts, best.sha) if not a.is_baseline]
+    parent = steps[0].base if steps else campaign.baseline.sha
+    while steps and _is_ancestor(repo, steps[0].sha, tip):
+        parent = steps.pop(0).sha
+    bodies = _bodies(repo, [a.sha for a in exp.attempts])
+    title = tr.scrub(f"kgit #{exp.number}: {review._short(exp.hypothesis, 60)} "
+                     f"({best.speedup_baseline or 1:.2f}x vs baseline)")
+    stack = []
+    for step in steps:
+        intro = tr.scrub(f"kgit #{step.experiment}: {review._short(step.hypothesis, 60)}")
+        message = tr.Message(title if step is steps[-1] else intro,
+                             [tr.scrub(f"Squashed from attempt {step.sha} ({step.branch}, attempt "
+                                       f"{step.attempt}); every attempt stays in the kgit archive."),
+                              tr.scrub(step.hypothesis)],
+                             [("Kgit-Squash-Of", step.sha)]).render(ok=False)
+        parent = repo.commit_tree(step.tree, [parent], message)
+        stack.append((step.experiment, parent))
+    branch = f"{REVIEW_PREFIX}{exp.number}-{parse_branch(exp.branch)[1]}"
+    # The review branch is kgit's own: rerunning `kgit pr` replaces it with fresh commits.
+    repo.update_ref(f"refs/heads/{branch}", parent, reason=f"kgit pr {exp.number}")
+    repo.git("push", "--force", "--quiet", remote, f"{parent}:refs/heads/{branch}")
+
+    body = pr_body(campaign, exp, bodies, remote=remote, branch=branch, squashed=parent,
+                   stack=stack, base_branch=base_branch)
+    path = repo.state / "pr" / f"{exp.number}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(body, encoding="utf-8")
+    command = [gh, "pr", "create", "--base", base_branch, "--head", branch, "--title", title,
+               "--body-file", str(path)]
+    proposal = Proposal(branch=branch, sha=parent, attempt=best.sha, base_branch=base_branch, title=title,
+                        body=body, body_file=str(path), command=command, stack=stack)
+    _open(repo, proposal, gh)
+    return proposal
+
+
+def _number(text: str) -> int:
+    text = str(text).strip().lstrip("#")
+    found = parse_branch(text)
+    if found:
+        return found[0]
+    try:
+        return int(text)
+    except ValueError:
+        raise KgitError(f"{text!r} is not an experiment: give its number (2) or its branch (kgit/2-...).") from None
+
+
+def _default_base_branch(campaign) -> str:
+    """The branch `kgit init` committed the baseline on (its Kgit-Branch trailer)."""
+    branch = campaign.baseline.branch
+    return branch if branch and branch != "HEAD" else "main"
+
+
+def _remote_tip(repo: Repo, remote: str, branch: str) -> str:
+    out = repo.git("ls-remote", remote, f"refs/heads/{branch}").split()
+    if not out:
+        raise KgitError(f"{remote} has no branch {branch}; push it first (`git push {remote} {branch}`) "
+                        "or name the pull request's target with --base-branch.")
+    tip = out[0]
+    if not _has(repo, tip):  # the ancestry check needs the remote's commits here
+        repo.git("fetch", "--quiet", remote, f"refs/heads/{branch}")
+    return tip
+
+
+def _has(repo: Repo, sha: str) -> bool:
+    return subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=repo.root,
+                          capture_output=True).returncode == 0
+
+
+def _is_ancestor(repo: Repo, sha: str, tip: str) -> bool:
+    return subprocess.run(["git", "merge-base", "--is-ancestor", sha, tip], cwd=repo.root,
+                          capture_output=True).returncode == 0
+
+
+def _bodies(repo: Repo, shas: list[str]) -> dict[str, str]:
+    """The message bodies of several commits from one git call."""
+    out = repo.git("show", "-s", "-z", "--format=%H%x1f%b", *shas)
+    found = {}
+    for record in out.split("\0"):
+        sha, sep, body = record.partition("\x1f")
+        if sep:
+            found[sha.strip()] = body
+    return found
+
+
+def _open(repo: Repo, proposal: Proposal, gh: str):
+    """Run gh when it is installed and logged in; otherwise say why, and leave the command to the user."""
+    if not shutil.which(gh):
+        proposal.why_not_opened = f"{gh} is not installed"
+        return
+    env = dict(os.environ)
+    status = subprocess.run([gh, "auth", "status"], cwd=repo.root, capture_output=True, text=True, env=env)
+    if status.returncode != 0:
+        proposal.why_not_opened = f"{gh} is not logged in (`{gh} auth login`)"
+        return
+    done = subprocess.run(proposal.command, cwd=repo.root, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise KgitError(f"`{gh} pr create` failed: {(done.stderr or done.stdout).strip()[:600]}\nThe branch "
+                        f"{proposal.branch} is pushed; fix that and run:\n{shlex.join(proposal.command)}")
+    proposal.opened = True
+    proposal.url = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+
+
+# -- the body ---------------------------------------------------------------------------
+def pr_body(campaign, exp, bodies: dict, *, remote: str, branch: str, squashed: str, stack: list,
+            base_branch: str) -> str:
+    best = exp.best
+    lines = ["## Hypothesis", "", exp.hypothesis, ""]
+    plan = _plan(bodies.get(best.sha, ""))
+    if plan:
+        lines += ["### Plan and notes", "", plan, ""]
+    lines += [f"## Results on {best.device}", "", _results_table(campaign, exp), "",
+              f"Measured with `{best.timing}` timing, harness `{best.harness or 'unknown'}`; "
+              "speedup = old time / new time, above 1 is faster.", ""]
+    if best.timing == "interpreter":
+        lines += ["These timings come from the Triton CPU interpreter: they show correctness, not GPU speed.", ""]
+    if len(stack) > 1:
+        lines += ["## Stacked experiments", "",
+                  f"This experiment builds on others that `{base_branch}` does not hold yet, so this pull request "
+                  "carries one commit per experiment on the lineage:", ""]
+        lines += [f"- #{number}: `{sha[:10]}`" for number, sha in stack]
+        lines.append("")
+    lines += ["## Attempts", "", _attempts_table(exp, bodies), ""]
+    cost = sum(a.cost or 0.0 for a in exp.attempts)
+    tokens = sum(a.tokens or 0 for a in exp.attempts)
+    lines += ["## Model and cost", "",
+              f"Model: {exp.models}; LLM cost ${cost:.3f} ({int(tokens)} tokens); "
+              f"evaluation time {exp.eval_s:.0f} s over {len(exp.attempts)} attempt(s).", ""]
+    lines += ["## Reproduce", "", "```",
+              f"git fetch {remote} {branch}",
+              f"kgit eval {squashed}   # the same tree as archive attempt {best.sha}",
+              f"kgit show {best.sha}",
+              "```", "",
+              f"Every attempt, failed ones included, stays on `{exp.branch}` in the kgit archive.", ""]
+    return "\n".join(lines)
+
+
+def _plan(body: str) -> str:
+    """The commit body without its trailer block and error excerpt."""
+    paragraphs = body.rstrip().split("\n\n")
+    if paragraphs and tr.parse(paragraphs[-1]).get("Kgit-Experiment"):
+        paragraphs = paragraphs[:-1]
+    keep = [p.strip() for p in paragraphs if p.strip() and not p.startswith(("Hypothesis:", "Error excerpt:"))]
+    return "\n\n".join(keep)
+
+
+def _results_table(campaign, exp) -> str:
+    best = exp.best
+    base = next((a for a in campaign.attempts if a.sha == exp.base), None)
+    base_m = review._measurement_on(base, best) if base else None
+    baseline_m = review._measurement_on(campaign.baseline, best)
+    before = (base_m or {}).get("times", {})
+    first = (baseline_m or {}).get("times", {})
+    rows = []
+    for key, us in best.times.items():
+        b, f = before.get(key), first.get(key)
+        rows.append([key, _f(f), _f(b), f"{us:.2f}", _x(b, us), _x(f, us)])
+    g_base, g_first = (base_m or {}).get("geomean_us"), (baseline_m or {}).get("geomean_us")
+    rows.append(["**geomean**", _f(g_first), _f(g_base), f"{best.geomean:.2f}", _x(g_base, best.geomean),
+                 _x(g_first, best.geomean)])
+    return tabulate(rows, headers=["shape", "baseline us", "PR base us", "this PR us", "vs PR base", "vs baseline"],
+                    tablefmt="github")
+
+
+def _attempts_table(exp, bodies: dict) -> str:
+    rows = []
+    for a in exp.attempts:
+        why = "" if a.ok else _why(a, bodies.get(a.sha, ""))
+        rows.append([a.attempt, f"`{a.sha[:10]}`", a.status, _f(a.geomean), "-" if a.speedup is None else f"{a.speedup:.2f}x",
+                     why.replace("|", "/")])
+    return tabulate(rows, headers=["attempt", "sha", "status", "geomean us", "vs PR base", "why it failed"],
+                    tablefmt="github")
+
+
+def _why(attempt, body: str) -> str:
+    reason = attempt.trailers.get("Kgit-Reason")
+    if reason:
+        return reason[-1]
+    for paragraph in body.split("\n\n"):
+        if paragraph.startswith("Error excerpt:"):
+            # A traceback ends with the exception itself: its last line says the most.
+            lines = [line.strip() for line in paragraph.splitlines()[1:] if line.strip()]
+            if lines:
+                return review._short(lines[-1], 140)
+    return attempt.status
+
+
+def _f(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _x(before, after) -> str:
+    return "-" if not before or not after else f"{before / after:.2f}x"

@@ -1,0 +1,140 @@
+"""`kgit report`: one self-contained HTML file (figures inlined as base64 PNG, CSS
+inline, no scripts, nothing fetched from the network) describing a campaign.
+
+Each part is a <section> with a stable id (summary, progress, lineage, shapes,
+references, hypotheses) so tests and people's tooling can find them.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from html import escape
+from pathlib import Path
+
+from . import plots
+from . import review
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1100px;
+       color: #212121; padding: 0 1rem; }
+h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { font-size: 1.2rem; margin-top: 2rem;
+       border-bottom: 1px solid #e0e0e0; padding-bottom: .2rem; }
+.sub { color: #616161; margin-top: 0; }
+.cards { display: flex; flex-wrap: wrap; gap: .8rem; }
+.card { background: #f5f7fa; border-radius: 8px; padding: .6rem 1rem; min-width: 9rem; }
+.card b { display: block; font-size: 1.35rem; } .card span { color: #616161; font-size: .85rem; }
+img { max-width: 100%; }
+table { border-collapse: collapse; font-size: .88rem; width: 100%; }
+th, td { text-align: left; padding: .3rem .5rem; border-bottom: 1px solid #eeeeee; vertical-align: top; }
+th { background: #fafafa; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.status { border-radius: 4px; padding: 0 .35rem; color: white; font-size: .8rem; white-space: nowrap; }
+.note { background: #fff8e1; border-left: 4px solid #f9a825; padding: .4rem .8rem; }
+code { font-size: .85rem; }
+"""
+
+
+def write(repo, task, out: Path, title: str | None = None) -> Path:
+    """Render the report of `repo`'s archive into `out`; returns the path written."""
+    campaign = review.load(repo, task)
+    out = Path(out)
+    out.write_text(render(campaign, title or (task.name if task else repo.root.name)), encoding="utf-8")
+    return out
+
+
+def render(campaign, title: str) -> str:
+    when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        # Refuse every network load: the file must read the same offline, in a mail or an artifact store.
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; "
+        "style-src 'unsafe-inline'\">",
+        f"<title>kgit report: {escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>kgit report: {escape(title)}</h1>",
+        f'<p class="sub">generated {when} from the archive of {len(campaign.attempts)} commits</p>',
+        _summary(campaign), _progress(campaign), _lineage(campaign), _shapes(campaign),
+        _references(campaign), _hypotheses(campaign), "</body></html>",
+    ]
+    return "\n".join(p for p in parts if p)
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f'<img alt="{escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def _summary(c) -> str:
+    t = c.totals
+    rate = "-" if t["success_rate"] is None else f"{t['success_rate']:.0%}"
+    cards = [
+        (f"{t['best_speedup']:.2f}x", "best vs baseline"), (_us(t["best_geomean_us"]), "best geomean"),
+        (str(t["experiments"]), "experiments"), (str(t["attempts"]), "attempts"),
+        (rate, f"correct ({t['correct']})"), (f"${t['cost_usd']:.2f}", "LLM cost"),
+        (f"{t['gpu_s'] / 60:.1f} min", "evaluation time"),
+    ]
+    html = ['<section id="summary"><h2>Summary</h2><div class="cards">']
+    html += [f'<div class="card"><b>{escape(v)}</b><span>{escape(k)}</span></div>' for v, k in cards]
+    html.append("</div>")
+    best = c.best
+    html.append(f"<p>Best attempt: <code>{best.sha[:10]}</code> {escape(best.branch or 'baseline')} "
+                f"(attempt {best.attempt}) on {escape(c.device or 'unknown device')}: "
+                f"{escape(best.hypothesis)}. Reproduce with <code>kgit eval {best.sha[:10]}</code>.</p>")
+    if best.timing == "interpreter":
+        html.append('<p class="note">These timings come from the Triton CPU interpreter: they show that the '
+                    "kernels ran correctly, not how fast they are on a GPU.</p>")
+    html.append("</section>")
+    return "\n".join(html)
+
+
+def _progress(c) -> str:
+    png = plots.progress(c)
+    body = _img(png, "best geomean over experiments") if png else "<p>No timed attempt yet.</p>"
+    return f'<section id="progress"><h2>Progress</h2>{body}</section>'
+
+
+def _lineage(c) -> str:
+    path = " &rarr; ".join(f"#{a.experiment}" if not a.is_baseline else "baseline" for a in c.best_path)
+    return (f'<section id="lineage"><h2>Lineage</h2>{_img(plots.lineage_tree(c), "lineage tree of experiments")}'
+            f"<p>Best path: {path}</p></section>")
+
+
+def _shapes(c) -> str:
+    png = plots.shape_speedups(c)
+    if png is None:
+        body = (f"<p>The baseline has no measurement on {escape(c.device)}; run "
+                "<code>kgit remeasure kgit/baseline</code> there to compare shapes.</p>")
+    else:
+        rows = "".join(f"<tr><td>{escape(k)}</td><td class=num>{b:.2f}</td><td class=num>{u:.2f}</td>"
+                       f"<td class=num>{s:.2f}x</td></tr>" for k, b, u, s in c.shape_speedups())
+        body = (_img(png, "per-shape speedup of the best attempt") +
+                "<table><tr><th>shape</th><th>baseline us</th><th>best us</th><th>speedup</th></tr>"
+                f"{rows}</table>")
+    return f'<section id="shapes"><h2>Per-shape speedup of the best attempt</h2>{body}</section>'
+
+
+def _references(c) -> str:
+    if not c.references:
+        return ""
+    best = c.best.geomean or 0.0
+    rows = "".join(f"<tr><td>{escape(label)}</td><td class=num>{us:.2f}</td><td class=num>{best / us:.2f}x</td></tr>"
+                   for label, us in c.references.items())
+    return ('<section id="references"><h2>Reference lines</h2><table><tr><th>reference</th><th>geomean us</th>'
+            f"<th>best time / reference</th></tr>{rows}</table></section>")
+
+
+def _hypotheses(c) -> str:
+    if not c.experiments:
+        return '<section id="hypotheses"><h2>Hypotheses</h2><p>No experiments yet.</p></section>'
+    head = "".join(f"<th>{escape(h)}</th>" for h in review.EXPERIMENT_HEADERS)
+    rows = []
+    for e, row in zip(c.experiments.values(), review.experiment_rows(c)):
+        colour = plots.STATUS_COLOURS.get(e.status, plots.OTHER_COLOUR)
+        cells = [str(row[0]), escape(row[1]), escape(row[2]),
+                 f'<span class="status" style="background:{colour}">{escape(e.status)}</span> {escape(row[3])}',
+                 str(row[4]), escape(row[5]), escape(row[6])]
+        rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
+    return (f'<section id="hypotheses"><h2>Hypotheses</h2><table><tr>{head}</tr>{"".join(rows)}</table>'
+            "</section>")
+
+
+def _us(value) -> str:
+    return "-" if value is None else f"{value:.1f} us"

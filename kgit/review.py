@@ -1,0 +1,346 @@
+"""Reviewing a campaign: experiments with their outcome, lineage, totals, reference lines,
+per-shape comparisons of two attempts, and the markdown report.
+
+Everything here is read from one `Repo.read()`; the HTML report (report_html.py), the
+plots (plots.py) and the pull-request body (pr.py) are views of the same `Campaign`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tabulate import tabulate
+
+from . import measure
+from .archive import BASELINE_TAG, Attempt, Repo
+from .errors import KgitError
+from .experiments import best as best_of
+from .experiments import find
+from .harness import devices as devices_mod
+from .harness import problem as problem_mod
+from .harness.result import geomean
+
+
+@dataclass
+class Experiment:
+    """One hypothesis (branch) and its attempts, oldest first."""
+
+    number: int
+    attempts: list
+    parent: int | None = None  # experiment whose attempt was the base; 0 = baseline, None = unknown
+
+    @property
+    def first(self) -> Attempt:
+        return self.attempts[0]
+
+    branch = property(lambda self: self.first.branch)
+    hypothesis = property(lambda self: self.first.hypothesis)
+    base = property(lambda self: self.first.base)
+
+    @property
+    def best(self) -> Attempt | None:
+        ok = [a for a in self.attempts if a.ok]
+        return max(ok, key=lambda a: (a.speedup or 0.0, -a.geomean)) if ok else None
+
+    @property
+    def cost(self) -> float:
+        return sum(a.cost or 0.0 for a in self.attempts)
+
+    @property
+    def eval_s(self) -> float:
+        return sum(a.eval_s or 0.0 for a in self.attempts)
+
+    @property
+    def models(self) -> str:
+        return ", ".join(sorted({a.model for a in self.attempts if a.model})) or "-"
+
+    @property
+    def status(self) -> str:
+        """improved, not-faster, or the last attempt's failure (incorrect, compile-error, ...)."""
+        best = self.best
+        if best is None:
+            return self.attempts[-1].status
+        return "improved" if (best.speedup or 0.0) > 1.0 else "not-faster"
+
+    @property
+    def outcome(self) -> str:
+        best = self.best
+        if best is None:
+            return f"failed ({self.attempts[-1].status})"
+        word = "improved" if self.status == "improved" else "not faster"
+        return f"{word}: {best.speedup or 0:.2f}x vs base, attempt {best.attempt}"
+
+
+@dataclass
+class Campaign:
+    baseline: Attempt
+    experiments: dict  # number -> Experiment
+    attempts: list
+    best: Attempt
+    best_path: list  # attempts from the baseline to the best, one per experiment
+    device: str  # the best attempt's device: the plots compare timings on it only
+    baseline_times: dict  # the baseline's per-shape times on that device (us), {} if never measured there
+    baseline_geomean: float | None
+    references: dict = field(default_factory=dict)  # label -> geomean us on `device`
+
+    @property
+    def totals(self) -> dict:
+        tried = [a for a in self.attempts if not a.is_baseline]
+        ok = [a for a in tried if a.ok]
+        priced = [a.cost for a in tried if a.cost is not None]
+        return {
+            "experiments": len(self.experiments), "attempts": len(tried), "correct": len(ok),
+            "success_rate": len(ok) / len(tried) if tried else None,
+            "cost_usd": sum(priced), "gpu_s": sum(a.eval_s or 0.0 for a in self.attempts),
+            "best_speedup": self.best.speedup_baseline or 1.0, "best_geomean_us": self.best.geomean,
+            "best_sha": self.best.sha, "device": self.device,
+        }
+
+    def geomean_of(self, attempt: Attempt) -> float | None:
+        """The attempt's geomean on the campaign's device (the baseline's may come from a note)."""
+        if attempt.is_baseline and attempt.device != self.device:
+            return self.baseline_geomean
+        return attempt.geomean
+
+    def shape_speedups(self) -> list[tuple[str, float, float, float]]:
+        """(shape, baseline us, best us, speedup) for the best attempt's shapes."""
+        rows = []
+        for key, us in self.best.times.items():
+            before = self.baseline_times.get(key)
+            if before and us:
+                rows.append((key, before, us, before / us))
+        return rows
+
+
+# -- reading ----------------------------------------------------------------------------
+def here(path=".") -> tuple[Repo, object]:
+    """The kernel repository around `path` and its problem's task (for reference lines)."""
+    from .experiments import load as load_repo
+
+    repo, config = load_repo(path)
+    return repo, problem_mod.load_task(repo.root / config.problem)
+
+
+def to_json(campaign: Campaign) -> dict:
+    return {**campaign.totals, "references_us": campaign.references,
+            "best_path": [a.sha for a in campaign.best_path],
+            "experiments": [{"number": e.number, "branch": e.branch, "hypothesis": e.hypothesis, "parent": e.parent,
+                             "status": e.status, "outcome": e.outcome, "attempts": len(e.attempts),
+                             "best": e.best.sha if e.best else None, "cost_usd": e.cost, "eval_s": e.eval_s,
+                             "models": e.models} for e in campaign.experiments.values()]}
+
+
+def load(repo: Repo, task=None) -> Campaign:
+    """The campaign of `repo`'s archive; `task` (a harness Task) adds its reference lines."""
+    attempts = repo.read()
+    baseline = _baseline(repo, attempts)
+    by_number: dict[int, list] = {}
+    for a in attempts:
+        if not a.is_baseline and a.experiment > 0:
+            by_number.setdefault(a.experiment, []).append(a)
+    experiments = {n: Experiment(n, sorted(group, key=lambda a: a.attempt)) for n, group in sorted(by_number.items())}
+    for e in experiments.values():
+        base = find(attempts, e.base) if e.base else None
+        # A base always existed before its experiment; anything else (a hand-edited
+        # trailer) would make the tree cyclic, so it counts as unknown.
+        e.parent = max(base.experiment, 0) if base is not None and base.experiment < e.number else None
+    best = best_of(attempts) or baseline
+    base_m = _measurement_on(baseline, best)
+    campaign = Campaign(baseline=baseline, experiments=experiments, attempts=attempts, best=best,
+                        best_path=lineage(attempts, best.sha), device=best.device,
+                        baseline_times=(base_m or {}).get("times", {}),
+                        baseline_geomean=(base_m or {}).get("geomean_us"))
+    if task is not None:
+        campaign.references = references(task, best)
+    return campaign
+
+
+def _baseline(repo: Repo, attempts: list) -> Attempt:
+    sha = repo.git("rev-parse", "--verify", "--quiet", f"refs/tags/{BASELINE_TAG}^{{commit}}", check=False).strip()
+    found = find(attempts, sha) if sha else None
+    if found is None:
+        raise KgitError(f"{repo.root} has no kgit archive yet ({BASELINE_TAG} is missing); "
+                        "run `kgit init --problem NAME` first.")
+    return found
+
+
+def _measurement_on(attempt: Attempt, like: Attempt) -> dict | None:
+    """`attempt`'s timing on the device and harness that measured `like`, else on that device."""
+    found = measure.comparable(attempt, like.device, like.harness)
+    if found:
+        return found
+    same_device = [m for m in attempt.measurements() if m.get("device") == like.device]
+    return same_device[-1] if same_device else None
+
+
+def lineage(attempts: list, sha: str) -> list[Attempt]:
+    """The chain baseline -> ... -> `sha`: each step is the attempt the next experiment started from."""
+    chain, seen = [], set()
+    current = find(attempts, sha)
+    while current is not None and current.sha not in seen:
+        chain.append(current)
+        seen.add(current.sha)
+        if current.is_baseline or not current.base:
+            break
+        current = find(attempts, current.base)
+    return chain[::-1]
+
+
+def references(task, best: Attempt) -> dict[str, float]:
+    """Reference geomeans (us) for the best attempt's device: task.yml's `references`
+    entries whose device name matches, and the speed of light where the device is known."""
+    out = {}
+    device = (best.device or "").lower()
+    for name, lines in (task.references or {}).items():
+        if name.lower() in device:
+            out.update({str(label): float(us) for label, us in lines.items()})
+    sol = speed_of_light_geomean(task, best)
+    if sol:
+        out["speed of light"] = sol
+    return out
+
+
+def speed_of_light_geomean(task, attempt: Attempt) -> float | None:
+    """Geomean over the attempt's shapes of the datasheet bound max(flops/peak, bytes/bandwidth)."""
+    peak = devices_mod.lookup(attempt.device)
+    if peak is None or attempt.timing == "interpreter" or not attempt.times:
+        return None
+    shapes = {problem_mod.shape_key(s): s for s in task.benchmarks}
+    bounds = []
+    for key in attempt.times:
+        if key not in shapes:
+            return None
+        bound = devices_mod.speed_of_light_us(*task.work(shapes[key]), peak)
+        if not bound:
+            return None
+        bounds.append(bound)
+    return geomean(bounds)
+
+
+# -- kgit diff -----------------------------------------------------------------------------
+def compare(repo: Repo, rev_a: str, rev_b: str) -> dict:
+    """Per-shape timings of two attempts on one device, and the code diff from A to B.
+
+    B's figures come from its commit or a note on A's device and harness, so the two
+    columns are comparable; without such a measurement the result says so.
+    """
+    attempts = repo.read()
+    a, b = (_attempt(repo, attempts, rev) for rev in (rev_a, rev_b))
+    m_a = a.measurement() if a.ok else None
+    m_b = measure.comparable(b, a.device, a.harness) if m_a else None
+    rows = []
+    if m_a and m_b:
+        for key, before in m_a["times"].items():
+            after = m_b["times"].get(key)
+            rows.append({"shape": key, "a_us": before, "b_us": after,
+                         "speedup": before / after if after else None})
+    ratio = measure.ratio(m_a, (m_b or {}).get("geomean_us"), (m_b or {}).get("times", {}))
+    why = None
+    if not a.ok:
+        why = f"A ({a.sha[:10]}) has no timing: its status is {a.status}"
+    elif not m_b:
+        why = (f"B ({b.sha[:10]}) has no measurement on {a.device} with A's harness; "
+               f"measure it there with `kgit remeasure {b.sha[:10]}`" if b.ok or b.notes
+               else f"B ({b.sha[:10]}) has no timing: its status is {b.status}")
+    code = repo.git("diff", a.sha, b.sha, "--", ".", ":(exclude).kgit.yaml")
+    return {"a": a.to_json(), "b": b.to_json(), "device": a.device, "rows": rows, "speedup": ratio,
+            "not_comparable": why, "diff": code}
+
+
+def _attempt(repo: Repo, attempts: list, rev: str) -> Attempt:
+    sha = repo.rev(rev)
+    found = find(attempts, sha)
+    if found is None:
+        raise KgitError(f"{rev} ({sha[:10]}) is not a kgit attempt; `kgit log` lists the attempts.")
+    return found
+
+
+def compare_text(doc: dict) -> str:
+    a, b = doc["a"], doc["b"]
+    lines = [f"A {a['sha'][:10]}  {a['branch']} attempt {a['attempt']}  {a['status']}  {_us(a['geomean_us'])}",
+             f"B {b['sha'][:10]}  {b['branch']} attempt {b['attempt']}  {b['status']}  {_us(b['geomean_us'])}"]
+    if doc["not_comparable"]:
+        lines += ["", f"no timing comparison: {doc['not_comparable']}."]
+    else:
+        rows = [[r["shape"], _num(r["a_us"]), _num(r["b_us"]), _num(r["speedup"], "{:.2f}x")] for r in doc["rows"]]
+        lines += ["", f"on {doc['device']}; speedup = A time / B time (above 1: B is faster)",
+                  tabulate(rows, headers=["shape", "A us", "B us", "speedup"], tablefmt="simple"),
+                  f"geomean speedup: {_num(doc['speedup'], '{:.3f}x')}"]
+    lines += ["", doc["diff"].rstrip() or "(no code difference)"]
+    return "\n".join(lines)
+
+
+# -- kgit lineage ----------------------------------------------------------------------------
+def lineage_of(repo: Repo, rev: str) -> list[Attempt]:
+    attempts = repo.read()
+    return lineage(attempts, _attempt(repo, attempts, rev).sha)
+
+
+def lineage_text(chain: list[Attempt]) -> str:
+    rows = [[a.experiment, a.attempt, a.sha[:10], a.status, _num(a.geomean), _num(a.speedup, "{:.2f}x"),
+             _num(a.speedup_baseline, "{:.2f}x"), a.device, _short(a.hypothesis, 60)] for a in chain]
+    return tabulate(rows, headers=["exp", "att", "sha", "status", "geomean us", "vs base", "vs baseline",
+                                   "measured on", "hypothesis"], tablefmt="plain")
+
+
+# -- the markdown report ---------------------------------------------------------------------
+def experiment_rows(campaign: Campaign) -> list[list]:
+    """The hypotheses table, one row per experiment, newest last."""
+    rows = []
+    for e in campaign.experiments.values():
+        parent = "-" if e.parent is None else ("baseline" if e.parent == 0 else f"#{e.parent}")
+        rows.append([e.number, e.hypothesis, parent, e.outcome, len(e.attempts),
+                     f"${e.cost:.3f}" if e.cost else "-", e.models])
+    return rows
+
+
+EXPERIMENT_HEADERS = ["#", "hypothesis", "from", "outcome", "attempts", "cost", "model"]
+
+
+def summary_lines(campaign: Campaign) -> list[str]:
+    t = campaign.totals
+    rate = "-" if t["success_rate"] is None else f"{t['success_rate']:.0%}"
+    return [
+        f"{t['experiments']} experiments, {t['attempts']} attempts, {t['correct']} correct ({rate})",
+        f"LLM cost ${t['cost_usd']:.2f}; evaluation time {t['gpu_s'] / 60:.1f} min",
+        f"best: {t['best_sha'][:10]} {campaign.best.branch or 'baseline'}, {_us(t['best_geomean_us'])}, "
+        f"{t['best_speedup']:.2f}x vs baseline on {t['device']}",
+    ]
+
+
+def markdown(campaign: Campaign, title: str) -> str:
+    lines = [f"# kgit report: {title}", ""] + [f"- {line}" for line in summary_lines(campaign)]
+    if campaign.best.timing == "interpreter":
+        lines.append("- timings come from the Triton CPU interpreter and say nothing about GPU speed")
+    lines += ["", "## Best path", ""]
+    lines.append(tabulate([[a.experiment, a.sha[:10], _num(campaign.geomean_of(a)), _num(a.speedup_baseline, "{:.2f}x"),
+                            _short(a.hypothesis, 80)] for a in campaign.best_path],
+                          headers=["exp", "sha", "geomean us", "vs baseline", "hypothesis"], tablefmt="github"))
+    lines += ["", f"## Per-shape speedup of the best attempt vs the baseline ({campaign.device})", ""]
+    shapes = campaign.shape_speedups()
+    if shapes:
+        lines.append(tabulate([[k, f"{b:.2f}", f"{u:.2f}", f"{s:.2f}x"] for k, b, u, s in shapes],
+                              headers=["shape", "baseline us", "best us", "speedup"], tablefmt="github"))
+    else:
+        lines.append(f"The baseline was never measured on {campaign.device}: run `kgit remeasure kgit/baseline` there.")
+    if campaign.references:
+        lines += ["", "## Reference lines", ""]
+        lines += [f"- {label}: {us:.2f} us (the best takes {(campaign.best.geomean or 0) / us:.2f}x that)"
+                  for label, us in campaign.references.items()]
+    lines += ["", "## Hypotheses", ""]
+    rows = [[n, _short(h, 70).replace("|", "/"), p, o, k, c, m] for n, h, p, o, k, c, m in experiment_rows(campaign)]
+    lines.append(tabulate(rows, headers=EXPERIMENT_HEADERS, tablefmt="github") if rows else "No experiments yet.")
+    return "\n".join(lines) + "\n"
+
+
+def _num(value, fmt="{:.2f}"):
+    return "" if value is None else fmt.format(value)
+
+
+def _us(value):
+    return "-" if value is None else f"{value:.2f} us"
+
+
+def _short(text: str, width: int) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
