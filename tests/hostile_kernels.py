@@ -2,8 +2,9 @@
 
 The static policy check rejects `os`, `socket` and `ctypes` in the editable files, so
 these candidates keep their hostile code in a helper module, `hostile.py`, that the
-policy does not read (it reads only the problem's editable files): they stand in for a
-kernel that found a way around the static check, so the runtime defences are what
+policy does not read (it reads only the problem's editable files), and reach the
+network through libc rather than `socket`, which the harness's audit hook watches:
+they stand in for a kernel that found a way around both, so the sandbox is what
 meets them.
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from kgit.harness import problem as problem_mod
 
 HOSTILE = '''
-import json, os, resource, socket, sys
+import json, os, resource, sys
 
 DONE = set()  # the kernel is called many times; each escape is tried once
 
@@ -47,11 +48,7 @@ def snoop(secrets, port, outside, marker):
         report["read_parent_environ"] = True
     except OSError as e:
         report["read_parent_environ"] = str(e)
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-        report["connected"] = True
-    except OSError as e:
-        report["connected"] = str(e)
+    report["connected"] = raw_connect(port)
     try:
         with open(outside, "w") as f:
             f.write("escaped")
@@ -75,6 +72,19 @@ def snoop(secrets, port, outside, marker):
         escape(marker, detach=True)
     print("KGIT-PROBE " + json.dumps(report))
     sys.stdout.flush()
+
+
+def raw_connect(port):
+    """connect() through libc, so neither the policy nor the audit hook on
+    socket.connect sees it: only the network namespace stands in the way."""
+    import ctypes, struct
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.socket(2, 1, 0)  # AF_INET, SOCK_STREAM
+    addr = struct.pack("=H", 2) + struct.pack("!H", port) + bytes([127, 0, 0, 1]) + bytes(8)
+    ok = libc.connect(fd, addr, len(addr)) == 0
+    err = ctypes.get_errno()
+    os.close(fd)
+    return True if ok else os.strerror(err)
 
 
 def escape(marker, detach):

@@ -16,7 +16,7 @@ from kgit import archive
 from kgit import trailers as tr
 from kgit.scientist import answers, edits
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KEYS = st.sampled_from(["Kgit-Hypothesis", "Kgit-Status", "Kgit-Device", "Kgit-Time-us", "Kgit-Model", "Kgit-Base"])
 TRAILERS = st.lists(st.tuples(KEYS, st.text(max_size=300)), min_size=1, max_size=8)
 
@@ -60,7 +60,7 @@ def test_render_then_parse_round_trips(trailers, paragraphs, ok):
         assert "speedup" not in text
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(TRAILERS, st.lists(st.text(max_size=200), max_size=2))
 def test_git_reads_the_trailers_kgit_writes(trailers, paragraphs):
     text = _message(trailers, paragraphs, ok=False)

@@ -122,10 +122,15 @@ def test_the_probe_detects_leaks_when_nothing_stops_it(tmp_path):
     """Control: run outside any sandbox, the same probe finds the secret and escapes."""
     (tmp_path / "hostile.py").write_text(HOSTILE)
     outside = tmp_path / "escaped.txt"
-    code = f"import hostile; hostile.snoop(['sk-control-123'], 9, {str(outside)!r}, '')"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                          env={**os.environ, "OPENAI_API_KEY": "sk-control-123"}, timeout=60)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        code = f"import hostile; hostile.snoop(['sk-control-123'], {port}, {str(outside)!r}, '')"
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                              env={**os.environ, "OPENAI_API_KEY": "sk-control-123"}, timeout=60)
     report = json.loads(proc.stdout.split("KGIT-PROBE ", 1)[1])
+    assert report["connected"] is True
     assert report["env_has_secret"] is True
     assert report["proc_environ_with_secret"], "the probe must find its own environ"
     assert report["wrote_outside"] is True and outside.read_text() == "escaped"
@@ -208,9 +213,9 @@ def test_segfault_is_a_crash_with_the_stack(tmp_path):
 
 def test_infinite_loop_times_out_and_leaves_nothing(tmp_path):
     problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.spin()")
-    doc = evaluate.run_child(problem_dir, candidate_dir, _config(timeout_s=20), scratch)
+    doc = evaluate.run_child(problem_dir, candidate_dir, _config(timeout_s=10), scratch)
     assert doc["status"] == "timeout"
-    assert "20 s" in doc["error"]
+    assert "10 s" in doc["error"]
     assert _gone(str(scratch), within_s=5)
 
 
