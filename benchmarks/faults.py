@@ -207,7 +207,7 @@ def run_fault_classes(gpu: bool) -> list[dict]:
             orphans = processes_under(scratch) + [p for p in processes_under(Path("4242.4242"))]
             for pid in orphans:
                 os.kill(pid, signal.SIGKILL)
-            excerpt = (doc.get("error") or "").strip().splitlines()
+            excerpt = [line for line in (doc.get("error") or "").strip().splitlines() if line.strip()]
             rows.append({"fault": name, "status": doc["status"], "expected": sorted(statuses),
                          "survived": doc["status"] in statuses and not orphans, "orphans": len(orphans),
                          "wall_s": round(wall, 1), "stdout_kept": len(doc["stdout"]),
@@ -216,19 +216,42 @@ def run_fault_classes(gpu: bool) -> list[dict]:
     return rows
 
 
+def sandbox_overhead(repeats: int, gpu: bool) -> dict:
+    """Median wall time of one baseline evaluation with the sandbox on and off."""
+    from kgit.harness import problem as problem_mod
+
+    source = (problem_mod.shipped()["vector_add"] / "kernel.py").read_text()
+    times = {"auto": [], "off": []}
+    for _ in range(repeats):
+        for mode in times:
+            with tempfile.TemporaryDirectory(prefix="kgit-overhead-") as tmp:
+                problem_dir, candidate_dir, scratch = stage(Path(tmp), "pass")
+                (candidate_dir / "kernel.py").write_text(source)
+                data = yaml.safe_load(config_text(gpu))
+                data["evaluator"]["sandbox"] = mode
+                started = time.monotonic()
+                doc = evaluate.run_child(problem_dir, candidate_dir, config_mod.parse(yaml.safe_dump(data)), scratch)
+                times[mode].append(time.monotonic() - started)
+                assert doc["status"] == "ok", doc.get("error")
+    return {mode: round(sorted(v)[len(v) // 2], 3) for mode, v in times.items()}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", "--trials", type=int, default=20, help="kill -9 trials (half record, half evolve)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--gpu", action="store_true", help="kgit's default timing settings (on a GPU)")
+    parser.add_argument("--overhead", type=int, default=3, metavar="N",
+                        help="time N baseline evaluations with the sandbox on and off (0: skip)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     print(f"sandbox here: {json.dumps(__import__('kgit.sandbox').sandbox.describe())}", file=sys.stderr)
     kills = run_kills(args.trials, args.gpu, args.seed)
     faults = run_fault_classes(args.gpu)
+    overhead = sandbox_overhead(args.overhead, args.gpu) if args.overhead else {}
     if args.json:
-        print(json.dumps({"kills": kills, "faults": faults}, indent=2))
+        print(json.dumps({"kills": kills, "faults": faults, "overhead_s": overhead}, indent=2))
         return
     table = []
     for command in ("record", "evolve", "final evolve"):
@@ -241,6 +264,9 @@ def main():
     print()
     print(tabulate([[r["fault"], r["status"], r["wall_s"], r["orphans"], r["stdout_kept"], r["excerpt"]] for r in faults],
                    headers=["fault", "status", "wall s", "orphans", "stdout kept", "excerpt"]))
+    if overhead:
+        print(f"\none baseline evaluation, median of {args.overhead}: sandbox auto {overhead['auto']:.2f} s, "
+              f"off {overhead['off']:.2f} s")
     failed = [r for r in kills if r["problems"]] + [r for r in faults if not r["survived"]]
     for r in failed:
         print("FAILED:", json.dumps(r))

@@ -184,7 +184,11 @@ def _result_doc(status: str, payload: bytes, code, stderr: str, timeout_s: float
     if code == -signal.SIGXCPU:
         return result_mod.new("timeout", error="the CPU-time limit was reached (SIGXCPU).\n" + stderr[-2000:])
     why = f"killed by signal {signal.Signals(-code).name}" if code and code < 0 and -code in _SIGNALS else f"exit code {code}"
-    return result_mod.new("crash", error=f"the harness process died without a result ({why}).\n" + stderr[-3000:])
+    # faulthandler's report (the Python stack at the fault) says where; what follows it
+    # is a list of loaded modules, so the excerpt starts at the report, not at the tail.
+    start = stderr.rfind("Fatal Python error")
+    excerpt = stderr[start:start + 3000] if start >= 0 else stderr[-3000:]
+    return result_mod.new("crash", error=f"the harness process died without a result ({why}).\n" + excerpt)
 
 
 _SIGNALS = {s.value for s in signal.Signals}
