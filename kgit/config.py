@@ -30,7 +30,8 @@ class EvaluatorConfig:
     pass_env: list = field(default_factory=list)
     timeout_s: float = 600
     max_output_bytes: int = 20000
-    sandbox: str = "auto"
+    # YAML reads a bare `off` as false, so false is accepted as "off".
+    sandbox: typing.Union[str, bool] = "auto"
     max_memory_gb: typing.Optional[float] = None
 
     def validate(self, where):
@@ -45,6 +46,8 @@ class EvaluatorConfig:
             raise ConfigError(f"{where}.pass_env must list environment variable names, not {self.pass_env!r}.")
         _positive(where + ".timeout_s", self.timeout_s)
         _positive(where + ".max_output_bytes", self.max_output_bytes)
+        if self.sandbox is False:
+            self.sandbox = "off"
         _choice(where + ".sandbox", self.sandbox, ("auto", "strict", "off"))
         if self.max_memory_gb is not None:
             _positive(where + ".max_memory_gb", self.max_memory_gb)

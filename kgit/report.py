@@ -62,6 +62,9 @@ def result_summary(result: dict) -> str:
              f"device: {result.get('device')}  timing: {result.get('timing')}  ranking: {result.get('ranking')}"]
     if result.get("timing") == "interpreter":
         lines.append("note: measured in the Triton CPU interpreter; the figures say nothing about GPU speed.")
+    missing = (result.get("sandbox") or {}).get("missing")
+    if missing:
+        lines.append("sandbox: not applied: " + "; ".join(missing) + " (docs/sandbox.md)")
     if result.get("geomean_us") is not None:
         lines.append(f"geomean: {result['geomean_us']:.2f} us")
     if result.get("shapes"):

@@ -176,3 +176,10 @@ def test_hypotheses_round_trip_through_trailers(kernel_repo, hypothesis):
     interpreted = subprocess.run(["git", "interpret-trailers", "--parse"], cwd=kernel_repo, capture_output=True,
                                  text=True, input=repo.git("show", "-s", "--format=%B", outcome.sha)).stdout
     assert [line for line in interpreted.splitlines() if line.startswith("Kgit-Status:")] == ["Kgit-Status: incorrect"]
+
+
+def test_bare_off_in_yaml_means_sandbox_off():
+    """YAML 1.1 reads `off` as false; the user meant the word."""
+    assert config_mod.parse("evaluator:\n  sandbox: off\n").evaluator.sandbox == "off"
+    with pytest.raises(config_mod.ConfigError, match="evaluator.sandbox must be one of auto, strict, off"):
+        config_mod.parse("evaluator:\n  sandbox: on\n")
