@@ -116,7 +116,7 @@ def lineage_tree(campaign) -> bytes:
         (x0, y0), (x1, y1) = pos[parent], pos[number]
         best_edge = number in on_path and (parent == 0 or parent in on_path)
         ax.plot([x0, x0 + 0.5, x0 + 0.5, x1], [y0, y0, y1, y1], color=BEST_COLOUR if best_edge else "#cfd8dc",
-                linewidth=3 if best_edge else 1, zorder=1)
+                linewidth=3 if best_edge else 1, zorder=2 if best_edge else 1)
     label_all = len(campaign.experiments) <= MAX_LABELLED
     x, y = pos[0]
     ax.scatter([x], [y], s=120, color=STATUS_COLOURS["baseline"], zorder=3)

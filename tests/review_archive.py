@@ -8,6 +8,7 @@ compares against it without kgit re-measuring anything.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 
 from kgit import config as config_mod
@@ -84,10 +85,17 @@ def build(root) -> dict:
                [(result(status="incorrect", error="Mismatch at index 17: got nan, expected 1.5"), "openai/gpt-5", 0.02),
                 (result(scaled(1.25)), "openai/gpt-5", 0.03)])
     experiment("e2", "vectorize loads with 4 elements per thread", shas["e1.2"],
-               [(result(status="compile-error", error="triton.CompilationError: bad cast\nat line 3"), "openai/gpt-5", 0.01),
+               [(result(status="compile-error", error="Traceback (most recent call last):\n  File \"kernel.py\", "
+                        "line 3\ntriton.CompilationError: bad cast"), "openai/gpt-5", 0.01),
                 (result(scaled(1.6)), "openai/gpt-5", 0.04)])
     experiment("e3", "persistent kernel with grid stride loop", baseline,
                [(result(status="timeout", error="timed out after 600 s"), "offline", None)])
     experiment("e4", "num_warps 8 everywhere", shas["e1.2"],
                [(result(scaled(1.1)), "offline", None)])
     return shas
+
+
+def copy_built(template, dest) -> dict:
+    """Copy an initialized kernel repository to `dest` and build the campaign there."""
+    shutil.copytree(template, dest, symlinks=True)
+    return build(dest)

@@ -1,0 +1,145 @@
+"""kgit lineage, kgit diff, and the campaign model behind the report and the PR body."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+import review_archive as ra
+from kgit import plots, review
+from kgit.archive import Repo
+from kgit.errors import ConfigError
+from kgit.harness import problem as problem_mod
+from kgit.harness.result import geomean
+
+
+@pytest.fixture(scope="module")
+def built(vector_add_template, tmp_path_factory):
+    """One fabricated campaign shared by this module's read-only tests."""
+    root = tmp_path_factory.mktemp("review") / "repo"
+    shas = ra.copy_built(vector_add_template, root)
+    return root, shas
+
+
+def test_experiments_carry_parent_status_and_outcome(built):
+    root, shas = built
+    campaign = review.load(Repo(root))
+    e = campaign.experiments
+    assert sorted(e) == [1, 2, 3, 4]
+    assert {n: x.parent for n, x in e.items()} == {1: 0, 2: 1, 3: 0, 4: 1}
+    assert {n: x.status for n, x in e.items()} == {1: "improved", 2: "improved", 3: "timeout", 4: "not-faster"}
+    assert e[1].best.sha == shas["e1.2"] and e[3].best is None
+    assert e[3].outcome == "failed (timeout)"
+    assert campaign.best.sha == shas["e2.2"]
+    assert [a.sha for a in campaign.best_path] == [shas["baseline"], shas["e1.2"], shas["e2.2"]]
+    # The baseline was measured on the CPU by kgit init; its H200 figures come from the note.
+    assert campaign.baseline_times == ra.BASELINE_US
+    assert [round(s, 3) for *_, s in campaign.shape_speedups()] == [1.6, 1.6]
+
+
+def test_totals_count_attempts_cost_and_evaluation_time(built):
+    root, _ = built
+    campaign = review.load(Repo(root))
+    t = campaign.totals
+    assert (t["experiments"], t["attempts"], t["correct"]) == (4, 6, 3)
+    assert t["success_rate"] == pytest.approx(0.5)
+    assert t["cost_usd"] == pytest.approx(0.10)
+    # Six fabricated attempts at 10 s each, plus whatever the real baseline evaluation took.
+    assert t["gpu_s"] == pytest.approx(60 + campaign.baseline.eval_s, abs=0.01)
+    assert t["best_speedup"] == pytest.approx(1.6)
+
+
+def test_lineage_command_lists_the_chain_one_line_each(built, run_kgit):
+    root, shas = built
+    result = run_kgit(root, "lineage", shas["e2"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 4  # header + baseline + #1 + #2
+    assert [line.split()[2] for line in lines[1:]] == [shas[k][:10] for k in ("baseline", "e1.2", "e2.2")]
+    dead_end = run_kgit(root, "lineage", "--json", shas["e3"])
+    assert [a["sha"] for a in json.loads(dead_end.output)] == [shas["baseline"], shas["e3.1"]]
+
+
+def test_lineage_of_something_that_is_not_an_attempt_says_what_to_do(built, run_kgit, tmp_path):
+    root, _ = built
+    result = run_kgit(root, "lineage", "no-such-rev")
+    assert result.exit_code == 1
+    assert "kgit log" in result.stderr
+
+
+def test_diff_compares_shapes_and_shows_the_code(built, run_kgit):
+    root, shas = built
+    result = run_kgit(root, "diff", shas["e1.2"], shas["e2.2"])
+    assert result.exit_code == 0, result.output
+    assert "1.28x" in result.output
+    assert "+# e2 attempt 2: vectorize loads" in result.output
+    assert "-# e1 attempt 2: use BLOCK_SIZE 2048" in result.output
+    doc = json.loads(run_kgit(root, "diff", "--json", shas["e1.2"], shas["e2.2"]).output)
+    assert [(r["shape"], r["a_us"], r["b_us"]) for r in doc["rows"]] == [
+        ("size=4096", 32.0, 25.0), ("size=65536", 128.0, 100.0)]
+    assert doc["speedup"] == pytest.approx(1.28)
+    assert doc["not_comparable"] is None
+
+
+def test_diff_uses_a_note_for_the_other_side(built):
+    # The baseline's own commit was measured on the CPU; its H200 note makes it comparable.
+    root, shas = built
+    doc = review.compare(Repo(root), shas["e2.2"], shas["baseline"])
+    assert doc["not_comparable"] is None
+    assert doc["speedup"] == pytest.approx(1 / 1.6)
+
+
+def test_diff_with_a_failed_attempt_explains_why_there_are_no_timings(built, run_kgit):
+    root, shas = built
+    result = run_kgit(root, "diff", shas["e1.2"], shas["e3.1"])
+    assert result.exit_code == 0
+    assert "no timing comparison" in result.output and "timeout" in result.output
+    first_failed = run_kgit(root, "diff", shas["e1.1"], shas["e1.2"])
+    assert "its status is incorrect" in first_failed.output
+
+
+def test_diff_names_the_device_when_b_was_never_measured_there(built):
+    root, shas = built
+    repo = Repo(root)
+    # Attempt e2.2 measured on the H200; the baseline's own commit on the CPU interpreter.
+    doc = review.compare(repo, shas["baseline"], shas["e2.2"])
+    assert doc["rows"] == []
+    assert "kgit remeasure" in doc["not_comparable"]
+
+
+def test_tree_layout_puts_parents_between_children_and_survives_long_chains():
+    def campaign(parents):
+        return SimpleNamespace(experiments={n: SimpleNamespace(parent=p) for n, p in parents.items()})
+
+    pos = plots._tree_layout(campaign({1: 0, 2: 1, 3: 0, 4: 1}))
+    assert len(set(pos.values())) == 5
+    assert pos[1][1] == (pos[2][1] + pos[4][1]) / 2
+    assert pos[0][1] == (pos[1][1] + pos[3][1]) / 2
+    assert [pos[n][0] for n in (0, 1, 2, 3, 4)] == [0, 1, 2, 1, 2]
+    # A lineage far deeper than Python's recursion limit.
+    chain = plots._tree_layout(campaign({n: n - 1 for n in range(1, 5001)}))
+    assert chain[5000] == (5000, 0.0)
+
+
+def test_task_references_and_speed_of_light():
+    task = problem_mod.load_task(problem_mod.shipped()["vector_add"])
+    task.references = {"H200": {"vendor library": 30.0}, "MI300X": {"rocBLAS": 20.0}}
+    keys = [problem_mod.shape_key(s) for s in task.benchmarks]
+    attempt = SimpleNamespace(device="NVIDIA H200", timing="events", times={k: 100.0 for k in keys})
+    refs = review.references(task, attempt)
+    sol = geomean(12 * s["size"] / 4.8e12 * 1e6 for s in task.benchmarks)
+    assert refs == {"vendor library": 30.0, "speed of light": pytest.approx(sol)}
+    # The interpreter says nothing about a GPU, and an unknown device has no datasheet.
+    assert review.references(task, SimpleNamespace(device="cpu", timing="interpreter", times={})) == {}
+
+
+def test_task_yml_references_must_be_device_label_microseconds(tmp_path):
+    source = problem_mod.shipped()["vector_add"]
+    text = (source / "task.yml").read_text()
+    (tmp_path / "task.yml").write_text(text + "references: {NVIDIA H200: {cuBLAS: 44.0}}\n")
+    assert problem_mod.load_task(tmp_path).references == {"NVIDIA H200": {"cuBLAS": 44.0}}
+    (tmp_path / "task.yml").write_text(text + "references: {cuBLAS: 44.0}\n")
+    with pytest.raises(ConfigError, match="references maps a device name"):
+        problem_mod.load_task(tmp_path)
