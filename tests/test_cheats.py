@@ -6,6 +6,8 @@ Cheats run the harness in a child process (see tests/cheats/__init__.py); the
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from cheats import FAST_TIMING, baseline, in_fork, run_harness, source
@@ -177,8 +179,13 @@ def test_gpu_l2_is_flushed_between_timed_calls(tmp_path):
     assert doc["status"] == "ok", _last_error(doc)
     harness = next(s for s in doc["shapes"] if s["shape"]["size"] == 1 << 20)["median_us"]
 
-    namespace = {}
-    exec(compile(baseline("vector_add"), "kernel.py", "exec"), namespace)
+    # Triton needs the kernel in a real file (it reads the source back).
+    path = tmp_path / "l2_kernel.py"
+    path.write_text(baseline("vector_add"))
+    spec = importlib.util.spec_from_file_location("l2_kernel", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    namespace = vars(module)
     a, b = torch.randn(1 << 20, device="cuda"), torch.randn(1 << 20, device="cuda")
     out = torch.empty_like(a)
     call = lambda: namespace["custom_kernel"]((a, b, out))  # noqa: E731
