@@ -13,6 +13,7 @@ logged in; otherwise the body and the exact command are printed.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -26,6 +27,7 @@ from .archive import Repo, parse_branch
 from .errors import KgitError
 
 REVIEW_PREFIX = "kgit-review/"
+_SQUASH_OF = re.compile(r"Kgit-Squash-Of: ([0-9a-f]{40})")
 
 
 @dataclass
@@ -65,8 +67,14 @@ def propose(repo: Repo, task, experiment: str, remote: str = "origin", base_bran
 
     steps = [a for a in review.lineage(campaign.attempts, best.sha) if not a.is_baseline]
     parent = steps[0].base if steps else campaign.baseline.sha
-    while steps and _is_ancestor(repo, steps[0].sha, tip):
-        parent = steps.pop(0).sha
+    merged = _squashed_on(repo, tip)
+    while steps:
+        if _is_ancestor(repo, steps[0].sha, tip):
+            parent = steps.pop(0).sha
+        elif steps[0].sha in merged:  # an earlier `kgit pr` of this step was merged
+            parent = merged[steps.pop(0).sha]
+        else:
+            break
     bodies = _bodies(repo, [a.sha for a in exp.attempts])
     title = tr.scrub(f"kgit #{exp.number}: {review._short(exp.hypothesis, 60)} "
                      f"({best.speedup_baseline or 1:.2f}x vs baseline)")
@@ -134,6 +142,22 @@ def _has(repo: Repo, sha: str) -> bool:
 def _is_ancestor(repo: Repo, sha: str, tip: str) -> bool:
     return subprocess.run(["git", "merge-base", "--is-ancestor", sha, tip], cwd=repo.root,
                           capture_output=True).returncode == 0
+
+
+def _squashed_on(repo: Repo, tip: str) -> dict[str, str]:
+    """Attempt sha -> the commit on the target branch that carries it (Kgit-Squash-Of).
+
+    A pull request merged with a merge commit keeps kgit's commits; a squash merge keeps
+    their messages in its own, so the trailer is searched anywhere in the message.
+    """
+    found = {}
+    out = repo.git("log", "-z", "--grep=Kgit-Squash-Of: ", "--format=%H%x1f%B", tip)
+    for record in out.split("\0"):
+        sha, sep, message = record.partition("\x1f")
+        if sep:
+            for attempt in _SQUASH_OF.findall(message):
+                found.setdefault(attempt, sha.strip())  # newest first: the latest merge wins
+    return found
 
 
 def _bodies(repo: Repo, shas: list[str]) -> dict[str, str]:

@@ -129,6 +129,22 @@ def test_pr_on_a_base_branch_that_already_holds_the_parent_experiment(setup, run
     assert "## Stacked experiments" not in doc["body"]
 
 
+def test_pr_after_the_parent_experiment_was_squash_merged(setup, run_kgit):
+    # What a forge's squash merge of `kgit pr 1` leaves on main: a new commit with the
+    # pull request's tree whose message quotes the squashed commits' messages.
+    root, remote, bin_dir, log, shas = setup
+    tree = git(root, "rev-parse", f"{shas['e1.2']}^{{tree}}")
+    message = f"Use BLOCK_SIZE 2048 (#12)\n\n* kgit #1: use BLOCK_SIZE 2048\n\nKgit-Squash-Of: {shas['e1.2']}\n"
+    merged = subprocess.run(["git", "commit-tree", tree, "-p", shas["baseline"], "-F", "-"], cwd=root, input=message,
+                            capture_output=True, text=True, check=True).stdout.strip()
+    git(root, "push", "-q", "origin", f"{merged}:refs/heads/main")
+    result = run_kgit(root, "pr", "2", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert len(doc["stack"]) == 1
+    assert git(remote, "rev-parse", f"{doc['sha']}^") == merged
+
+
 def test_pr_without_gh_prints_the_body_and_the_command(setup, run_kgit):
     root, remote, bin_dir, log, shas = setup
     result = run_kgit(root, "pr", "1", "--remote", "origin", "--base-branch", "main")
