@@ -111,13 +111,12 @@ def evaluate_tree(source_root: Path, config, *, state_dir: Path, devices_env: di
 
 
 def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, devices_env: dict | None = None) -> dict:
-    isolation = sandbox.plan(getattr(config.evaluator, "sandbox", "auto"))
+    isolation = sandbox.plan(config.evaluator.sandbox)
     sandbox.protect_parent()
     spec = {
         "problem_dir": str(problem_dir), "candidate_dir": str(candidate_dir),
         "timing": asdict(config.timing), "secret_seed": secrets.randbelow(2**31),
-        "sandbox": isolation.child_settings(scratch, config.evaluator.timeout_s,
-                                            getattr(config.evaluator, "max_memory_gb", None)),
+        "sandbox": isolation.child_settings(scratch, config.evaluator.timeout_s, config.evaluator.max_memory_gb),
     }
     result_r, result_w = os.pipe()
     # The child watches the read end; when kgit dies, however it dies, the kernel closes
@@ -135,6 +134,10 @@ def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, dev
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(result_w, life_r),
             start_new_session=True,
         )
+    except BaseException:
+        os.close(result_r)
+        os.close(life_w)
+        raise
     finally:
         os.close(result_w)
         os.close(life_r)
