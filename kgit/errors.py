@@ -46,3 +46,11 @@ class EvaluationFailed(KgitError):
 
 class LLMError(KgitError):
     """The model could not be reached or kept answering badly."""
+
+
+class LLMUnavailable(LLMError):
+    """Transient model failures (timeouts, 429, 5xx) outlasted every retry.
+
+    `kgit evolve` records these and goes on; a fatal LLMError (bad key, unknown model)
+    stops the run instead, since every later call would fail the same way.
+    """

@@ -20,7 +20,7 @@ from tabulate import tabulate
 from . import backends, experiments
 from . import trailers as tr
 from .archive import Repo
-from .errors import KgitError
+from .errors import KgitError, LLMUnavailable
 from .harness import problem as problem_mod
 from .harness import result as result_mod
 from .scientist import design as design_mod
@@ -135,13 +135,21 @@ class Run:
         tag = f"[{number}/{self.config.evolve.iterations}]"
         attempts = self.repo.read()
         best = experiments.best(attempts)
-        selection, replies, note = select_mod.choose(self.client, self.repo.root, self.task_text, attempts, best,
-                                                     self.config.evolve.archive_tokens)
+        try:
+            selection, replies, note = select_mod.choose(self.client, self.repo.root, self.task_text, attempts,
+                                                         best, self.config.evolve.archive_tokens)
+        except LLMUnavailable as e:
+            selection, replies = Selection(best.sha, None, "fallback to the best attempt"), []
+            note = f"the selector did not answer: {e}"
+            self.summary.skipped.append(f"iteration {number}: select fell back to the best attempt ({e})")
         self._account(replies)
         self._line(tag, "select", "select", f"base {selection.base[:10]}" +
                    (f", reference {selection.reference[:10]}" if selection.reference else "") +
                    (f" ({note})" if note else ""))
-        plans, design_replies, error = self._design(attempts, selection)
+        try:
+            plans, design_replies, error = self._design(attempts, selection)
+        except LLMUnavailable as e:
+            plans, design_replies, error = None, [], f"the designer did not answer: {e}"
         self._account(design_replies)
         if plans is None:
             self.summary.skipped.append(f"iteration {number}: {error}")
@@ -190,7 +198,13 @@ class Run:
         for attempt in range(1, self.config.evolve.attempts + 1):
             if self.stopping.is_set() or self._budget_stop():
                 return
-            new_files, edit_error, reply = self._write(plan, files, reference_files, error, attempt)
+            unanswered = False
+            try:
+                new_files, edit_error, reply = self._write(plan, files, reference_files, error, attempt)
+            except LLMUnavailable as e:
+                # Recorded like edits that did not apply (an empty commit carrying the error);
+                # this hypothesis stops, the run goes on.
+                new_files, edit_error, reply, unanswered = None, f"the writer did not answer: {e}", None, True
             replies = [reply] if reply else []
             if attempt == 1:
                 replies += _share(shared, shares)
@@ -206,7 +220,7 @@ class Run:
                                replies, reused)
             self._line(tag, "write", "write", f"{state['branch']} attempt {attempt}: {result['status']}"
                        + (f" ({result.get('reason')})" if result.get("reason") else ""))
-            if result["status"] == "ok":
+            if result["status"] == "ok" or unanswered:
                 return
             if new_files is not None:
                 files = new_files

@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import LLMError
+from ..errors import LLMError, LLMUnavailable
 
 # litellm exception class names by what a retry can do about them. tests/test_llm.py
 # fails when litellm grows a class that is in neither table, so a new error is a
@@ -124,9 +124,10 @@ class Client:
                     raise
                 message = redact(f"{type(e).__name__}: {e}")[:600]
                 if kind == "fatal" or attempt == self.config.retries:
-                    raise LLMError(f"the model {request['model']} failed ({message}). Check the model string, "
-                                   "--api-base and the provider's API key variable; retryable errors were tried "
-                                   f"{attempt + 1} time(s) (llm.retries).") from None
+                    error = LLMError if kind == "fatal" else LLMUnavailable
+                    raise error(f"the model {request['model']} failed ({message}). Check the model string, "
+                                "--api-base and the provider's API key variable; retryable errors were tried "
+                                f"{attempt + 1} time(s) (llm.retries).") from None
                 self._sleep(min(60.0, 2.0 ** attempt) * (0.5 + random.random()))
         text = response.choices[0].message.content or ""
         usage = getattr(response, "usage", None)
