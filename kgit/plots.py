@@ -13,6 +13,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display: the report is built on servers and in CI
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
 # Colour per experiment status: improvements green, correct-but-slower grey, failures warm.
@@ -47,11 +48,14 @@ def progress(campaign) -> bytes | None:
     if points:
         xs, ys = zip(*sorted(points))
         ax.scatter(xs, ys, s=14, color="#90a4ae", label="correct attempt", zorder=2)
+    fastest: dict[int, float] = {}
+    for number, g in points:
+        fastest[number] = min(g, fastest.get(number, g))
     step_x, step_y, current = [0], [start], start
     for number in sorted(campaign.experiments):
-        here = [g for x, g in points if x == number]
-        if here and (current is None or min(here) < current):
-            current = min(here)
+        here = fastest.get(number)
+        if here is not None and (current is None or here < current):
+            current = here
         step_x.append(number)
         step_y.append(current)
     if any(y is not None for y in step_y):
@@ -77,9 +81,10 @@ def progress(campaign) -> bytes | None:
     return _png(fig)
 
 
-def _tree_layout(campaign) -> dict[int, tuple[float, float]]:
-    """(depth, row) per experiment, baseline = 0: leaves take rows in order, a parent sits
-    at the middle of its children, so branches never cross."""
+def _tree_layout(campaign, on_path=frozenset()) -> dict[int, tuple[float, float]]:
+    """(depth, row) per experiment, baseline = 0. A parent shares the row of its first
+    child, and a child on the best path comes first, so the best path is one straight line
+    along the top and every other branch hangs below the node it left from."""
     children: dict[int, list[int]] = {0: []}
     for number, e in campaign.experiments.items():
         children.setdefault(0 if e.parent is None else e.parent, []).append(number)
@@ -91,13 +96,12 @@ def _tree_layout(campaign) -> dict[int, tuple[float, float]]:
     stack = [(0, 0, False)]
     while stack:
         node, depth, expanded = stack.pop()
-        kids = sorted(children.get(node, []))
+        kids = sorted(children.get(node, []), key=lambda n: (n not in on_path, n))
         if not kids:
             pos[node] = (depth, next_row)
             next_row += 1
         elif expanded:
-            rows = [pos[k][1] for k in kids]
-            pos[node] = (depth, (min(rows) + max(rows)) / 2)
+            pos[node] = (depth, pos[kids[0]][1])
         else:
             stack.append((node, depth, True))
             stack.extend((kid, depth + 1, False) for kid in reversed(kids))
@@ -106,31 +110,44 @@ def _tree_layout(campaign) -> dict[int, tuple[float, float]]:
 
 def lineage_tree(campaign) -> bytes:
     """Experiments as a tree from the baseline; colour = status, thick blue = the best path."""
-    pos = _tree_layout(campaign)
     on_path = {a.experiment for a in campaign.best_path if not a.is_baseline}
+    pos = _tree_layout(campaign, on_path)
     rows = max((r for _, r in pos.values()), default=0) + 1
     depth = max((d for d, _ in pos.values()), default=0) + 1
-    fig, ax = plt.subplots(figsize=(min(4 + 1.6 * depth, 16), min(1.2 + 0.42 * rows, 40)))
+    row_height = 0.42 if rows <= MAX_LABELLED else 0.16
+    fig, ax = plt.subplots(figsize=(min(4 + 1.6 * depth, 16), min(1.2 + row_height * rows, 30)))
+    # One collection per kind of artist: thousands of separate plot() calls take minutes to draw.
+    plain, best_edges = [], []
     for number, e in campaign.experiments.items():
         parent = 0 if e.parent is None else e.parent
         (x0, y0), (x1, y1) = pos[parent], pos[number]
-        best_edge = number in on_path and (parent == 0 or parent in on_path)
-        ax.plot([x0, x0 + 0.5, x0 + 0.5, x1], [y0, y0, y1, y1], color=BEST_COLOUR if best_edge else "#cfd8dc",
-                linewidth=3 if best_edge else 1, zorder=2 if best_edge else 1)
-    label_all = len(campaign.experiments) <= MAX_LABELLED
+        edge = [(x0, y0), (x0 + 0.5, y0), (x0 + 0.5, y1), (x1, y1)]
+        (best_edges if number in on_path and (parent == 0 or parent in on_path) else plain).append(edge)
+    ax.add_collection(LineCollection(plain, colors="#cfd8dc", linewidths=1, zorder=1))
+    ax.add_collection(LineCollection(best_edges, colors=BEST_COLOUR, linewidths=3, zorder=2))
+    numbers = list(campaign.experiments)
+    if numbers:
+        path = [n in on_path for n in numbers]
+        ax.scatter([pos[n][0] for n in numbers], [pos[n][1] for n in numbers],
+                   s=[90 if p else 50 for p in path], zorder=3,
+                   c=[STATUS_COLOURS.get(campaign.experiments[n].status, OTHER_COLOUR) for n in numbers],
+                   edgecolors=[BEST_COLOUR if p else "white" for p in path], linewidths=[2 if p else 0.5 for p in path])
     x, y = pos[0]
     ax.scatter([x], [y], s=120, color=STATUS_COLOURS["baseline"], zorder=3)
     ax.annotate("baseline", (x, y), xytext=(6, 6), textcoords="offset points", fontsize=8)
-    for number, e in campaign.experiments.items():
-        x, y = pos[number]
-        ax.scatter([x], [y], s=90 if number in on_path else 50, color=STATUS_COLOURS.get(e.status, OTHER_COLOUR),
-                   edgecolors=BEST_COLOUR if number in on_path else "white", linewidths=2 if number in on_path else 0.5,
-                   zorder=3)
-        if label_all or number in on_path:
-            best = e.best
-            tail = f" {best.speedup_baseline:.2f}x" if best and best.speedup_baseline else ""
-            ax.annotate(f"#{number} {_short(e.hypothesis, 28)}{tail}", (x, y), xytext=(6, 4),
-                        textcoords="offset points", fontsize=7)
+    if len(campaign.experiments) <= MAX_LABELLED:
+        labelled = list(campaign.experiments)
+    else:  # big campaigns: a dozen steps of the best path, the last one always
+        path = [a.experiment for a in campaign.best_path if not a.is_baseline]
+        labelled = path[::-(-len(path) // 12)] + path[-1:] if path else []
+    for number in labelled:
+        e = campaign.experiments[number]
+        best = e.best
+        tail = f" {best.speedup_baseline:.2f}x" if best and best.speedup_baseline else ""
+        text = f"#{number}{tail}" if len(campaign.experiments) > MAX_LABELLED else f"#{number} {_short(e.hypothesis, 28)}{tail}"
+        # Best-path nodes share the top row: rising labels keep neighbours from overprinting.
+        ax.annotate(text, pos[number], xytext=(4, 6), textcoords="offset points", fontsize=7,
+                    rotation=25 if number in on_path else 0)
     used = sorted({e.status for e in campaign.experiments.values()} | {"baseline"})
     handles = [plt.Line2D([], [], marker="o", linestyle="", color=STATUS_COLOURS.get(s, OTHER_COLOUR), label=s)
                for s in used]
@@ -141,7 +158,7 @@ def lineage_tree(campaign) -> bytes:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("generations from the baseline")
     ax.set_yticks([])
-    ax.set_title("Lineage of experiments")
+    # No title: the best path's labels rise above the top row, and the report's heading names the figure.
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     return _png(fig)

@@ -133,14 +133,18 @@ def to_json(campaign: Campaign) -> dict:
 def load(repo: Repo, task=None) -> Campaign:
     """The campaign of `repo`'s archive; `task` (a harness Task) adds its reference lines."""
     attempts = repo.read()
-    baseline = _baseline(repo, attempts)
+    return from_attempts(attempts, _baseline(repo, attempts), task)
+
+
+def from_attempts(attempts: list, baseline: Attempt, task=None) -> Campaign:
     by_number: dict[int, list] = {}
     for a in attempts:
         if not a.is_baseline and a.experiment > 0:
             by_number.setdefault(a.experiment, []).append(a)
     experiments = {n: Experiment(n, sorted(group, key=lambda a: a.attempt)) for n, group in sorted(by_number.items())}
+    by_sha = {a.sha: a for a in attempts}
     for e in experiments.values():
-        base = find(attempts, e.base) if e.base else None
+        base = by_sha.get(e.base) if e.base else None
         # A base always existed before its experiment; anything else (a hand-edited
         # trailer) would make the tree cyclic, so it counts as unknown.
         e.parent = max(base.experiment, 0) if base is not None and base.experiment < e.number else None
@@ -175,14 +179,15 @@ def _measurement_on(attempt: Attempt, like: Attempt) -> dict | None:
 
 def lineage(attempts: list, sha: str) -> list[Attempt]:
     """The chain baseline -> ... -> `sha`: each step is the attempt the next experiment started from."""
+    by_sha = {a.sha: a for a in attempts}
     chain, seen = [], set()
-    current = find(attempts, sha)
+    current = by_sha.get(sha)
     while current is not None and current.sha not in seen:
         chain.append(current)
         seen.add(current.sha)
         if current.is_baseline or not current.base:
             break
-        current = find(attempts, current.base)
+        current = by_sha.get(current.base)
     return chain[::-1]
 
 

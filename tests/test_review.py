@@ -109,15 +109,16 @@ def test_diff_names_the_device_when_b_was_never_measured_there(built):
     assert "kgit remeasure" in doc["not_comparable"]
 
 
-def test_tree_layout_puts_parents_between_children_and_survives_long_chains():
+def test_tree_layout_keeps_the_best_path_straight_and_survives_long_chains():
     def campaign(parents):
         return SimpleNamespace(experiments={n: SimpleNamespace(parent=p) for n, p in parents.items()})
 
-    pos = plots._tree_layout(campaign({1: 0, 2: 1, 3: 0, 4: 1}))
+    pos = plots._tree_layout(campaign({1: 0, 2: 1, 3: 0, 4: 1}), on_path={1, 4})
     assert len(set(pos.values())) == 5
-    assert pos[1][1] == (pos[2][1] + pos[4][1]) / 2
-    assert pos[0][1] == (pos[1][1] + pos[3][1]) / 2
     assert [pos[n][0] for n in (0, 1, 2, 3, 4)] == [0, 1, 2, 1, 2]
+    # The best path (baseline, #1, #4) is the top row; the other branches hang below.
+    assert pos[0][1] == pos[1][1] == pos[4][1] == 0
+    assert pos[2][1] == 1 and pos[3][1] == 2
     # A lineage far deeper than Python's recursion limit.
     chain = plots._tree_layout(campaign({n: n - 1 for n in range(1, 5001)}))
     assert chain[5000] == (5000, 0.0)
