@@ -16,6 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
+from .review import short  # noqa: E402
+
 # Colour per experiment status: improvements green, correct-but-slower grey, failures warm.
 STATUS_COLOURS = {
     "improved": "#2e7d32", "not-faster": "#9e9e9e", "baseline": "#1565c0",
@@ -144,7 +146,7 @@ def lineage_tree(campaign) -> bytes:
         e = campaign.experiments[number]
         best = e.best
         tail = f" {best.speedup_baseline:.2f}x" if best and best.speedup_baseline else ""
-        text = f"#{number}{tail}" if len(campaign.experiments) > MAX_LABELLED else f"#{number} {_short(e.hypothesis, 28)}{tail}"
+        text = f"#{number}{tail}" if len(campaign.experiments) > MAX_LABELLED else f"#{number} {short(e.hypothesis, 28)}{tail}"
         # Best-path nodes share the top row: rising labels keep neighbours from overprinting.
         ax.annotate(text, pos[number], xytext=(4, 6), textcoords="offset points", fontsize=7,
                     rotation=25 if number in on_path else 0)
@@ -184,7 +186,3 @@ def shape_speedups(campaign) -> bytes | None:
     ax.set_title("Per-shape speedup of the best attempt")
     return _png(fig)
 
-
-def _short(text: str, width: int) -> str:
-    text = " ".join((text or "").split())
-    return text if len(text) <= width else text[: width - 1] + "…"

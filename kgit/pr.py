@@ -76,11 +76,11 @@ def propose(repo: Repo, task, experiment: str, remote: str = "origin", base_bran
         else:
             break
     bodies = _bodies(repo, [a.sha for a in exp.attempts])
-    title = tr.scrub(f"kgit #{exp.number}: {review._short(exp.hypothesis, 60)} "
+    title = tr.scrub(f"kgit #{exp.number}: {review.short(exp.hypothesis, 60)} "
                      f"({best.speedup_baseline or 1:.2f}x vs baseline)")
     stack = []
     for step in steps:
-        intro = tr.scrub(f"kgit #{step.experiment}: {review._short(step.hypothesis, 60)}")
+        intro = tr.scrub(f"kgit #{step.experiment}: {review.short(step.hypothesis, 60)}")
         message = tr.Message(title if step is steps[-1] else intro,
                              [tr.scrub(f"Squashed from attempt {step.sha} ({step.branch}, attempt "
                                        f"{step.attempt}); every attempt stays in the kgit archive."),
@@ -235,8 +235,8 @@ def _plan(body: str) -> str:
 def _results_table(campaign, exp) -> str:
     best = exp.best
     base = next((a for a in campaign.attempts if a.sha == exp.base), None)
-    base_m = review._measurement_on(base, best) if base else None
-    baseline_m = review._measurement_on(campaign.baseline, best)
+    base_m = review.measurement_on(base, best) if base else None
+    baseline_m = review.measurement_on(campaign.baseline, best)
     before = (base_m or {}).get("times", {})
     first = (baseline_m or {}).get("times", {})
     rows = []
@@ -269,7 +269,7 @@ def _why(attempt, body: str) -> str:
             # A traceback ends with the exception itself: its last line says the most.
             lines = [line.strip() for line in paragraph.splitlines()[1:] if line.strip()]
             if lines:
-                return review._short(lines[-1], 140)
+                return review.short(lines[-1], 140)
     return attempt.status
 
 

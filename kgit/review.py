@@ -149,7 +149,7 @@ def from_attempts(attempts: list, baseline: Attempt, task=None) -> Campaign:
         # trailer) would make the tree cyclic, so it counts as unknown.
         e.parent = max(base.experiment, 0) if base is not None and base.experiment < e.number else None
     best = best_of(attempts) or baseline
-    base_m = _measurement_on(baseline, best)
+    base_m = measurement_on(baseline, best)
     campaign = Campaign(baseline=baseline, experiments=experiments, attempts=attempts, best=best,
                         best_path=lineage(attempts, best.sha), device=best.device,
                         baseline_times=(base_m or {}).get("times", {}),
@@ -168,7 +168,7 @@ def _baseline(repo: Repo, attempts: list) -> Attempt:
     return found
 
 
-def _measurement_on(attempt: Attempt, like: Attempt) -> dict | None:
+def measurement_on(attempt: Attempt, like: Attempt) -> dict | None:
     """`attempt`'s timing on the device and harness that measured `like`, else on that device."""
     found = measure.comparable(attempt, like.device, like.harness)
     if found:
@@ -283,7 +283,7 @@ def lineage_of(repo: Repo, rev: str) -> list[Attempt]:
 
 def lineage_text(chain: list[Attempt]) -> str:
     rows = [[a.experiment, a.attempt, a.sha[:10], a.status, _num(a.geomean), _num(a.speedup, "{:.2f}x"),
-             _num(a.speedup_baseline, "{:.2f}x"), a.device, _short(a.hypothesis, 60)] for a in chain]
+             _num(a.speedup_baseline, "{:.2f}x"), a.device, short(a.hypothesis, 60)] for a in chain]
     return tabulate(rows, headers=["exp", "att", "sha", "status", "geomean us", "vs base", "vs baseline",
                                    "measured on", "hypothesis"], tablefmt="plain")
 
@@ -319,7 +319,7 @@ def markdown(campaign: Campaign, title: str) -> str:
         lines.append("- timings come from the Triton CPU interpreter and say nothing about GPU speed")
     lines += ["", "## Best path", ""]
     lines.append(tabulate([[a.experiment, a.sha[:10], _num(campaign.geomean_of(a)), _num(a.speedup_baseline, "{:.2f}x"),
-                            _short(a.hypothesis, 80)] for a in campaign.best_path],
+                            short(a.hypothesis, 80)] for a in campaign.best_path],
                           headers=["exp", "sha", "geomean us", "vs baseline", "hypothesis"], tablefmt="github"))
     lines += ["", f"## Per-shape speedup of the best attempt vs the baseline ({campaign.device})", ""]
     shapes = campaign.shape_speedups()
@@ -333,7 +333,7 @@ def markdown(campaign: Campaign, title: str) -> str:
         lines += [f"- {label}: {us:.2f} us (the best takes {(campaign.best.geomean or 0) / us:.2f}x that)"
                   for label, us in campaign.references.items()]
     lines += ["", "## Hypotheses", ""]
-    rows = [[n, _short(h, 70).replace("|", "/"), p, o, k, c, m] for n, h, p, o, k, c, m in experiment_rows(campaign)]
+    rows = [[n, short(h, 70).replace("|", "/"), p, o, k, c, m] for n, h, p, o, k, c, m in experiment_rows(campaign)]
     lines.append(tabulate(rows, headers=EXPERIMENT_HEADERS, tablefmt="github") if rows else "No experiments yet.")
     return "\n".join(lines) + "\n"
 
@@ -346,6 +346,6 @@ def _us(value):
     return "-" if value is None else f"{value:.2f} us"
 
 
-def _short(text: str, width: int) -> str:
+def short(text: str, width: int) -> str:
     text = " ".join((text or "").split())
     return text if len(text) <= width else text[: width - 1] + "…"

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 import review_archive as ra
-from kgit import plots, review
+from kgit import plots, report_html, review
 from kgit.archive import Repo
 from kgit.errors import ConfigError
 from kgit.harness import problem as problem_mod
@@ -144,3 +144,15 @@ def test_task_yml_references_must_be_device_label_microseconds(tmp_path):
     (tmp_path / "task.yml").write_text(text + "references: {cuBLAS: 44.0}\n")
     with pytest.raises(ConfigError, match="references maps a device name"):
         problem_mod.load_task(tmp_path)
+
+
+def test_views_without_a_baseline_measurement_on_the_device(built):
+    # An archive whose baseline was never measured where the best attempt was.
+    root, _ = built
+    campaign = review.load(Repo(root))
+    campaign.baseline_geomean, campaign.baseline_times = None, {}
+    assert plots.progress(campaign).startswith(b"\x89PNG")
+    assert plots.shape_speedups(campaign) is None
+    html = report_html.render(campaign, "no baseline")
+    assert "kgit remeasure kgit/baseline" in html
+    assert "kgit remeasure kgit/baseline" in review.markdown(campaign, "no baseline")
