@@ -75,6 +75,9 @@ def propose(repo: Repo, task, experiment: str, remote: str = "origin", base_bran
             parent = merged[steps.pop(0).sha]
         else:
             break
+    if not steps:
+        raise KgitError(f"{remote}/{base_branch} already holds experiment {exp.number}'s best attempt "
+                        f"({best.sha[:10]}); there is nothing left to review.")
     bodies = _bodies(repo, [a.sha for a in exp.attempts])
     title = tr.scrub(f"kgit #{exp.number}: {review.short(exp.hypothesis, 60)} "
                      f"({best.speedup_baseline or 1:.2f}x vs baseline)")

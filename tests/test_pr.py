@@ -181,6 +181,15 @@ def test_pr_when_gh_fails_says_the_branch_is_pushed_and_how_to_retry(setup, run_
     assert "No commits between" in result.stderr and "gh pr create --base main" in result.stderr
 
 
+def test_pr_of_an_experiment_the_branch_already_holds(setup, run_kgit):
+    root, remote, bin_dir, log, shas = setup
+    git(root, "push", "-q", "origin", f"{shas['e2.2']}:refs/heads/main")
+    result = run_kgit(root, "pr", "2")
+    assert result.exit_code == 1
+    assert "origin/main already holds experiment 2's best attempt" in result.stderr
+    assert "kgit-review" not in git(remote, "branch", "--list")
+
+
 @pytest.mark.parametrize("args, message", [
     (["pr", "3"], "experiment 3 has no correct attempt"),
     (["pr", "9"], "there is no experiment '9'"),
