@@ -358,8 +358,8 @@ def pr(experiment, remote, base_branch, as_json):
 def diff(rev_a, rev_b, as_json):
     """Per-shape timings of attempts REV_A and REV_B on one device, and the code diff.
 
-    B is compared on A's device and harness: its own measurement, or a note from
-    `kgit remeasure`. Speedup above 1 means B is faster.
+    Both are compared on one device and harness: their commits' measurements or notes
+    from `kgit remeasure`. Speedup above 1 means B is faster.
     """
     from . import review
 

@@ -231,8 +231,11 @@ def compare(repo: Repo, rev_a: str, rev_b: str) -> dict:
     """
     attempts = repo.read()
     a, b = (_attempt(repo, attempts, rev) for rev in (rev_a, rev_b))
-    m_a = a.measurement() if a.ok else None
-    m_b = measure.comparable(b, a.device, a.harness) if m_a else None
+    # On A's device first, else on B's: a baseline measured on a laptop and re-measured
+    # on the GPU as a note still compares with GPU attempts.
+    pairs = [(a.measurement() if a.ok else None, measure.comparable(b, a.device, a.harness), a.device),
+             (measure.comparable(a, b.device, b.harness), b.measurement() if b.ok else None, b.device)]
+    m_a, m_b, device = next((p for p in pairs if p[0] and p[1]), (None, None, a.device))
     rows = []
     if m_a and m_b:
         for key, before in m_a["times"].items():
@@ -241,15 +244,15 @@ def compare(repo: Repo, rev_a: str, rev_b: str) -> dict:
                          "speedup": before / after if after else None})
     ratio = measure.ratio(m_a, (m_b or {}).get("geomean_us"), (m_b or {}).get("times", {}))
     why = None
-    if not a.ok:
+    if not (a.ok or a.notes):
         why = f"A ({a.sha[:10]}) has no timing: its status is {a.status}"
+    elif not (b.ok or b.notes):
+        why = f"B ({b.sha[:10]}) has no timing: its status is {b.status}"
     elif not m_b:
-        why = (f"B ({b.sha[:10]}) has no measurement on {a.device} with A's harness; "
-               f"measure it there with `kgit remeasure {b.sha[:10]}`" if b.ok or b.notes
-               else f"B ({b.sha[:10]}) has no timing: its status is {b.status}")
-    code = repo.git("diff", a.sha, b.sha, "--", ".", ":(exclude).kgit.yaml")
-    return {"a": a.to_json(), "b": b.to_json(), "device": a.device, "rows": rows, "speedup": ratio,
-            "not_comparable": why, "diff": code}
+        why = (f"A and B were never measured on one device with one harness (A: {a.device}, B: {b.device}); "
+               f"measure B where A ran with `kgit remeasure {b.sha[:10]}`")
+    return {"a": a.to_json(), "b": b.to_json(), "device": device, "rows": rows, "speedup": ratio,
+            "not_comparable": why, "diff": repo.git("diff", a.sha, b.sha)}
 
 
 def _attempt(repo: Repo, attempts: list, rev: str) -> Attempt:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 from types import SimpleNamespace
 
 import pytest
 
 import review_archive as ra
+from kgit import config as config_mod
+from kgit import experiments as ex
 from kgit import plots, report_html, review
 from kgit.archive import Repo
 from kgit.errors import ConfigError
@@ -83,12 +86,16 @@ def test_diff_compares_shapes_and_shows_the_code(built, run_kgit):
     assert doc["not_comparable"] is None
 
 
-def test_diff_uses_a_note_for_the_other_side(built):
-    # The baseline's own commit was measured on the CPU; its H200 note makes it comparable.
+def test_diff_uses_notes_on_either_side(built):
+    # The baseline's own commit was measured on the CPU; its H200 note makes it comparable,
+    # whether it is A or B.
     root, shas = built
     doc = review.compare(Repo(root), shas["e2.2"], shas["baseline"])
-    assert doc["not_comparable"] is None
+    assert doc["not_comparable"] is None and doc["device"] == ra.DEVICE
     assert doc["speedup"] == pytest.approx(1 / 1.6)
+    reverse = review.compare(Repo(root), shas["baseline"], shas["e2.2"])
+    assert reverse["device"] == ra.DEVICE and reverse["speedup"] == pytest.approx(1.6)
+    assert [r["a_us"] for r in reverse["rows"]] == [40.0, 160.0]
 
 
 def test_diff_with_a_failed_attempt_explains_why_there_are_no_timings(built, run_kgit):
@@ -100,13 +107,23 @@ def test_diff_with_a_failed_attempt_explains_why_there_are_no_timings(built, run
     assert "its status is incorrect" in first_failed.output
 
 
-def test_diff_names_the_device_when_b_was_never_measured_there(built):
+def test_diff_across_devices_says_how_to_compare(built, tmp_path, run_kgit):
     root, shas = built
-    repo = Repo(root)
-    # Attempt e2.2 measured on the H200; the baseline's own commit on the CPU interpreter.
-    doc = review.compare(repo, shas["baseline"], shas["e2.2"])
-    assert doc["rows"] == []
-    assert "kgit remeasure" in doc["not_comparable"]
+    copy = tmp_path / "repo"
+    shutil.copytree(root, copy, symlinks=True)
+    repo = Repo(copy)
+    mi300 = dict(ra.result(ra.scaled(2.0)), device="AMD Instinct MI300X", harness="other harness")
+    # The base's MI300X figure as a note, so committing needs no re-measurement.
+    repo.add_note(shas["e1.2"], {"device": mi300["device"], "harness": mi300["harness"], "status": "ok",
+                                 "geomean_us": 50.0, "times": ra.scaled(1.6), "when": 2})
+    branch, _ = ex.start(repo, "try it on the MI300X", shas["e1.2"], checkout=False)
+    tree = ra.tree_with(repo, shas["e1.2"], "# mi300 variant\n")
+    other = ex.commit_attempt(repo, config_mod.load(copy), branch=branch, tree=tree, parent=shas["e1.2"],
+                              result=mi300, author=None, model="human").sha
+    result = run_kgit(copy, "diff", shas["e2.2"], other)
+    assert result.exit_code == 0
+    assert "never measured on one device" in result.output and f"kgit remeasure {other[:10]}" in result.output
+    assert "+# mi300 variant" in result.output
 
 
 def test_tree_layout_keeps_the_best_path_straight_and_survives_long_chains():
