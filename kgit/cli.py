@@ -310,7 +310,10 @@ def report_(output, open_it, markdown, as_json):
     repo, task = review.here()
     if markdown or as_json:
         campaign = review.load(repo, task)
-        _emit_json(review.to_json(campaign)) if as_json else click.echo(review.markdown(campaign, task.name), nl=False)
+        if as_json:
+            _emit_json(review.to_json(campaign))
+        else:
+            click.echo(review.markdown(campaign, task.name), nl=False)
         return
     path = report_html.write(repo, task, output or repo.state / "report.html")
     click.echo(f"wrote {path}")
@@ -365,7 +368,10 @@ def diff(rev_a, rev_b, as_json):
 
     repo, _ = ex.load()
     doc = review.compare(repo, rev_a, rev_b)
-    _emit_json(doc) if as_json else click.echo(review.compare_text(doc))
+    if as_json:
+        _emit_json(doc)
+    else:
+        click.echo(review.compare_text(doc))
 
 
 @cli.command()
@@ -377,7 +383,10 @@ def lineage(rev, as_json):
 
     repo, _ = ex.load()
     chain = review.lineage_of(repo, rev)
-    _emit_json([a.to_json() for a in chain]) if as_json else click.echo(review.lineage_text(chain))
+    if as_json:
+        _emit_json([a.to_json() for a in chain])
+    else:
+        click.echo(review.lineage_text(chain))
 
 
 def main():
