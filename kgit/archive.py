@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import archive_cache
 from . import trailers as tr
 from .errors import GitError, KgitError, LockedError, NotAKernelRepo
 
@@ -281,13 +282,32 @@ class Repo:
 
     # -- reading the archive -------------------------------------------------------
     def read(self) -> list[Attempt]:
-        """Every attempt (and the baseline), newest first, from ONE git log call."""
-        baseline = self.git("rev-parse", "--verify", "--quiet", f"refs/tags/{BASELINE_TAG}^{{commit}}", check=False).strip()
+        """Every attempt (and the baseline), newest first, from ONE git log call.
+
+        The call covers only commits new since the last read (kgit/archive_cache.py).
+        """
+        refs = self.kgit_refs()
+        baseline = refs.get("baseline")
         if not baseline:
             return []
         args = ["log", "-z", f"--format={_LOG_FORMAT}", f"--notes={NOTES_REF}",
-                f"--branches={BRANCH_PREFIX}*", baseline, "--not", f"{baseline}^@", "--"]
-        return parse_log(self.git(*args))
+                f"--branches={BRANCH_PREFIX}*", baseline, "--not", f"{baseline}^@"]
+        return archive_cache.read(self, args, refs, parse_log)
+
+    def kgit_refs(self) -> dict[str, str]:
+        """Sha of every experiment branch (by full ref name), plus "baseline" and "notes"."""
+        out = self.git("for-each-ref", "--format=%(refname) %(objectname) %(*objectname)",
+                       "refs/heads/" + BRANCH_PREFIX, f"refs/tags/{BASELINE_TAG}", NOTES_REF)
+        refs = {}
+        for line in out.splitlines():
+            name, sha, *peeled = line.split()
+            if name == f"refs/tags/{BASELINE_TAG}":
+                refs["baseline"] = peeled[0] if peeled else sha
+            elif name == NOTES_REF:
+                refs["notes"] = sha
+            else:
+                refs[name] = sha
+        return refs
 
     # -- locking -------------------------------------------------------------------
     @contextmanager

@@ -155,7 +155,7 @@ def log(as_json, per_device):
     repo, _ = ex.load()
     attempts = repo.read()
     if as_json:
-        _emit_json([{**a.to_json(), "devices": measure.by_device(a)} for a in attempts])
+        _emit_json([{**a.to_json(), "devices": measure.by_device(a)} for a in attempts], compact=True)
     elif not attempts:
         click.echo("no attempts yet: the archive starts with `kgit init`.")
     elif per_device:

@@ -1,0 +1,64 @@
+"""The archive cache: a warm read gives exactly what a full read gives, in every case."""
+
+import json
+
+from kgit import experiments
+from kgit.archive import Repo
+
+from conftest import git
+
+
+def _full(repo: Repo) -> list[dict]:
+    (repo.state / "cache" / "archive.pickle").unlink(missing_ok=True)
+    return sorted((a.to_json() for a in repo.read()), key=lambda a: a["sha"])
+
+
+def _warm(repo: Repo) -> list[dict]:
+    return sorted((a.to_json() for a in repo.read()), key=lambda a: a["sha"])
+
+
+def _fake_attempt(repo, branch, parent, geomean=5.0):
+    result = {"status": "ok", "device": "cpu", "timing": "interpreter", "harness": "h", "ranking": "mean",
+              "geomean_us": geomean, "eval_s": 0.1,
+              "shapes": [{"key": "size=4096", "mean_us": geomean}, {"key": "size=65536", "mean_us": geomean}]}
+    tree = git(repo.root, "rev-parse", f"{parent}^{{tree}}").strip()
+    config = experiments.load(repo.root)[1]
+    with repo.lock("test"):
+        return experiments.commit_attempt(repo, config, branch=branch, tree=tree, parent=parent, result=result,
+                                          author=None, model="human").sha
+
+
+def test_warm_reads_follow_growth_deletion_rewrites_and_notes(kernel_repo):
+    repo = Repo(kernel_repo)
+    assert _warm(repo) == _full(repo)  # cache now holds the baseline
+    branch, base = experiments.start(repo, "first idea", checkout=False)
+    one = _fake_attempt(repo, branch, base)
+    two = _fake_attempt(repo, branch, one, 4.0)
+    warm = _warm(repo)  # grown branch: only the new commits are read
+    assert [a["sha"] for a in warm if a["experiment"] == 1] and warm == _full(repo)
+    assert {two, one} <= {a["sha"] for a in warm}
+
+    other, _ = experiments.start(repo, "second idea", base=base, checkout=False)
+    _fake_attempt(repo, other, base, 6.0)
+    assert _warm(repo) == _full(repo)
+
+    git(kernel_repo, "update-ref", f"refs/heads/{branch}", one)  # rewound: attempt two is gone
+    assert two not in {a["sha"] for a in _warm(repo)}
+    assert _warm(repo) == _full(repo)
+
+    git(kernel_repo, "branch", "-D", other)  # deleted
+    assert all(a["experiment"] != 2 for a in _warm(repo))
+
+    repo.add_note(one, {"device": "NVIDIA H200", "geomean_us": 1.0, "times": {}})  # notes on an old commit
+    noted = next(a for a in _warm(repo) if a["sha"] == one)
+    assert noted["notes"] and noted["notes"][-1]["device"] == "NVIDIA H200"
+    assert _warm(repo) == _full(repo)
+
+
+def test_a_corrupt_cache_is_ignored(kernel_repo):
+    repo = Repo(kernel_repo)
+    expected = _full(repo)
+    (repo.state / "cache").mkdir(parents=True, exist_ok=True)
+    (repo.state / "cache" / "archive.pickle").write_bytes(b"not a pickle")
+    assert _warm(repo) == expected
+    assert json.dumps(expected)  # plain data all the way down
