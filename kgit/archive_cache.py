@@ -61,7 +61,8 @@ def read(repo, log_args: list[str], refs: dict[str, str], parse) -> list:
               and cached["notes"] == refs.get("notes") and all(ref in tips for ref in cached["tips"]))
     attempts = None
     if usable:
-        old_tips = sorted(set(cached["tips"].values()))
+        # Everything reachable from these is in the cache already (the baseline included).
+        old_tips = sorted(set(cached["tips"].values()) | {cached["baseline"]})
         new = parse(repo.git(*log_args, "--stdin", input="".join(f"^{sha}\n" for sha in old_tips)))
         new_by_sha = {a.sha: a for a in new}
         moved = [(cached["tips"][ref], tips[ref]) for ref in cached["tips"] if tips[ref] != cached["tips"][ref]]

@@ -31,6 +31,7 @@ def _fake_attempt(repo, branch, parent, geomean=5.0):
 def test_warm_reads_follow_growth_deletion_rewrites_and_notes(kernel_repo):
     repo = Repo(kernel_repo)
     assert _warm(repo) == _full(repo)  # cache now holds the baseline
+    assert len(_warm(repo)) == 1  # and a warm read does not count it twice
     branch, base = experiments.start(repo, "first idea", checkout=False)
     one = _fake_attempt(repo, branch, base)
     two = _fake_attempt(repo, branch, one, 4.0)
