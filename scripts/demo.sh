@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install kgit into .venv and run the main job on a shipped problem: a kernel repository
-# for softmax in ./kgit-demo, then `kgit evolve` with the built-in offline strategist
+# (vector_add unless you name another) in ./kgit-demo, then `kgit evolve` with the built-in offline strategist
 # (no LLM, no API key). Without a GPU the kernels run in Triton's CPU interpreter.
 #   bash scripts/demo.sh [PROBLEM] [ITERATIONS]
 set -euo pipefail
