@@ -350,6 +350,14 @@ class Repo:
         """Remove what a killed kgit process left: worktrees, scratch folders, private
         indexes, and git's lock files on kgit's own refs. Call it holding the lock."""
         removed = 0
+        # A kill during `git worktree add` leaves the worktree registered and locked
+        # ("initializing"); `git worktree prune` skips locked ones, so unlock them first.
+        ours = str(self.state / "worktrees") + os.sep
+        for line in self.git("worktree", "list", "--porcelain", check=False).splitlines():
+            path = line[len("worktree "):] if line.startswith("worktree ") else ""
+            if path.startswith(ours) and not _owner_alive(os.path.basename(path)):
+                self.git("worktree", "unlock", path, check=False)
+                self.git("worktree", "remove", "--force", "--force", path, check=False)
         for sub in ("worktrees", "scratch"):
             root = self.state / sub
             if root.exists():

@@ -174,3 +174,16 @@ def test_clean_keeps_a_live_processs_worktree(kernel_repo):
         removed = repo.clean_worktrees()
         assert live.exists() and not dead.exists() and not scratch.exists() and not lock.exists()
         assert removed == 3
+
+
+def test_clean_removes_a_worktree_left_locked_by_a_killed_add(kernel_repo):
+    """kill -9 during `git worktree add` leaves it registered and locked ("initializing");
+    git's prune skips locked worktrees, so cleanup must unlock them."""
+    repo = Repo(kernel_repo)
+    dead = repo.state / "worktrees" / "999999999-0123456789ab"
+    dead.parent.mkdir(parents=True, exist_ok=True)
+    _git(kernel_repo, "worktree", "add", "--detach", "--lock", "--reason", "initializing", str(dead), "HEAD")
+    assert _git(kernel_repo, "worktree", "list", "--porcelain").count("worktree ") == 2
+    repo.clean_worktrees()
+    assert _git(kernel_repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert not dead.exists()

@@ -19,7 +19,7 @@ from ..errors import ConfigError, KgitError
 
 TASK_KEYS = {
     "name", "summary", "description", "files", "output", "tests", "benchmarks", "cpu",
-    "ranking", "tolerance", "flops", "bytes", "forbidden", "fp8", "references",
+    "ranking", "tolerance", "flops", "bytes", "forbidden", "references",
 }
 RANKINGS = ("mean", "median", "min")
 
