@@ -10,8 +10,9 @@ notes commit (re-measurements attach to old commits), or a different cache forma
 
 from __future__ import annotations
 
+import json
 import os
-import pickle
+import uuid
 from pathlib import Path
 
 FORMAT = 1
@@ -19,20 +20,25 @@ _ATTEMPT_FIELDS = ("sha", "parents", "tree", "author", "email", "time", "subject
 
 
 def _load(path: Path) -> dict | None:
+    # JSON, not pickle: on hosts where evaluated code can write here, loading must not run code.
     try:
-        with open(path, "rb") as f:
-            data = pickle.load(f)
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ValueError):
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("format") == FORMAT else None
 
 
 def _save(path: Path, data: dict):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        pickle.dump(data, f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(tmp, path)  # readers see the old cache or the new one, never half of one
+    """Best effort: a read-only or full disk costs the next read its speed, not its answer."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, separators=(",", ":"))
+        os.replace(tmp, path)  # readers see the old cache or the new one, never half of one
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def _grew(old_tip: str, new_tip: str, new_by_sha: dict) -> bool:
@@ -54,7 +60,7 @@ def read(repo, log_args: list[str], refs: dict[str, str], parse) -> list:
     """
     from .archive import Attempt
 
-    path = repo.state / "cache" / "archive.pickle"
+    path = repo.state / "cache" / "archive.json"
     cached = _load(path)
     tips = {ref: sha for ref, sha in refs.items() if ref.startswith("refs/heads/")}
     usable = (cached is not None and cached["baseline"] == refs.get("baseline")
@@ -72,6 +78,10 @@ def read(repo, log_args: list[str], refs: dict[str, str], parse) -> list:
             return attempts  # nothing happened since the cache was written
     if attempts is None:
         attempts = parse(repo.git(*log_args))
+    # git resolves the branches a moment after `refs` was read; a commit made in between
+    # is then both in this read and, next time, after the recorded tip. Keep it once.
+    seen: set = set()
+    attempts = [a for a in attempts if not (a.sha in seen or seen.add(a.sha))]
     _save(path, {"format": FORMAT, "baseline": refs.get("baseline"), "notes": refs.get("notes"), "tips": tips,
                  "records": [tuple(getattr(a, f) for f in _ATTEMPT_FIELDS) for a in attempts]})
     return attempts

@@ -30,6 +30,7 @@ from pathlib import Path
 from . import candidate, devices, evaluate
 from .errors import KgitError
 from .harness import result as result_mod
+from .scientist.llm import redact
 
 
 class EvaluatorError(KgitError):
@@ -111,17 +112,20 @@ class CommandEvaluator:
             result_path = scratch / "result.json"
             command = render(ev.command, candidate=folder, result=result_path, device=device, sha=sha)
             started = time.monotonic()
-            code, out, err, timed_out = run_command(command, scratch, command_env(ev.pass_env), ev.timeout_s)
+            # From the repository root, so relative commands (./mi300-eval.sh) work as documented.
+            code, out, err, timed_out = run_command(command, self.repo.root, command_env(ev.pass_env), ev.timeout_s)
             elapsed = round(time.monotonic() - started, 3)
             worker = {"backend": "command", "device": device or None, "exit_code": code, "wall_s": elapsed}
             if timed_out:
+                # The command may see credentials (evaluator.pass_env); its output goes into
+                # commits and prompts, so known secret values are masked.
                 doc = result_mod.new("timeout", error=f"the evaluator command gave no result within "
-                                     f"{ev.timeout_s:g} s and was killed.\n" + err[-2000:])
+                                     f"{ev.timeout_s:g} s and was killed.\n" + redact(err[-2000:]))
                 doc["eval_s"] = elapsed
             else:
                 doc = parse_result(result_path, out, err, code, command)
-            doc.setdefault("stdout", out[-ev.max_output_bytes:])
-            doc.setdefault("stderr", err[-ev.max_output_bytes:])
+            doc.setdefault("stdout", redact(out[-ev.max_output_bytes:]))
+            doc.setdefault("stderr", redact(err[-ev.max_output_bytes:]))
             doc["worker"] = worker
             return doc
         finally:

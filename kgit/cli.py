@@ -80,7 +80,10 @@ def init(directory, problem, force, config_file, as_json, gpumode, kernelbench):
     if len(sources) != 1:
         raise click.UsageError("say which problem to start from, once: --problem NAME (see `kgit problems`), "
                                "--from-gpumode FOLDER or --from-kernelbench FILE.")
-    _progress(f"measuring the {sources[0]} baseline (without a GPU: in the Triton CPU interpreter)...")
+    from .sandbox import gpu_driver_present
+
+    where = "" if gpu_driver_present() else " (no GPU here: in the Triton CPU interpreter)"
+    _progress(f"measuring the {sources[0]} baseline{where}...")
     text = config_file.read_text(encoding="utf-8") if config_file else None
     if gpumode:
         outcome = importers.init_from_gpumode(directory, gpumode, force=force, config_text=text)

@@ -8,6 +8,7 @@ name the key and the file, because a silently ignored typo costs a night of GPU 
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -121,6 +122,10 @@ class Config:
     evolve: EvolveConfig = field(default_factory=EvolveConfig)
 
     def validate(self, where):
+        parts = pathlib.PurePosixPath(self.problem).parts
+        if not parts or self.problem.startswith(("/", "\\")) or ".." in parts or parts[0] == ".git":
+            raise ConfigError(f"{where}problem must name a folder inside the repository, such as \"problem\", "
+                              f"not {self.problem!r}: kgit replaces that folder on `kgit init`.")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if dataclasses.is_dataclass(value):

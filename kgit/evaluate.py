@@ -216,7 +216,8 @@ def _wait(proc, streams: dict, timeout) -> str:
         while sel.get_map():
             now = time.monotonic()
             if now >= deadline:
-                status = "timeout"
+                # A result already in stands, however slowly the harness then exits.
+                status = "timeout" if result_fd in sel.get_map() else "done"
                 break
             if grace_until is None and (result_fd not in sel.get_map() or proc.poll() is not None):
                 # The result is in, or the harness is gone: what is still open belongs to

@@ -172,7 +172,9 @@ class Run:
                 try:
                     for f in futures:
                         f.result()
-                except KeyboardInterrupt:
+                except BaseException:
+                    # Any failure (Ctrl-C, an evaluator outage, a fatal model error) stops the
+                    # other hypotheses at their next attempt instead of letting them run on.
                     self.stopping.set()
                     raise
         return True
@@ -362,7 +364,8 @@ def evolve(repo: Repo, config, *, evaluate=None, client=None, progress=None) -> 
 
 def dry_run(repo: Repo, config, *, client=None) -> str:
     """The prompts the next iteration would send (or the offline plans), with no model call."""
-    run = Run(repo, config, client=client)
+    # No evaluator: a dry run must not start a Ray cluster or probe GPUs.
+    run = Run(repo, config, client=client, evaluate=lambda sha: None)
     attempts = repo.read()
     best = experiments.best(attempts)
     if best is None:

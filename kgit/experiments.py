@@ -297,5 +297,6 @@ def describe(repo: Repo, rev: str) -> tuple[Attempt, str, dict, str]:
         if base is not None:
             found = measure.comparable(base, attempt.device, attempt.harness)
             base_times = (found or {}).get("times", {})
-        diffstat = repo.git("diff", "--stat", attempt.base, sha, check=False)
+        # The base comes from a trailer, which anyone can write: never let it read as an option.
+        diffstat = repo.git("diff", "--stat", "--end-of-options", attempt.base, sha, check=False)
     return attempt, "\n\n".join(paragraphs), base_times, diffstat

@@ -121,6 +121,13 @@ def _gpumode_helpers(source: Path, spec: dict, submission: Path):
         if name in skip or where.startswith("@"):
             continue
         path = (source / where).resolve()
+        # task.yml is input from elsewhere: its names stay plain file names, and its sources
+        # stay within the problem collection (GPU MODE keeps shared helpers one level up).
+        collection = source.resolve().parent.parent
+        if Path(name).name != name or name in ("", ".", "..") or Path(where).is_absolute() \
+                or not path.is_relative_to(collection):
+            raise ImportProblemError(f"{source / 'task.yml'} lists {name!r} from {where!r}, outside the problem "
+                                     f"collection {collection}; only plain file names from there can be imported.")
         if not path.is_file():
             raise ImportProblemError(f"{source / 'task.yml'} lists {name} from {where}, but {path} does not exist; "
                                      "import from a full checkout of the problem repository.")

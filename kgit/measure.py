@@ -14,6 +14,8 @@ from .harness.result import geomean
 def comparable(attempt, device: str, harness: str) -> dict | None:
     """The latest measurement of `attempt` made on `device` with `harness`, if any."""
     matches = [m for m in attempt.measurements() if m.get("device") == device and m.get("harness") == harness]
+    # By time, not position: a notes merge (`kgit sync`) sorts the lines.
+    matches.sort(key=lambda m: m.get("when", attempt.time if m.get("source") == "commit" else 0))
     return matches[-1] if matches else None
 
 

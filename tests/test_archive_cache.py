@@ -9,7 +9,7 @@ from conftest import git
 
 
 def _full(repo: Repo) -> list[dict]:
-    (repo.state / "cache" / "archive.pickle").unlink(missing_ok=True)
+    (repo.state / "cache" / "archive.json").unlink(missing_ok=True)
     return sorted((a.to_json() for a in repo.read()), key=lambda a: a["sha"])
 
 
@@ -60,6 +60,20 @@ def test_a_corrupt_cache_is_ignored(kernel_repo):
     repo = Repo(kernel_repo)
     expected = _full(repo)
     (repo.state / "cache").mkdir(parents=True, exist_ok=True)
-    (repo.state / "cache" / "archive.pickle").write_bytes(b"not a pickle")
+    (repo.state / "cache" / "archive.json").write_bytes(b"{not json")
     assert _warm(repo) == expected
     assert json.dumps(expected)  # plain data all the way down
+
+
+def test_a_commit_between_reading_refs_and_git_log_is_listed_once(kernel_repo, monkeypatch):
+    repo = Repo(kernel_repo)
+    branch, base = experiments.start(repo, "race", checkout=False)
+    one = _fake_attempt(repo, branch, base)
+    repo.read()
+    stale = repo.kgit_refs()
+    two = _fake_attempt(repo, branch, one, 4.0)  # lands after the refs were read
+    monkeypatch.setattr(Repo, "kgit_refs", lambda self: stale)
+    assert [a.sha for a in repo.read()].count(two) == 1
+    monkeypatch.undo()
+    shas = [a.sha for a in repo.read()]  # the cache recorded the old tip: `two` comes back as new
+    assert shas.count(two) == 1 and len(shas) == len(set(shas))

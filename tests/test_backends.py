@@ -254,6 +254,7 @@ echo '{"schema": "kgit.result/1", "status": "incorrect", "error": "mismatch at 3
     ("echo 'connection refused' >&2; exit 255", "exit code 255"),
     ("echo '{\"schema\": \"other/1\", \"status\": \"ok\"}'", "not a kgit.result/1 document"),
     ("echo '{\"schema\": \"kgit.result/1\", \"status\": \"fast\"}'", "unknown status"),
+    ("echo '{\"schema\": \"kgit.result/1\", \"status\": \"ok\", \"shapes\": []}'", "needs a positive number in 'geomean_us'"),
 ])
 def test_command_backend_failures_are_evaluator_errors_not_verdicts(kernel_repo, tmp_path, body, match):
     script = _fake_remote(tmp_path, body)

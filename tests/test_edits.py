@@ -57,8 +57,18 @@ def test_a_different_token_is_not_fuzzy_matched_and_the_error_helps():
 
 
 def test_ambiguous_search_asks_for_more_context():
+    # Ignoring indentation, "return out" is two lines of KERNEL.
     with pytest.raises(edits.EditError, match="matches 2 places"):
-        edits.replace_once(KERNEL, "    return out", "    return None")
+        edits.replace_once(KERNEL, "return out", "return None")
+
+
+def test_exact_matches_cover_whole_lines_only():
+    # The exact text is also inside the 8-space line; only the 4-space line is a whole-line match.
+    new = edits.replace_once(KERNEL, "    return out", "    return None")
+    assert "        return out" in new and "\n    return None" in new
+    # Part of a line is never edited in place: `BLOCK = 1` must not turn 128 into 228.
+    with pytest.raises(edits.EditError, match="matched nothing"):
+        edits.replace_once("BLOCK = 128\n", "BLOCK = 1", "BLOCK = 2")
 
 
 def test_edits_outside_the_editable_files_are_refused():

@@ -168,5 +168,5 @@ def test_evolve_through_a_local_openai_compatible_server(kernel_repo, run_kgit, 
     # The key went to the server (that is its job) and nowhere else.
     assert server.requests[0]["auth"] == f"Bearer {SECRET}"
     assert SECRET not in git("log", "--all", "--format=%B") + result.output
-    cache = list((kernel_repo / ".git" / "kgit" / "cache").rglob("*.json"))
+    cache = list((kernel_repo / ".git" / "kgit" / "cache" / "llm").rglob("*.json"))
     assert len(cache) == 3 and all(SECRET not in p.read_text() for p in cache)

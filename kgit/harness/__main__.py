@@ -21,11 +21,13 @@ def _start() -> int:
     result_fd = int(argv[argv.index("--result-fd") + 1])
     with open(spec_path, encoding="utf-8") as f:
         spec = json.load(f)
+    # The spec holds the secret seed; the candidate runs in this folder, so the file goes.
+    os.unlink(spec_path)
     # A segfault or abort then leaves the Python stack in stderr: the excerpt the writer sees.
     faulthandler.enable()
     report = confine.apply(spec)
     os.write(result_fd, (json.dumps({"kgit_confine": report}) + "\n").encode())
-    return main(argv)
+    return main(argv, spec=spec)
 
 
 sys.exit(_start())

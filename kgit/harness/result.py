@@ -56,4 +56,10 @@ def validate(doc) -> dict:
     for shape in doc.get("shapes") or []:
         if not isinstance(shape, dict) or "key" not in shape or "mean_us" not in shape:
             raise ValueError("each entry of 'shapes' needs 'key' and 'mean_us'")
+    if doc["status"] == "ok":
+        geo = doc.get("geomean_us")
+        if isinstance(geo, bool) or not isinstance(geo, (int, float)) or not math.isfinite(geo) or geo <= 0:
+            raise ValueError(f"an ok result needs a positive number in 'geomean_us', not {geo!r}")
+    for key in ("device", "harness", "timing"):
+        doc.setdefault(key, None)
     return doc

@@ -163,11 +163,14 @@ def _resolve(path: str, editable: list[str]) -> str | None:
 
 def replace_once(text: str, search: str, replace: str) -> str:
     """Replace the one place `search` matches: exactly, else line by line ignoring whitespace drift."""
-    count = text.count(search)
-    if count == 1:
-        return text.replace(search, replace, 1)
-    if count > 1:
-        raise EditError(f"the SEARCH part matches {count} places. Add a few surrounding lines so it matches one.")
+    # Exact matches count only when they cover whole lines: `BLOCK = 1` must not edit
+    # the middle of `BLOCK = 128`. Anything else goes to the line-by-line match below.
+    exact = _whole_line_matches(text, search)
+    if len(exact) == 1:
+        at = exact[0]
+        return text[:at] + replace + text[at + len(search):]
+    if len(exact) > 1:
+        raise EditError(f"the SEARCH part matches {len(exact)} places. Add a few surrounding lines so it matches one.")
     file_lines = text.splitlines()
     want = _trim_blank(search.splitlines())
     spans = _fuzzy_spans(file_lines, want)
@@ -181,6 +184,20 @@ def replace_once(text: str, search: str, replace: str) -> str:
     new_lines = [_reindent(line, shift) for line in _trim_blank(replace.splitlines())]
     out = file_lines[:start] + new_lines + file_lines[start + len(want):]
     return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
+def _whole_line_matches(text: str, search: str) -> list[int]:
+    if not search.strip():
+        return []
+    found, at = [], text.find(search)
+    while at >= 0:
+        end = at + len(search)
+        starts_line = at == 0 or text[at - 1] == "\n" or search.startswith("\n")
+        ends_line = end == len(text) or text[end] == "\n" or search.endswith("\n")
+        if starts_line and ends_line:
+            found.append(at)
+        at = text.find(search, at + 1)
+    return found
 
 
 def _trim_blank(lines: list[str]) -> list[str]:

@@ -138,7 +138,7 @@ class Client:
         litellm = litellm_module()
         try:
             return float(litellm.completion_cost(completion_response=response))
-        except litellm.exceptions.ModelNotMappedError:
+        except Exception:  # noqa: BLE001 - no price (unmapped model, no provider prefix): the reply is kept
             return None
 
     def _cache_get(self, key: str) -> dict | None:
