@@ -117,7 +117,7 @@ def main():
             synthesize(root, size)
             build = time.perf_counter() - t0
             repo = Repo(root)
-            cache = repo.state / "cache" / "archive.pickle"
+            cache = repo.state / "cache" / "archive-state.json"
             drop = lambda: cache.unlink(missing_ok=True)  # noqa: E731
             count = len(repo.read())
             cold_loose = best_of(repo.read, before=drop)

@@ -6,6 +6,12 @@ a warm cache is one `git log` limited to commits not reachable from the tips see
 time. The cache is dropped, and the archive read whole, when anything happened that
 growth does not explain: a branch deleted or moved sideways, a new baseline, a new
 notes commit (re-measurements attach to old commits), or a different cache format.
+
+Two files: `archive-records.jsonl`, one attempt per line, only ever appended to (so
+growth costs the new lines, not a rewrite of 100 MB), and `archive-state.json`, the
+tips and how many of those lines are valid (a crash mid-append leaves extra lines,
+which are ignored). JSON, not pickle: evaluated code may be able to write here on some
+hosts, and loading must not run anything.
 """
 
 from __future__ import annotations
@@ -15,30 +21,68 @@ import os
 import uuid
 from pathlib import Path
 
-FORMAT = 1
+FORMAT = 2
 _ATTEMPT_FIELDS = ("sha", "parents", "tree", "author", "email", "time", "subject", "block", "raw_notes")
 
 
-def _load(path: Path) -> dict | None:
-    # JSON, not pickle: on hosts where evaluated code can write here, loading must not run code.
+def _paths(repo) -> tuple[Path, Path]:
+    root = repo.state / "cache"
+    return root / "archive-state.json", root / "archive-records.jsonl"
+
+
+def _load(state_path: Path, records_path: Path):
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+        if not isinstance(state, dict) or state.get("format") != FORMAT:
+            return None, None
+        records = []
+        with open(records_path, encoding="utf-8") as f:
+            for _, line in zip(range(state["lines"]), f):
+                records.append(json.loads(line))
+        if len(records) != state["lines"]:
+            return None, None
+        return state, records
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, None
 
 
-def _save(path: Path, data: dict):
-    """Best effort: a read-only or full disk costs the next read its speed, not its answer."""
+def _line(attempt) -> str:
+    return json.dumps([getattr(attempt, f) for f in _ATTEMPT_FIELDS], separators=(",", ":")) + "\n"
+
+
+def _write_state(path: Path, state: dict):
     tmp = path.with_name(f"{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, separators=(",", ":"))
-        os.replace(tmp, path)  # readers see the old cache or the new one, never half of one
+        tmp.write_text(json.dumps(state), encoding="utf-8")
+        os.replace(tmp, path)  # readers see the old state or the new one, never half of one
     except OSError:
         tmp.unlink(missing_ok=True)
+        raise
+
+
+def _save(state_path: Path, records_path: Path, state: dict, attempts: list, append_at: int | None):
+    """Best effort: a read-only or full disk costs the next read its speed, not its answer.
+
+    `append_at` is the byte length of the valid records (None: rewrite them all).
+    """
+    data = "".join(_line(a) for a in attempts).encode("utf-8")
+    try:
+        state_path.parent.mkdir(parents=True, exist_ok=True)
+        if append_at is None:
+            state_path.unlink(missing_ok=True)  # no state is valid while the records are rewritten
+            tmp = records_path.with_name(f"{records_path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, records_path)
+            size = len(data)
+        else:
+            with open(records_path, "r+b") as f:
+                f.truncate(append_at)  # drop whatever a crashed append left past the valid lines
+                f.seek(append_at)
+                f.write(data)
+            size = append_at + len(data)
+        _write_state(state_path, {**state, "bytes": size})
+    except OSError:
+        pass
 
 
 def _grew(old_tip: str, new_tip: str, new_by_sha: dict) -> bool:
@@ -55,17 +99,17 @@ def _grew(old_tip: str, new_tip: str, new_by_sha: dict) -> bool:
 def read(repo, log_args: list[str], refs: dict[str, str], parse) -> list:
     """The archive, from the cache plus ONE `git log` over what is new (or everything).
 
-    `log_args` is the full-read `git log` command without its revision arguments'
-    exclusions; `refs` maps each kgit ref (branches, baseline, notes) to its sha.
+    `log_args` is the full-read `git log` command; `refs` maps each kgit ref (branches,
+    "baseline", "notes") to its sha.
     """
     from .archive import Attempt
 
-    path = repo.state / "cache" / "archive.json"
-    cached = _load(path)
+    state_path, records_path = _paths(repo)
+    cached, records = _load(state_path, records_path)
     tips = {ref: sha for ref, sha in refs.items() if ref.startswith("refs/heads/")}
     usable = (cached is not None and cached["baseline"] == refs.get("baseline")
               and cached["notes"] == refs.get("notes") and all(ref in tips for ref in cached["tips"]))
-    attempts = None
+    state = {"format": FORMAT, "baseline": refs.get("baseline"), "notes": refs.get("notes"), "tips": tips}
     if usable:
         # Everything reachable from these is in the cache already (the baseline included).
         old_tips = sorted(set(cached["tips"].values()) | {cached["baseline"]})
@@ -73,15 +117,15 @@ def read(repo, log_args: list[str], refs: dict[str, str], parse) -> list:
         new_by_sha = {a.sha: a for a in new}
         moved = [(cached["tips"][ref], tips[ref]) for ref in cached["tips"] if tips[ref] != cached["tips"][ref]]
         if all(_grew(old, now, new_by_sha) for old, now in moved):
-            attempts = new + [Attempt(*record) for record in cached["records"]]
-        if not new and not moved and len(tips) == len(cached["tips"]):
-            return attempts  # nothing happened since the cache was written
-    if attempts is None:
-        attempts = parse(repo.git(*log_args))
-    # git resolves the branches a moment after `refs` was read; a commit made in between
-    # is then both in this read and, next time, after the recorded tip. Keep it once.
+            # git resolves the branches a moment after `refs` was read; a commit made in
+            # between can come back as new although the cache has it. Keep it once.
+            known = {r[0] for r in records}
+            new = [a for a in new if a.sha not in known]
+            if new or tips != cached["tips"]:
+                _save(state_path, records_path, {**state, "lines": len(records) + len(new)}, new, cached["bytes"])
+            return new + [Attempt(*r) for r in records]
+    attempts = parse(repo.git(*log_args))
     seen: set = set()
     attempts = [a for a in attempts if not (a.sha in seen or seen.add(a.sha))]
-    _save(path, {"format": FORMAT, "baseline": refs.get("baseline"), "notes": refs.get("notes"), "tips": tips,
-                 "records": [tuple(getattr(a, f) for f in _ATTEMPT_FIELDS) for a in attempts]})
+    _save(state_path, records_path, {**state, "lines": len(attempts)}, attempts, None)
     return attempts

@@ -9,7 +9,7 @@ from conftest import git
 
 
 def _full(repo: Repo) -> list[dict]:
-    (repo.state / "cache" / "archive.json").unlink(missing_ok=True)
+    (repo.state / "cache" / "archive-state.json").unlink(missing_ok=True)
     return sorted((a.to_json() for a in repo.read()), key=lambda a: a["sha"])
 
 
@@ -59,8 +59,8 @@ def test_warm_reads_follow_growth_deletion_rewrites_and_notes(kernel_repo):
 def test_a_corrupt_cache_is_ignored(kernel_repo):
     repo = Repo(kernel_repo)
     expected = _full(repo)
-    (repo.state / "cache").mkdir(parents=True, exist_ok=True)
-    (repo.state / "cache" / "archive.json").write_bytes(b"{not json")
+    repo.read()
+    (repo.state / "cache" / "archive-records.jsonl").write_bytes(b"{not json\n")
     assert _warm(repo) == expected
     assert json.dumps(expected)  # plain data all the way down
 
@@ -77,3 +77,19 @@ def test_a_commit_between_reading_refs_and_git_log_is_listed_once(kernel_repo, m
     monkeypatch.undo()
     shas = [a.sha for a in repo.read()]  # the cache recorded the old tip: `two` comes back as new
     assert shas.count(two) == 1 and len(shas) == len(set(shas))
+
+
+def test_lines_left_by_a_crashed_append_are_ignored_and_dropped(kernel_repo):
+    repo = Repo(kernel_repo)
+    branch, base = experiments.start(repo, "crash", checkout=False)
+    one = _fake_attempt(repo, branch, base)
+    repo.read()
+    records = repo.state / "cache" / "archive-records.jsonl"
+    with open(records, "a", encoding="utf-8") as f:
+        f.write('["half a line')  # a kill -9 in the middle of an append
+    warm = _warm(repo)
+    assert [a["sha"] for a in warm].count(one) == 1
+    _fake_attempt(repo, branch, one, 4.0)  # growth appends after the valid lines only
+    grown = _warm(repo)
+    assert "half a line" not in records.read_text()
+    assert grown == _full(repo)
