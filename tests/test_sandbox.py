@@ -364,3 +364,14 @@ def test_gpu_faults_become_statuses(tmp_path, fault, statuses, words):
     source = (problem_mod.shipped()["vector_add"] / "kernel.py").read_text()
     after = _run_source(tmp_path / "good", source, _config())
     assert after["status"] == "ok", after.get("error")
+
+
+def test_the_spec_with_the_secret_seed_is_gone_before_the_candidate_runs(tmp_path):
+    # The kernel runs in the folder the spec was written to; by then the file must be gone.
+    # (`os` reached by a computed name: the static policy would reject the plain one first.)
+    action = 'print("KGIT-SPEC", getattr(hostile, "o" + "s").path.exists("spec.json"))'
+    problem_dir, candidate_dir, scratch = stage(tmp_path, action)
+    doc = evaluate.run_child(problem_dir, candidate_dir, _config(), scratch)
+    lines = [line for line in doc["stdout"].splitlines() if line.startswith("KGIT-SPEC ")]
+    assert lines, (doc["status"], doc.get("error"), doc["stderr"][-1500:])
+    assert lines[0].startswith("KGIT-SPEC False"), lines[0]
