@@ -257,7 +257,7 @@ def test_escape_rule(batch, mean, call, escapes):
 
 
 def test_clock_reports_a_patched_timer(monkeypatch):
-    clock = timing.Clock.capture(torch, on_gpu=False)
+    clock = timing.Clock(torch, on_gpu=False)
     assert clock.tampered() == []
     monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
     assert clock.tampered() == ["time.perf_counter"]
@@ -294,7 +294,7 @@ def test_measure_catches_a_kernel_that_decays_after_the_checks():
         return out
 
     settings = {"warmup": 0, "min_reps": 8, "target_rse": 1e-9, "max_time_s": 0.0}
-    clock = timing.Clock.capture(torch, on_gpu=False)
+    clock = timing.Clock(torch, on_gpu=False)
     stats = timing.measure(task, reference, _plain_candidate(decaying), {"size": 64, "seed": 1}, 5, clock, settings, torch)
     assert stats["n"] == 8 and "timed repetition 7" in stats["error"]  # the last call is always re-checked
 

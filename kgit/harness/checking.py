@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 
 def mix_seed(seed: int, secret: int, salt: int = 0) -> int:
     """A seed the candidate cannot predict from the published one."""
@@ -138,8 +136,3 @@ def _unravel(index, shape):
         coords.append(index % dim if dim else 0)
         index = index // dim if dim else 0
     return reversed(coords)
-
-
-def finite_mean(values):
-    values = [v for v in values if v is not None and math.isfinite(v)]
-    return sum(values) / len(values) if values else None

@@ -136,7 +136,7 @@ def _evaluate(spec, task, on_gpu, torch, doc) -> dict:
     guards = Guards(torch, task.forbidden, module)
     reference = guards.reference_proxy(module)
     del module  # from here on the real functions run only through reference_call
-    clock = timing.Clock.capture(torch, on_gpu)
+    clock = timing.Clock(torch, on_gpu)
     guards.arm_reference()
     guards.snapshot_threads()
 

@@ -81,10 +81,6 @@ class Clock:
         if self.cycles_per_us:
             self.sleep(int(self.cycles_per_us * min(HOLD_MAX_US, max(HOLD_MIN_US, 2 * self.host_us))))
 
-    @classmethod
-    def capture(cls, torch, on_gpu):
-        return cls(torch, on_gpu)
-
     def tampered(self) -> list[str]:
         return [name for name, (owner, attr, value) in self.originals.items() if getattr(owner, attr, None) is not value]
 
