@@ -22,7 +22,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from kgit import config as config_mod
-from kgit.archive import Repo
+from kgit.archive.repo import Repo
 
 SHAPES = [f"m={m},n={n},k={k}" for m in (1024, 6144) for n, k in
           [(1536, 7168), (3072, 1536), (576, 7168), (7168, 256), (7168, 2048), (4608, 7168),

@@ -37,8 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from hostile_kernels import stage  # noqa: E402
 
 from kgit import config as config_mod  # noqa: E402
-from kgit import evaluate, experiments  # noqa: E402
-from kgit.archive import Repo  # noqa: E402
+from kgit.evaluation import child as evaluate  # noqa: E402
+from kgit import workflow as experiments
+from kgit.archive.repo import Repo  # noqa: E402
 from kgit.errors import LockedError  # noqa: E402
 
 KGIT = str(Path(sys.executable).with_name("kgit"))
@@ -218,7 +219,7 @@ def run_fault_classes(gpu: bool) -> list[dict]:
 
 def sandbox_overhead(repeats: int, gpu: bool) -> dict:
     """Median wall time of one baseline evaluation with the sandbox on and off."""
-    from kgit.harness import problem as problem_mod
+    from kgit_harness import problem as problem_mod
 
     source = (problem_mod.shipped()["vector_add"] / "kernel.py").read_text()
     times = {"auto": [], "off": []}
@@ -246,7 +247,7 @@ def main():
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    print(f"sandbox here: {json.dumps(__import__('kgit.sandbox').sandbox.describe())}", file=sys.stderr)
+    print(f"sandbox here: {json.dumps(__import__("kgit.evaluation.sandbox", fromlist=["describe"]).describe())}", file=sys.stderr)
     kills = run_kills(args.trials, args.gpu, args.seed)
     faults = run_fault_classes(args.gpu)
     overhead = sandbox_overhead(args.overhead, args.gpu) if args.overhead else {}

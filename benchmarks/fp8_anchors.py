@@ -142,7 +142,7 @@ def harness_figure(problem_dir: Path, on_gpu: bool) -> dict:
     import yaml
 
     from kgit import config as config_mod
-    from kgit import evaluate
+    from kgit.evaluation import child as evaluate
 
     data = yaml.safe_load(config_mod.default_text())
     if not on_gpu:
@@ -167,7 +167,7 @@ def main(argv=None) -> int:
         os.environ["TRITON_INTERPRET"] = "1"  # before the kernel's @triton.jit runs
     from tabulate import tabulate
 
-    from kgit.harness.problem import load_task, shape_key, shipped
+    from kgit_harness.problem import load_task, shape_key, shipped
 
     problem_dir = shipped()["fp8_blockscale_gemm"]
     ref = load(problem_dir / "reference.py", "fp8_reference")

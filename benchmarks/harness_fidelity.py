@@ -33,8 +33,8 @@ from pathlib import Path
 from tabulate import tabulate
 
 from kgit import config as config_mod
-from kgit import evaluate
-from kgit.harness import problem as problem_mod
+from kgit.evaluation import child as evaluate
+from kgit_harness import problem as problem_mod
 
 
 def evaluate_baseline(name: str, config) -> dict:

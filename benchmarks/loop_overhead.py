@@ -28,8 +28,11 @@ from pathlib import Path
 import yaml
 from tabulate import tabulate
 
-from kgit import archive, config as config_mod, evaluate, evolve, experiments
-from kgit.scientist import edits, prompts, trees
+from kgit.archive import repo as archive
+from kgit import config as config_mod, evolve, workflow as experiments
+from kgit.evaluation import child as evaluate
+from kgit.scientist import edits, prompts
+from kgit.archive import trees
 from kgit.scientist import design as design_mod
 from kgit.scientist import select as select_mod
 from kgit.scientist.llm import Reply
@@ -100,7 +103,7 @@ def harness_start_s(repetitions=3) -> float:
     times = []
     for _ in range(repetitions):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-I", "-B", "-c", "import torch, triton, kgit.harness.runner"],
+        subprocess.run([sys.executable, "-I", "-B", "-c", "import torch, triton, kgit_harness.runner"],
                        env=env, check=True)
         times.append(time.perf_counter() - start)
     return statistics.median(times)

@@ -27,9 +27,10 @@ from pathlib import Path
 import yaml
 from tabulate import tabulate
 
-from kgit import backends, devices, experiments
+from kgit.evaluation import backends, gpus as devices
+from kgit import workflow as experiments
 from kgit import config as config_mod
-from kgit.archive import BASELINE_TAG, Repo
+from kgit.archive.repo import BASELINE_TAG, Repo
 
 FAST_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
 

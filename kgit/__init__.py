@@ -1,3 +1,5 @@
 """kgit: optimize GPU kernels with an LLM scientist; every experiment is a git commit."""
 
-__version__ = "0.1.0"
+from kgit_harness import __version__  # one release number for kgit and its harness
+
+__all__ = ["__version__"]

@@ -1,3 +1,3 @@
-from .cli import main
+from kgit.cli import main
 
 main()

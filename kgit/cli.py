@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
-from . import __version__
-from . import experiments as ex
-from . import importers
-from . import report
-from .errors import KgitError
+from kgit import __version__
+from kgit import workflow as ex
+from kgit import importers
+from kgit.review import text as report
+from kgit.errors import KgitError
 
 
 class KgitGroup(click.Group):
@@ -80,7 +80,7 @@ def init(directory, problem, force, config_file, as_json, gpumode, kernelbench):
     if len(sources) != 1:
         raise click.UsageError("say which problem to start from, once: --problem NAME (see `kgit problems`), "
                                "--from-gpumode FOLDER or --from-kernelbench FILE.")
-    from .sandbox import gpu_driver_present
+    from kgit.evaluation.sandbox import gpu_driver_present
 
     where = "" if gpu_driver_present() else " (no GPU here: in the Triton CPU interpreter)"
     _progress(f"measuring the {sources[0]} baseline{where}...")
@@ -153,7 +153,7 @@ def eval_(rev, as_json):
               help="One row per attempt and device: latest geomean, measurements, min, max, spread.")
 def log(as_json, per_device):
     """The archive: every attempt of every experiment."""
-    from . import measure
+    from kgit.archive import measure
 
     repo, _ = ex.load()
     attempts = repo.read()
@@ -181,7 +181,7 @@ def remeasure(revs, device_tag, repeat, every, as_json):
     `kgit log --devices` shows the latest timing per device and the spread, and
     `kgit sync` shares the notes with a remote.
     """
-    from . import remeasure as rm
+    from kgit import remeasure as rm
 
     repo, config = ex.load()
     done = rm.remeasure(repo, config, revs, device_tag=device_tag, repeat=repeat, every=every,
@@ -201,7 +201,7 @@ def sync(remote, as_json):
     `git clone` and `git push` leave notes behind; run this on every machine that
     measures (after pushing the kgit/* branches the notes belong to).
     """
-    from . import remeasure as rm
+    from kgit import remeasure as rm
 
     repo, _ = ex.load()
     summary = rm.sync(repo, remote)
@@ -221,7 +221,7 @@ def eval_candidate(folder):
     kgit-candidate.json, problem/ and kernel/ (docs/evaluators.md). Exit code 3 when
     the kernel did not pass.
     """
-    from . import candidate
+    from kgit.evaluation import candidate
 
     result = candidate.evaluate_folder(folder)
     click.echo(json.dumps(result, sort_keys=True))
@@ -276,7 +276,7 @@ def evolve(iterations, model, api_base, max_cost, jobs, dry_run, as_json):
     Rerunning resumes: numbering continues, measured trees are not measured again.
     Ctrl-C stops cleanly; commits made so far are kept. See docs/evolve.md.
     """
-    from . import evolve as evolve_mod
+    from kgit import evolve as evolve_mod
 
     repo, config = ex.load()
     config = evolve_mod.with_overrides(config, iterations=iterations, model=model, api_base=api_base, max_cost=max_cost, jobs=jobs)
@@ -308,7 +308,7 @@ def report_(output, open_it, markdown, as_json):
     per-shape speedup of the best attempt, the table of hypotheses, and totals.
     Images are embedded: the file opens offline and can be mailed or archived.
     """
-    from . import report_html, review
+    from kgit.review import html as report_html, campaign as review
 
     repo, task = review.here()
     if markdown or as_json:
@@ -342,8 +342,8 @@ def pr(experiment, remote, base_branch, as_json):
     """
     import shlex
 
-    from . import pr as pr_mod
-    from . import review
+    from kgit.review import pr as pr_mod
+    from kgit.review import campaign as review
 
     repo, task = review.here()
     proposal = pr_mod.propose(repo, task, experiment, remote=remote, base_branch=base_branch)
@@ -367,7 +367,7 @@ def diff(rev_a, rev_b, as_json):
     Both are compared on one device and harness: their commits' measurements or notes
     from `kgit remeasure`. Speedup above 1 means B is faster.
     """
-    from . import review
+    from kgit.review import campaign as review
 
     repo, _ = ex.load()
     doc = review.compare(repo, rev_a, rev_b)
@@ -382,7 +382,7 @@ def diff(rev_a, rev_b, as_json):
 @click.option("--json", "as_json", is_flag=True)
 def lineage(rev, as_json):
     """The chain of experiments from the baseline to REV, one line each."""
-    from . import review
+    from kgit.review import campaign as review
 
     repo, _ = ex.load()
     chain = review.lineage_of(repo, rev)

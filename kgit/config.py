@@ -1,7 +1,7 @@
 """`.kgit.yaml`: a strict schema with defaults.
 
-The commented default lives in `kgit/default.kgit.yaml` (and is the top-level
-`.kgit.yaml` of the kgit repository). Unknown keys and wrong types are errors that
+The commented default is the top-level `.kgit.yaml` of the kgit repository, shipped
+with the package (kgit/shipped.py). Unknown keys and wrong types are errors that
 name the key and the file, because a silently ignored typo costs a night of GPU time.
 """
 
@@ -12,12 +12,12 @@ import pathlib
 import types
 import typing
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 import yaml
 
-from .errors import ConfigError
+from kgit import shipped
+from kgit.errors import ConfigError
 
 CONFIG_NAME = ".kgit.yaml"
 
@@ -214,4 +214,4 @@ def load(root: Path) -> Config:
 
 
 def default_text() -> str:
-    return resources.files("kgit").joinpath("default.kgit.yaml").read_text(encoding="utf-8")
+    return shipped.default_config().read_text(encoding="utf-8")

@@ -17,18 +17,20 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from . import backends, experiments
-from . import trailers as tr
-from .archive import Repo
-from .errors import KgitError, LLMUnavailable
-from .harness import problem as problem_mod
-from .harness import result as result_mod
-from .scientist import design as design_mod
-from .scientist import offline, prompts, trees
-from .scientist import select as select_mod
-from .scientist import write as write_mod
-from .scientist.answers import Plan, Selection
-from .scientist.llm import Client, Reply
+from kgit.evaluation import backends
+from kgit import workflow as experiments
+from kgit.archive import trailers as tr
+from kgit.archive.repo import Repo
+from kgit.errors import KgitError, LLMUnavailable
+from kgit import problems as problem_mod
+from kgit_harness import result as result_mod
+from kgit.scientist import design as design_mod
+from kgit.scientist import offline, prompts
+from kgit.archive import trees
+from kgit.scientist import select as select_mod
+from kgit.scientist import write as write_mod
+from kgit.scientist.answers import Plan, Selection
+from kgit.scientist.llm import Client, Reply
 
 ERROR_CHARS = 3000
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from . import experiments
-from .errors import KgitError
+from kgit import workflow as experiments
+from kgit.errors import KgitError
 
 GPUMODE_HELPERS = "gpumode"  # subfolder of the problem holding the GPU MODE sources
 KERNELBENCH_INIT_SEED = 0

@@ -10,11 +10,11 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from . import measure
-from .archive import BASELINE_TAG, NOTES_REF
-from .backends import get_evaluator
-from .errors import GitError, KgitError
-from .experiments import best, find
+from kgit.archive import measure
+from kgit.archive.repo import BASELINE_TAG, NOTES_REF
+from kgit.evaluation.backends import get_evaluator
+from kgit.errors import GitError, KgitError
+from kgit.workflow import best, find
 
 
 @dataclass

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from kgit import config as config_mod
-from kgit import experiments
+from kgit import workflow as experiments
 
 # Short timing so the CPU interpreter runs stay quick; everything else is the default.
 FAST_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from kgit.harness import problem as problem_mod
+from kgit_harness import problem as problem_mod
 
 HOSTILE = '''
 import json, os, resource, sys

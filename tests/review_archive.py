@@ -12,8 +12,8 @@ import shutil
 import uuid
 
 from kgit import config as config_mod
-from kgit import experiments as ex
-from kgit.archive import BASELINE_TAG, Repo
+from kgit import workflow as ex
+from kgit.archive.repo import BASELINE_TAG, Repo
 
 DEVICE, HARNESS = "NVIDIA H200", "kgit-test harness abc123"
 SHAPES = ["size=4096", "size=65536"]

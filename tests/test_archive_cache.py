@@ -2,8 +2,8 @@
 
 import json
 
-from kgit import experiments
-from kgit.archive import Repo
+from kgit import workflow as experiments
+from kgit.archive.repo import Repo
 
 from conftest import git
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from kgit import backends, candidate, devices
+from kgit.evaluation import backends, candidate, gpus as devices
 from kgit import config as config_mod
-from kgit.archive import BASELINE_TAG, Repo
+from kgit.archive.repo import BASELINE_TAG, Repo
 from kgit.errors import ConfigError, KgitError
-from kgit.harness import result as result_mod
+from kgit_harness import result as result_mod
 
 from conftest import fast_config_text, git
 
@@ -166,7 +166,7 @@ def test_the_harness_child_sees_only_its_pinned_gpu(kernel_repo):
 
 
 def test_evaluate_rev_goes_through_the_configured_backend(kernel_repo, tmp_path):
-    from kgit import experiments
+    from kgit import workflow as experiments
 
     script = tmp_path / "never-used-locally.sh"
     script.write_text("echo '{\"schema\": \"kgit.result/1\", \"status\": \"incorrect\", \"error\": \"remote says no\"}'\n")

@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from kgit import config as config_mod
-from kgit import experiments as ex
-from kgit import trailers as tr
-from kgit.archive import Repo
-from kgit.harness import result as result_mod
+from kgit import workflow as ex
+from kgit.archive import trailers as tr
+from kgit.archive.repo import Repo
+from kgit_harness import result as result_mod
 
 from conftest import make_git_repo
 

@@ -12,7 +12,7 @@ import pytest
 
 from cheats import FAST_TIMING, baseline, in_fork, run_harness, source
 from kgit import config as config_mod
-from kgit import evaluate
+from kgit.evaluation import child as evaluate
 
 
 def _last_error(doc) -> str:

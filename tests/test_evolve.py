@@ -12,8 +12,8 @@ import pytest
 
 import fake_llm
 from conftest import fast_config_text
-from kgit import evolve, experiments
-from kgit.archive import Repo
+from kgit import evolve, workflow as experiments
+from kgit.archive.repo import Repo
 from kgit.errors import ConfigError, LockedError
 from kgit.scientist import offline, prompts
 from kgit.scientist import select as select_mod
@@ -289,7 +289,7 @@ def test_knowledge_documents_load_and_a_missing_one_names_the_fix(kernel_repo):
 
 
 def test_archive_table_keeps_to_its_budget_and_leads_with_the_best(kernel_repo):
-    from kgit.archive import Attempt
+    from kgit.archive.repo import Attempt
 
     def attempt(i, status, geomean):
         block = (f"Kgit-Experiment: {i}\nKgit-Attempt: 1\nKgit-Status: {status}\nKgit-Hypothesis: idea {i}\n"

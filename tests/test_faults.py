@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kgit.archive import Repo
+from kgit.archive.repo import Repo
 
 KGIT = str(Path(sys.executable).with_name("kgit"))
 

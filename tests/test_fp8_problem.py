@@ -21,8 +21,8 @@ import torch
 import yaml
 
 from kgit import config as config_mod
-from kgit import evaluate
-from kgit.harness.problem import load_task, shipped
+from kgit.evaluation import child as evaluate
+from kgit_harness.problem import load_task, shipped
 
 from conftest import FAST_TIMING
 

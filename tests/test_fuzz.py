@@ -12,8 +12,8 @@ import subprocess
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from kgit import archive
-from kgit import trailers as tr
+from kgit.archive import repo as archive
+from kgit.archive import trailers as tr
 from kgit.scientist import answers, edits
 
 FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kgit import evaluate, importers
+from kgit.evaluation import child as evaluate
+from kgit import importers
 from kgit import config as config_mod
 from kgit.errors import KgitError
 

@@ -16,7 +16,7 @@ import pytest
 
 import fake_llm
 from conftest import fast_config_text
-from kgit.archive import Repo
+from kgit.archive.repo import Repo
 from kgit.config import LLMConfig
 from kgit.errors import LLMError
 from kgit.scientist import llm

@@ -14,7 +14,7 @@ import kgit
 from pathlib import Path
 assert Path(kgit.__file__).is_relative_to(sys.argv[1]), kgit.__file__
 from kgit import config
-from kgit.harness import problem
+from kgit_harness import problem
 from kgit.scientist import prompts
 shipped = problem.shipped()
 assert set(shipped) >= {"vector_add", "softmax", "fp8_blockscale_gemm"}, shipped
@@ -36,7 +36,11 @@ def test_wheel_holds_problems_prompts_and_default_config(tmp_path):
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         z.extractall(target)
-    assert "kgit/default.kgit.yaml" in names and "kgit/prompts/write.md" in names
+    assert "kgit/_shipped/.kgit.yaml" in names and "kgit/_shipped/prompts/write.md" in names
+    assert "kgit_harness/problems/softmax/task.yml" in names
+    # Every template and knowledge document of the checkout ships, whatever its name.
+    for doc in (ROOT / "prompts").rglob("*.md"):
+        assert f"kgit/_shipped/{doc.relative_to(ROOT).as_posix()}" in names, doc
     # Run from an empty folder with the source tree out of reach: only the wheel's files count.
     empty = tmp_path / "elsewhere"
     empty.mkdir()

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import review_archive as ra
-from kgit.archive import Repo
+from kgit.archive.repo import Repo
 
 FAKE_GH = f"""#!{sys.executable}
 import json, os, sys

@@ -9,11 +9,11 @@ from types import SimpleNamespace
 import pytest
 
 from kgit import config as config_mod
-from kgit import measure
+from kgit.archive import measure
 from kgit import remeasure as rm
-from kgit.archive import BASELINE_TAG, NOTES_REF, Repo
+from kgit.archive.repo import BASELINE_TAG, NOTES_REF, Repo
 from kgit.errors import GitError, KgitError
-from kgit.harness import result as result_mod
+from kgit_harness import result as result_mod
 
 from conftest import fast_config_text, git
 

@@ -15,9 +15,9 @@ import pytest
 from matplotlib import image as mpimg
 
 import review_archive as ra
-from kgit import report_html, review
-from kgit.archive import Repo
-from kgit.harness import problem as problem_mod
+from kgit.review import html as report_html, campaign as review
+from kgit.archive.repo import Repo
+from kgit_harness import problem as problem_mod
 
 SECTIONS = ["summary", "progress", "lineage", "shapes", "references", "hypotheses"]
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -10,12 +10,12 @@ import pytest
 
 import review_archive as ra
 from kgit import config as config_mod
-from kgit import experiments as ex
-from kgit import plots, report_html, review
-from kgit.archive import Repo
+from kgit import workflow as ex
+from kgit.review import plots, html as report_html, campaign as review
+from kgit.archive.repo import Repo
 from kgit.errors import ConfigError
-from kgit.harness import problem as problem_mod
-from kgit.harness.result import geomean
+from kgit_harness import problem as problem_mod
+from kgit_harness.result import geomean
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Each claim of docs/sandbox.md, tested with a kernel that tries.
 
-The static policy check (kgit/harness/policy.py) rejects `os`, `socket` and `ctypes`
+The static policy check (harness/policy.py) rejects `os`, `socket` and `ctypes`
 imports before any code runs, so a plain hostile kernel.py never reaches the runtime
 defences. These tests stand in for a kernel that found a way around the static check:
 they call `evaluate.run_child` on a candidate folder whose kernel.py imports a helper
@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from kgit import config as config_mod
-from kgit import evaluate, sandbox
-from kgit.harness import problem as problem_mod
+from kgit.evaluation import child as evaluate, sandbox
+from kgit_harness import problem as problem_mod
 
 from conftest import fast_config_text
 from hostile_kernels import HOSTILE, stage

@@ -1,6 +1,6 @@
 """The selector sees re-measurements: the latest timing per device and the spread."""
 
-from kgit.archive import parse_log
+from kgit.archive.repo import parse_log
 from kgit.scientist import select as select_mod
 
 

@@ -1,7 +1,7 @@
 import subprocess
 
-from kgit import trailers as tr
-from kgit.archive import parse_log
+from kgit.archive import trailers as tr
+from kgit.archive.repo import parse_log
 
 from conftest import make_git_repo
 

@@ -3,7 +3,7 @@
 import json
 import subprocess
 
-from kgit.archive import Repo
+from kgit.archive.repo import Repo
 
 from conftest import fast_config_text, git, make_git_repo
 
@@ -149,7 +149,7 @@ def test_lock_names_the_holder(kernel_repo, run_kgit):
 
 
 def test_base_from_another_device_is_retimed_and_noted(kernel_repo, run_kgit):
-    from kgit import experiments
+    from kgit import workflow as experiments
 
     repo = Repo(kernel_repo)
     branch, base = experiments.start(repo, "pretend H200 result", checkout=False)
@@ -174,7 +174,7 @@ def test_base_from_another_device_is_retimed_and_noted(kernel_repo, run_kgit):
 
 def test_works_without_any_git_identity(tmp_path, monkeypatch):
     """CI has no user.name/email: kgit stands in for author and committer."""
-    from kgit import experiments
+    from kgit import workflow as experiments
 
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "empty-gitconfig"))
     root = tmp_path / "anon"

@@ -7,8 +7,8 @@ history and decides.
 
 from __future__ import annotations
 
-from . import prompts
-from .answers import ask_json, design
+from kgit.scientist import prompts
+from kgit.scientist.answers import ask_json, design
 
 HISTORY_CHARS = 12_000
 

@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import LLMError, LLMUnavailable
+from kgit.errors import LLMError, LLMUnavailable
 
 # litellm exception class names by what a retry can do about them. tests/test_llm.py
 # fails when litellm grows a class that is in neither table, so a new error is a

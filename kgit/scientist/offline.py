@@ -17,8 +17,8 @@ import itertools
 import re
 from dataclasses import dataclass
 
-from . import trees
-from .answers import Plan
+from kgit.archive import trees
+from kgit.scientist.answers import Plan
 
 _MARKER = re.compile(r"^(?P<lead>\s*)(?P<name>[A-Za-z_]\w*)(?P<eq>\s*=\s*)(?P<value>[^#\n]*?)"
                      r"(?P<gap>\s*)#\s*kgit:\s*tune\s+(?P<choices>.+?)\s*$")

@@ -9,17 +9,17 @@ any template with its own `prompts/<stage>.md`, and any knowledge document with
 from __future__ import annotations
 
 import string
-from importlib import resources
 from pathlib import Path
 
-from ..errors import ConfigError
+from kgit import shipped
+from kgit.errors import ConfigError
 
 STAGES = ("select", "design", "write", "fix")
 OVERRIDE_DIR = "prompts"
 
 
 def _builtin(relative: str) -> Path:
-    return Path(str(resources.files("kgit").joinpath("prompts", relative)))
+    return shipped.prompts_dir() / relative
 
 
 def template_path(stage: str, repo_root: Path | None) -> Path:

@@ -7,9 +7,9 @@ first, until the budget is spent.
 
 from __future__ import annotations
 
-from .. import measure
-from . import prompts
-from .answers import Selection, ask_json, selection
+from kgit.archive import measure
+from kgit.scientist import prompts
+from kgit.scientist.answers import Selection, ask_json, selection
 
 CHARS_PER_TOKEN = 4  # a rough figure for English and code; only sizes the table
 BEST_ROWS, FAILURE_ROWS = 8, 8

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from . import edits, prompts
+from kgit.scientist import edits, prompts
 
 NOTES_CHARS = 1500
 _BLOCKS = re.compile(r"<<<<<<< SEARCH.*?>>>>>>> REPLACE|```.*?```", re.S)

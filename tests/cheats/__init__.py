@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kgit.harness.problem import shipped
+from kgit_harness.problem import shipped
 
 HERE = Path(__file__).parent
 FAST_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
@@ -62,7 +62,7 @@ def run_harness(tmp_path: Path, name: str | None = None, timing: dict | None = N
 
 
     def evaluate():
-        from kgit.harness import runner
+        from kgit_harness import runner
 
         return runner.run(spec)
 
@@ -101,7 +101,7 @@ def _spawned(tmp_path: Path, spec: dict) -> dict:
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(spec))
     read_fd, write_fd = os.pipe()
-    code = "import sys; from kgit.harness.runner import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from kgit_harness.runner import main; sys.exit(main(sys.argv[1:]))"
     proc = subprocess.Popen([sys.executable, "-I", "-B", "-c", code, "--spec", str(spec_path),
                              "--result-fd", str(write_fd)], cwd=tmp_path, pass_fds=(write_fd,))
     os.close(write_fd)

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.collections import LineCollection  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
-from .review import short  # noqa: E402
+from kgit.review.campaign import short  # noqa: E402
 
 # Colour per experiment status: improvements green, correct-but-slower grey, failures warm.
 STATUS_COLOURS = {

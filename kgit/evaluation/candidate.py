@@ -20,10 +20,10 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from . import config as config_mod
-from . import evaluate
-from .errors import KgitError
-from .harness.problem import load_task
+from kgit import config as config_mod
+from kgit.evaluation import child as evaluate
+from kgit.errors import KgitError
+from kgit.problems import load_task
 
 SCHEMA = "kgit.candidate/1"
 MANIFEST = "kgit-candidate.json"

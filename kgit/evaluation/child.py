@@ -1,6 +1,6 @@
 """Run the harness on a candidate in a child process and collect its result.
 
-The child is `python -I -B -m kgit.harness`: isolated from the user's site and
+The child is `python -I -B -m kgit_harness`: isolated from the user's site and
 environment variables, writing no bytecode, in its own process group (killed whole
 on timeout), with an environment built from an allowlist so no credential reaches
 code a model wrote. The result arrives on a dedicated pipe, never from stdout.
@@ -21,10 +21,10 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from . import sandbox
-from .errors import ConfigError
-from .harness import result as result_mod
-from .harness.problem import load_task
+from kgit.evaluation import sandbox
+from kgit.errors import ConfigError
+from kgit_harness import result as result_mod
+from kgit.problems import load_task
 
 # Variables the evaluated code may see. Nothing else crosses over: no API keys,
 # tokens, cloud or git credentials, whatever their names.
@@ -125,7 +125,7 @@ def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, dev
     spec["lifeline_fd"] = life_r
     spec_path = scratch / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    cmd = [*isolation.prefix, sys.executable, "-I", "-B", "-m", "kgit.harness",
+    cmd = [*isolation.prefix, sys.executable, "-I", "-B", "-m", "kgit_harness",
            "--spec", str(spec_path), "--result-fd", str(result_w)]
     started = time.monotonic()
     try:

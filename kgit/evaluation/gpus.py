@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError
+from kgit.errors import ConfigError
 
 CPU = "cpu"
 KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from .harness.result import geomean
+from kgit_harness.result import geomean
 
 
 def comparable(attempt, device: str, harness: str) -> dict | None:

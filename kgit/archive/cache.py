@@ -102,7 +102,7 @@ def read(repo, log_args: list[str], refs: dict[str, str], parse) -> list:
     `log_args` is the full-read `git log` command; `refs` maps each kgit ref (branches,
     "baseline", "notes") to its sha.
     """
-    from .archive import Attempt
+    from kgit.archive.repo import Attempt
 
     state_path, records_path = _paths(repo)
     cached, records = _load(state_path, records_path)

@@ -15,7 +15,18 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import ConfigError, KgitError
+
+
+class ProblemError(Exception):
+    """A problem folder is missing or unreadable; the message names the fix.
+
+    The harness imports nothing from kgit, so it has its own errors; kgit turns them
+    into its KgitError family (kgit/problems.py).
+    """
+
+
+class TaskError(ProblemError):
+    """A task.yml (or a formula in it) is invalid."""
 
 TASK_KEYS = {
     "name", "summary", "description", "files", "output", "tests", "benchmarks", "cpu",
@@ -64,34 +75,34 @@ def shape_key(shape: dict) -> str:
 def load_task(problem_dir: Path) -> Task:
     path = Path(problem_dir) / "task.yml"
     if not path.exists():
-        raise KgitError(f"{path} is missing: a problem folder needs task.yml and reference.py "
+        raise ProblemError(f"{path} is missing: a problem folder needs task.yml and reference.py "
                         "(see docs/problems.md), or re-create the repository with `kgit init --problem NAME`.")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML: {e}") from None
+        raise TaskError(f"{path} is not valid YAML: {e}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path} must be a mapping of keys (see docs/problems.md).")
+        raise TaskError(f"{path} must be a mapping of keys (see docs/problems.md).")
     unknown = sorted(set(data) - TASK_KEYS)
     if unknown:
-        raise ConfigError(f"{path}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(TASK_KEYS))}.")
+        raise TaskError(f"{path}: unknown key {unknown[0]!r}; known keys: {', '.join(sorted(TASK_KEYS))}.")
     for key in ("name", "tests", "benchmarks"):
         if not data.get(key):
-            raise ConfigError(f"{path}: {key!r} is required (see docs/problems.md).")
+            raise TaskError(f"{path}: {key!r} is required (see docs/problems.md).")
     for kind in ("tests", "benchmarks"):
         _check_shapes(path, kind, data[kind])
     cpu = data.get("cpu") or {}
     if set(cpu) - {"tests", "benchmarks"}:
-        raise ConfigError(f"{path}: cpu may only hold 'tests' and 'benchmarks'.")
+        raise TaskError(f"{path}: cpu may only hold 'tests' and 'benchmarks'.")
     for kind in ("tests", "benchmarks"):
         if cpu.get(kind):
             _check_shapes(path, "cpu." + kind, cpu[kind])
     ranking = data.get("ranking", "mean")
     if ranking not in RANKINGS:
-        raise ConfigError(f"{path}: ranking must be one of {', '.join(RANKINGS)}, not {ranking!r}.")
+        raise TaskError(f"{path}: ranking must be one of {', '.join(RANKINGS)}, not {ranking!r}.")
     tol = data.get("tolerance") or {}
     if set(tol) - {"rtol", "atol", "why"}:
-        raise ConfigError(f"{path}: tolerance may only hold rtol, atol and why.")
+        raise TaskError(f"{path}: tolerance may only hold rtol, atol and why.")
     files = data.get("files") or ["kernel.py"]
     return Task(
         name=str(data["name"]), summary=str(data.get("summary", "")).strip(),
@@ -111,14 +122,14 @@ def _check_references(path, refs) -> dict:
         isinstance(lines, dict) and all(isinstance(us, (int, float)) and us > 0 for us in lines.values())
         for lines in refs.values())
     if not ok:
-        raise ConfigError(f"{path}: references maps a device name to labelled geomeans in microseconds, "
+        raise TaskError(f"{path}: references maps a device name to labelled geomeans in microseconds, "
                           "e.g. references: {NVIDIA H200: {cuBLASLt fp8: 44.0}}.")
     return {str(device): {str(label): float(us) for label, us in lines.items()} for device, lines in refs.items()}
 
 
 def _check_shapes(path, kind, shapes):
     if not isinstance(shapes, list) or not all(isinstance(s, dict) and s for s in shapes):
-        raise ConfigError(f"{path}: {kind} must be a list of shape mappings such as {{size: 1024, seed: 1}}.")
+        raise TaskError(f"{path}: {kind} must be a list of shape mappings such as {{size: 1024, seed: 1}}.")
 
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -143,13 +154,13 @@ def _formula(expr: str, shape: dict) -> float:
             return _OPS[type(node.op)](ev(node.operand))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS:
             return _FUNCS[node.func.id](*[ev(a) for a in node.args])
-        raise ConfigError(f"task.yml formula {expr!r}: unsupported element {ast.dump(node)[:60]}")
+        raise TaskError(f"task.yml formula {expr!r}: unsupported element {ast.dump(node)[:60]}")
 
     return float(ev(ast.parse(str(expr), mode="eval")))
 
 
 def shipped_dir() -> Path:
-    return Path(str(resources.files("kgit.harness").joinpath("problems")))
+    return Path(str(resources.files("kgit_harness").joinpath("problems")))
 
 
 def shipped() -> dict[str, Path]:

@@ -12,8 +12,8 @@ import datetime as dt
 from html import escape
 from pathlib import Path
 
-from . import plots
-from . import review
+from kgit.review import plots
+from kgit.review import campaign as review
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1100px;

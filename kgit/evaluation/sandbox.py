@@ -1,6 +1,6 @@
 """What isolation this host allows for evaluated code, and how to ask for it.
 
-The parent side of the sandbox (the child side is kgit/harness/confine.py). On Linux
+The parent side of the sandbox (the child side is harness/confine.py). On Linux
 the child starts under `unshare` in new user, network, PID and mount namespaces: no
 network, no view of other processes (so not of kgit's /proc/<pid>/environ either),
 and every process it starts dies with it. Inside, the harness makes the filesystem
@@ -20,7 +20,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from .errors import KgitError
+from kgit.errors import KgitError
 
 PR_SET_DUMPABLE = 4
 # --kill-child: the harness gets SIGKILL if unshare itself is killed; as PID 1 of its
@@ -37,7 +37,7 @@ class SandboxUnavailable(KgitError):
 class Isolation:
     """How one evaluation's child is started and confined."""
 
-    prefix: list = field(default_factory=list)  # command that wraps `python -m kgit.harness`
+    prefix: list = field(default_factory=list)  # command that wraps `python -m kgit_harness`
     namespaces: bool = False
     missing: list = field(default_factory=list)  # what this host would not allow, in words
 

@@ -11,8 +11,8 @@ import json
 import os
 import sys
 
-from . import confine
-from .runner import main
+from kgit_harness import confine
+from kgit_harness.runner import main
 
 
 def _start() -> int:

@@ -27,10 +27,10 @@ import threading
 import time
 from pathlib import Path
 
-from . import candidate, devices, evaluate
-from .errors import KgitError
-from .harness import result as result_mod
-from .scientist.llm import redact
+from kgit.evaluation import candidate, gpus as devices, child as evaluate
+from kgit.errors import KgitError
+from kgit_harness import result as result_mod
+from kgit.scientist.llm import redact
 
 
 class EvaluatorError(KgitError):

@@ -8,12 +8,13 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import config as config_mod
-from . import evaluate, measure
-from . import trailers as tr
-from .archive import BASELINE_TAG, Attempt, Repo, parse_branch, run_git
-from .errors import EvaluationFailed, KgitError, NotAKernelRepo
-from .harness import problem as problem_mod
+from kgit import config as config_mod
+from kgit.evaluation import child as evaluate
+from kgit.archive import measure
+from kgit.archive import trailers as tr
+from kgit.archive.repo import BASELINE_TAG, Attempt, Repo, parse_branch, run_git
+from kgit.errors import EvaluationFailed, KgitError, NotAKernelRepo
+from kgit import problems as problem_mod
 
 GITIGNORE_LINES = ["__pycache__/", "*.pyc"]
 # Experiments between two `Repo.maintain()` runs (ref packing and commit-graph).
@@ -182,7 +183,7 @@ def record(repo: Repo, config, notes: str = "") -> Outcome:
 
 def evaluate_rev(repo: Repo, config, rev: str) -> dict:
     """Evaluate a commit with the configured backend (kgit/backends.py): local GPUs, Ray, or a command."""
-    from .backends import get_evaluator
+    from kgit.evaluation.backends import get_evaluator
 
     return get_evaluator(repo, config)(rev)
 

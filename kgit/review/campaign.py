@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from . import measure
-from .archive import BASELINE_TAG, Attempt, Repo
-from .errors import KgitError
-from .experiments import best as best_of
-from .experiments import find
-from .harness import devices as devices_mod
-from .harness import problem as problem_mod
-from .harness.result import geomean
+from kgit.archive import measure
+from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
+from kgit.errors import KgitError
+from kgit.workflow import best as best_of
+from kgit.workflow import find
+from kgit_harness import peaks as devices_mod
+from kgit import problems as problem_mod
+from kgit_harness.result import geomean
 
 
 @dataclass
@@ -115,7 +115,7 @@ class Campaign:
 # -- reading ----------------------------------------------------------------------------
 def here(path=".") -> tuple[Repo, object]:
     """The kernel repository around `path` and its problem's task (for reference lines)."""
-    from .experiments import load as load_repo
+    from kgit.workflow import load as load_repo
 
     repo, config = load_repo(path)
     return repo, problem_mod.load_task(repo.root / config.problem)

@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import archive_cache
-from . import trailers as tr
-from .errors import GitError, KgitError, LockedError, NotAKernelRepo
+from kgit.archive import cache as archive_cache
+from kgit.archive import trailers as tr
+from kgit.errors import GitError, KgitError, LockedError, NotAKernelRepo
 
 BRANCH_PREFIX = "kgit/"
 BASELINE_TAG = "kgit/baseline"

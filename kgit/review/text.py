@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from .harness.problem import shipped
-from .harness.problem import load_task
+from kgit.problems import shipped
+from kgit.problems import load_task
 
 
 def _num(value, fmt="{:.1f}"):
@@ -28,7 +28,7 @@ def log_table(attempts) -> str:
 
 def devices_table(attempts) -> str:
     """One row per attempt and device: the latest geomean and the spread of repeated measurements."""
-    from .measure import by_device
+    from kgit.archive.measure import by_device
 
     rows = []
     for a in sorted(attempts, key=lambda a: (a.experiment, a.attempt)):

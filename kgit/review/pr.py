@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from . import review
-from . import trailers as tr
-from .archive import Repo, parse_branch
-from .errors import KgitError
+from kgit.review import campaign as review
+from kgit.archive import trailers as tr
+from kgit.archive.repo import Repo, parse_branch
+from kgit.errors import KgitError
 
 REVIEW_PREFIX = "kgit-review/"
 _SQUASH_OF = re.compile(r"Kgit-Squash-Of: ([0-9a-f]{40})")

@@ -38,7 +38,7 @@ def geomean(values) -> float | None:
 
 def harness_id() -> str:
     """kgit's version and a hash of the harness sources: two results compare only when equal."""
-    from .. import __version__
+    from kgit_harness import __version__
 
     h = hashlib.sha256()
     for path in sorted(Path(__file__).parent.glob("*.py")):

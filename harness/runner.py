@@ -1,6 +1,6 @@
 """The child side of an evaluation: check the candidate, then time it.
 
-Run as `python -I -B -m kgit.harness --spec SPEC --result-fd FD`. The result goes to
+Run as `python -I -B -m kgit_harness --spec SPEC --result-fd FD`. The result goes to
 FD as one JSON document; stdout and stderr belong to the candidate and are only
 captured, never parsed.
 """
@@ -17,9 +17,9 @@ import traceback
 import uuid
 from pathlib import Path
 
-from . import checking, devices, policy, problem, timing
-from . import result as result_mod
-from .guards import Guards
+from kgit_harness import checking, peaks as devices, policy, problem, timing
+from kgit_harness import result as result_mod
+from kgit_harness.guards import Guards
 
 # Captured before any candidate code exists, so patching the module attribute later
 # does not change the clock the harness reads.
@@ -222,7 +222,7 @@ def _check_shape(task, reference, candidate, shape, seed, torch) -> dict:
 def main(argv=None, spec: dict | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m kgit.harness")
+    parser = argparse.ArgumentParser(prog="python -m kgit_harness")
     parser.add_argument("--spec", required=True)
     parser.add_argument("--result-fd", type=int, required=True)
     args = parser.parse_args(argv)

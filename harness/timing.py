@@ -15,7 +15,7 @@ import random
 import statistics
 import time
 
-from . import checking
+from kgit_harness import checking
 
 # At least the largest last-level cache we target: 256 MB covers the MI300X
 # Infinity Cache and is 4x the H100/H200 L2.
