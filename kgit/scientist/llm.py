@@ -13,12 +13,12 @@ import hashlib
 import json
 import os
 import random
-import re
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from kgit import secrets
 from kgit.errors import LLMError, LLMUnavailable
 
 # litellm exception class names by what a retry can do about them. tests/test_llm.py
@@ -39,8 +39,6 @@ FATAL = {
     "RejectedRequestError", "SensitiveDataRouteException", "UnprocessableEntityError",
     "UnsupportedEndpointError", "UnsupportedParamsError", "VectorStoreSearchError",
 }
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.I)
-_BEARER = re.compile(r"(?i)(bearer\s+|api[_-]?key[\"'=:\s]+)[\w.-]{8,}")
 
 
 @dataclass
@@ -75,11 +73,8 @@ def classify(error: BaseException) -> str | None:
 
 
 def redact(text: str) -> str:
-    """The text without any secret from the environment or anything shaped like a bearer key."""
-    for name, value in os.environ.items():
-        if _SECRET_NAME.search(name) and len(value) >= 8:
-            text = text.replace(value, "[redacted]")
-    return _BEARER.sub(lambda m: m.group(1) + "[redacted]", text)
+    """The text without any secret from the environment or anything shaped like a key (kgit/secrets.py)."""
+    return secrets.redact_text(text)
 
 
 class Client:
