@@ -110,7 +110,9 @@ def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, dev
     spec = {
         "problem_dir": str(problem_dir), "candidate_dir": str(candidate_dir),
         "timing": asdict(config.timing), "secret_seed": secrets.randbelow(2**31),
-        "sandbox": isolation.child_settings(scratch, config.evaluator.timeout_s, config.evaluator.max_memory_gb),
+        "sandbox": isolation.child_settings(scratch, config.evaluator.timeout_s, config.evaluator.max_memory_gb,
+                                            scratch_gb=config.evaluator.scratch_gb,
+                                            max_processes=config.evaluator.max_processes),
     }
     result_r, result_w = os.pipe()
     # The child watches the read end; when kgit dies, however it dies, the kernel closes
@@ -119,8 +121,8 @@ def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, dev
     spec["lifeline_fd"] = life_r
     spec_path = scratch / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    cmd = [*isolation.prefix, sys.executable, "-I", "-B", "-m", "kgit_harness",
-           "--spec", str(spec_path), "--result-fd", str(result_w)]
+    cmd = isolation.command([sys.executable, "-I", "-B", "-m", "kgit_harness",
+                             "--spec", str(spec_path), "--result-fd", str(result_w)], lifeline_fd=life_r)
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
