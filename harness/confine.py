@@ -102,6 +102,15 @@ def set_limits(cpu_s: int | None, nofile: int, fsize: int, data_bytes: int | Non
     return applied
 
 
+def join_cgroup(folder: str):
+    """Move this process (and so everything it starts) into the cgroup at `folder`."""
+    with open(os.path.join(folder, "cgroup.procs"), "w") as f:
+        f.write("0")  # "0": the writing process, whatever its number in our PID namespace
+    # The candidate runs as the files' owner: without this it could raise pids.max or
+    # move itself out, also on GPU hosts where the rest of the filesystem stays writable.
+    _mount_setattr("/sys/fs/cgroup", recursive=True, set_=MOUNT_ATTR_RDONLY)
+
+
 def nproc_counts_per_namespace() -> bool:
     """Since Linux 5.14 RLIMIT_NPROC counts the processes of a user namespace; before, all of the user's."""
     try:
@@ -288,7 +297,15 @@ def apply(spec: dict) -> dict:
     if want.get("ipc_namespace"):
         applied.append("private IPC namespace")
 
+    if want.get("pids_cgroup"):
+        try:
+            join_cgroup(want["pids_cgroup"])
+            applied.append(f"pids cgroup (pids.max={open(want['pids_cgroup'] + '/pids.max').read().strip()})")
+        except OSError as e:
+            missing.append(f"pids cgroup ({e.strerror or e})")
     nproc = want.get("nproc")
+    if want.get("pid_namespace") and not nproc and not want.get("pids_cgroup"):
+        missing.append("process-count limit (root is exempt from RLIMIT_NPROC and no pids cgroup is writable)")
     if nproc and not nproc_counts_per_namespace():
         missing.append(f"process-count limit (Linux {os.uname().release} counts all of the user's processes)")
         nproc = None

@@ -68,6 +68,7 @@ class Isolation:
         mounted back into the scratch (the judge's runner does not need it).
         `trusted_init`: the command came from `command(..., lifeline_fd)`.
         """
+        nproc = max_processes or default_max_processes()
         data = None
         if max_memory_gb:
             data = int(max_memory_gb * (1 << 30))
@@ -91,7 +92,8 @@ class Isolation:
             "data_bytes": data,
             "ipc_namespace": self.namespaces,
             "trusted_init": self.namespaces and trusted_init,
-            "nproc": (max_processes or default_max_processes()) if self.namespaces else None,
+            "nproc": nproc if self.namespaces and os.geteuid() != 0 else None,
+            "pids_cgroup": pids_cgroup(nproc) if self.namespaces else None,
             "scratch_bytes": int(scratch_gb * (1 << 30)) if self.namespaces else None,
             "shm_bytes": 1 << 30,
             "hide": hidden_folders(scratch, hide) if self.namespaces else [],
@@ -104,6 +106,76 @@ def pidone_path() -> Path:
     import kgit_harness
 
     return Path(kgit_harness.__file__).resolve().parent / "pidone.py"
+
+
+CGROUP_PREFIX = "kgit-eval-"
+STALE_CGROUP_S = 600  # an evaluation's cgroup is joined within seconds; older empty ones are leftovers
+
+
+def _pids_hierarchy() -> Path | None:
+    """This process's cgroup in a pids hierarchy it may create child cgroups in, if any.
+
+    cgroup v1 with a pids mount (written by root), or cgroup v2 where "pids" is enabled
+    for the children of our cgroup (delegated, e.g. systemd's Delegate=yes).
+    """
+    try:
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+        groups = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in mounts:
+        fields = line.split()
+        sep = fields.index("-")
+        fstype, options = fields[sep + 1], fields[sep + 3].split(",") if len(fields) > sep + 3 else []
+        where = Path(fields[4])
+        if fstype == "cgroup" and "pids" in options:
+            own = next((g.split(":", 2)[2] for g in groups if "pids" in g.split(":")[1].split(",")), None)
+        elif fstype == "cgroup2":
+            own = next((g.split(":", 2)[2] for g in groups if g.startswith("0::")), None)
+        else:
+            continue
+        if own is None:
+            continue
+        folder = where / own.lstrip("/")
+        if fstype == "cgroup2":
+            try:
+                if "pids" not in (folder / "cgroup.subtree_control").read_text().split():
+                    continue
+            except OSError:
+                continue
+        if os.access(folder, os.W_OK):
+            return folder
+    return None
+
+
+def pids_cgroup(limit: int) -> str | None:
+    """A fresh pids cgroup with pids.max = limit for one evaluation (the child joins it), or None."""
+    import time
+    import uuid
+
+    base = _pids_hierarchy()
+    if base is None:
+        return None
+    for old in base.glob(CGROUP_PREFIX + "*"):
+        owner = old.name[len(CGROUP_PREFIX):].split("-")[0]
+        try:
+            stale = not owner.isdigit() or not os.path.exists(f"/proc/{owner}") \
+                or time.time() - old.stat().st_mtime > STALE_CGROUP_S
+            if stale:
+                old.rmdir()  # refused while processes are in it
+        except OSError:
+            pass
+    folder = base / f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    try:
+        folder.mkdir()
+        (folder / "pids.max").write_text(str(int(limit)))
+    except OSError:
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+        return None
+    return str(folder)
 
 
 def default_max_processes() -> int:
