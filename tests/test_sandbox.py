@@ -341,8 +341,14 @@ def test_gpu_evaluation_works_inside_the_sandbox(tmp_path):
     assert doc["timing"] == "events" and doc["device"] != "cpu"
     assert doc["sandbox"]["namespaces"] is NAMESPACES
     if NAMESPACES:
-        # The one thing not applied on GPU hosts: CUDA does not start on a read-only filesystem.
-        assert all("read-only filesystem" in m for m in doc["sandbox"]["missing"]), doc["sandbox"]
+        # Not applied on GPU hosts: the read-only root (CUDA does not start under it); and
+        # as root without a writable pids cgroup there is no process-count limit.
+        assert all("read-only filesystem" in m or "process-count limit" in m
+                   for m in doc["sandbox"]["missing"]), doc["sandbox"]
+        applied = doc["sandbox"]["applied"]
+        for step in ("trusted init as PID 1", "private IPC namespace", "scratch is a tmpfs", "hidden: ",
+                     "private /dev/shm", "no capabilities"):
+            assert any(a.startswith(step) for a in applied), (step, applied)
     # No host-memory limit where a GPU driver is present unless asked for.
     assert not any("data=" in a for a in doc["sandbox"]["applied"])
 
@@ -847,3 +853,21 @@ def test_allowed_ops_pass_the_aten_guard_and_removing_it_is_seen():
     with guards.armed():
         _pop_mode()  # the candidate pops the harness's dispatch mode
     assert guards.violation == ("op guard removed", "the kernel removed the harness's TorchDispatchMode")
+
+
+def test_a_hostile_leftover_scratch_does_not_break_cleanup(tmp_path):
+    """A scratch folder left by a killed kgit, shaped by the candidate: the next command's
+    cleanup removes it instead of raising RecursionError on every later `kgit record`."""
+    from conftest import make_git_repo
+    from kgit.archive.repo import Repo
+
+    root = make_git_repo(tmp_path / "repo")
+    repo = Repo(root)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    leftover = repo.state / "scratch" / "eval-999999999-dead"  # no such pid: its owner is gone
+    leftover.mkdir(parents=True)
+    _hostile_tree(leftover, outside)
+    assert repo.clean_worktrees() == 1
+    assert not leftover.exists() and outside.exists()
+    assert repo.clean_worktrees() == 0

@@ -280,5 +280,9 @@ def describe(mode: str = "auto") -> dict:
         iso = plan(mode)
     except SandboxUnavailable as e:
         return {"mode": mode, "namespaces": False, "missing": [str(e)]}
+    limit = None
+    if iso.namespaces:
+        # Root is exempt from RLIMIT_NPROC, so as root only a pids cgroup limits processes.
+        limit = "pids cgroup" if _pids_hierarchy() else ("RLIMIT_NPROC" if os.geteuid() != 0 else None)
     return {"mode": mode, "namespaces": iso.namespaces, "missing": iso.missing,
-            "euid": os.geteuid(), "gpu_driver": gpu_driver_present()}
+            "euid": os.geteuid(), "gpu_driver": gpu_driver_present(), "process_limit": limit}
