@@ -247,10 +247,11 @@ def _trace(torch, name: str) -> set:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     fn = next(iter(_resolve([name])), None)
-    if fn is None or not callable(fn):
-        return set()
+    if fn is None or not callable(fn) or not _takes_tensors(torch, name):
+        return set()  # not a tensor op (a config call, a stream): nothing to trace, nothing to call
     seen = set()
 
+    @_without_dynamo_import
     class Recorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             seen.add(aten_base(func))
@@ -270,11 +271,49 @@ def _trace(torch, name: str) -> set:
     return set()
 
 
+def _without_dynamo_import(mode_cls):
+    """Spare the first dispatch the import of torch._dynamo (seconds on a loaded CPU host).
+
+    torch wraps every TorchDispatchMode's __torch_dispatch__ so that dynamo never traces
+    it, importing torch._dynamo at the first call to do so. Until something else (a
+    candidate's torch.compile) has imported dynamo there is nothing to keep out, so the
+    plain function runs; afterwards the wrapper gets dynamo's real `disable` as usual.
+    """
+    raw = getattr(mode_cls.__dict__.get("__torch_dispatch__"), "__wrapped__", None)
+    if raw is None:
+        return mode_cls  # a torch without the lazy wrapper: nothing to spare
+
+    def call(*args, **kwargs):
+        if "torch._dynamo" in sys.modules:
+            import torch._dynamo
+
+            disabled = torch._dynamo.disable(raw)
+            setattr(raw, "__dynamo_disable", disabled)
+            return disabled(*args, **kwargs)
+        return raw(*args, **kwargs)
+
+    setattr(raw, "__dynamo_disable", call)
+    return mode_cls
+
+
+# Namespaces of tensor ops: only names in these are traced by calling them.
+_TENSOR_OP_PREFIXES = ("torch.Tensor.", "torch.nn.functional.", "torch.linalg.", "torch.special.", "torch.fft.")
+
+
+def _takes_tensors(torch, name: str) -> bool:
+    """Is `name` a tensor op (safe to call on a small tensor), not a config call or a stream?"""
+    if name.startswith(_TENSOR_OP_PREFIXES):
+        return True
+    head, _, last = name.rpartition(".")
+    return head == "torch" and hasattr(torch._C._VariableFunctions, last)
+
+
 def _aten_mode(torch, guards):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     ops = guards._aten
 
+    @_without_dynamo_import
     class ForbiddenAtenOps(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = ops.get(aten_base(func))

@@ -44,10 +44,13 @@ def main(argv: list[str]) -> int:
             os.execv(command[0], command)
         finally:
             os._exit(127)
-    pidfd = os.pidfd_open(child)
     poll = select.poll()
     poll.register(lifeline, select.POLLIN | select.POLLHUP)
-    poll.register(pidfd, select.POLLIN)
+    try:
+        # Wakes us the moment the child exits; without it (Linux < 5.3) the 1 s poll does.
+        poll.register(os.pidfd_open(child), select.POLLIN)
+    except (AttributeError, OSError):
+        pass
     while True:
         for fd, events in poll.poll(1000):
             if fd == lifeline and (events & (select.POLLHUP | select.POLLERR | select.POLLNVAL)
