@@ -871,3 +871,17 @@ def test_a_hostile_leftover_scratch_does_not_break_cleanup(tmp_path):
     assert repo.clean_worktrees() == 1
     assert not leftover.exists() and outside.exists()
     assert repo.clean_worktrees() == 0
+
+
+def test_pids_cgroup_folders_are_found_in_v1_v2_and_containers():
+    from kgit.evaluation import cgroups
+
+    mountinfo = "\n".join([
+        "30 25 0:26 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids",
+        "31 25 0:27 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory",
+        "32 25 0:28 /kubepods/pod1 /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw",
+    ])
+    membership = "8:pids:/user.slice/session-3\n4:memory:/x\n0::/kubepods/pod1/box\n"
+    assert cgroups.candidates(mountinfo, membership) == [
+        (Path("/sys/fs/cgroup/pids/user.slice/session-3"), 1), (Path("/sys/fs/cgroup/unified/box"), 2)]
+    assert cgroups.candidates("20 1 0:5 / /proc rw - proc proc rw", membership) == []

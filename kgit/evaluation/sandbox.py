@@ -8,9 +8,8 @@ init (harness/pidone.py) as PID 1 that ends the namespace, and every process in 
 when kgit's lifeline closes. Inside, the harness hides HOME and the kernel repository
 under empty tmpfs mounts, gives the candidate a size-capped tmpfs as its scratch,
 makes the rest of the filesystem read-only, limits the process count and drops all
-capabilities. Where the OS refuses
-a namespace (containers often do), evaluation still runs, and the result says plainly
-what was not applied; `evaluator.sandbox: strict` refuses to run instead.
+capabilities. Where the OS refuses a namespace (containers often do), evaluation
+still runs, and the result says plainly what was not applied; `evaluator.sandbox: strict` refuses to run instead.
 See docs/sandbox.md for what is and is not stopped.
 """
 
@@ -26,10 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kgit.errors import KgitError
+from kgit.evaluation import cgroups
 
 PR_SET_DUMPABLE = 4
-# --kill-child: the harness gets SIGKILL if unshare itself is killed; as PID 1 of its
-# namespace its death takes every process the candidate started with it.
+# --kill-child: PID 1 of the namespace (the trusted init) gets SIGKILL if unshare itself
+# is killed; its death takes every process the candidate started with it.
 NAMESPACE_ARGS = ["--user", "--map-root-user", "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
 GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd")
 
@@ -93,7 +93,7 @@ class Isolation:
             "ipc_namespace": self.namespaces,
             "trusted_init": self.namespaces and trusted_init,
             "nproc": nproc if self.namespaces and os.geteuid() != 0 else None,
-            "pids_cgroup": pids_cgroup(nproc) if self.namespaces else None,
+            "pids_cgroup": cgroups.pids_cgroup(nproc) if self.namespaces else None,
             "scratch_bytes": int(scratch_gb * (1 << 30)) if self.namespaces else None,
             "shm_bytes": 1 << 30,
             "hide": hidden_folders(scratch, hide) if self.namespaces else [],
@@ -106,76 +106,6 @@ def pidone_path() -> Path:
     import kgit_harness
 
     return Path(kgit_harness.__file__).resolve().parent / "pidone.py"
-
-
-CGROUP_PREFIX = "kgit-eval-"
-STALE_CGROUP_S = 600  # an evaluation's cgroup is joined within seconds; older empty ones are leftovers
-
-
-def _pids_hierarchy() -> Path | None:
-    """This process's cgroup in a pids hierarchy it may create child cgroups in, if any.
-
-    cgroup v1 with a pids mount (written by root), or cgroup v2 where "pids" is enabled
-    for the children of our cgroup (delegated, e.g. systemd's Delegate=yes).
-    """
-    try:
-        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-        groups = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in mounts:
-        fields = line.split()
-        sep = fields.index("-")
-        fstype, options = fields[sep + 1], fields[sep + 3].split(",") if len(fields) > sep + 3 else []
-        where = Path(fields[4])
-        if fstype == "cgroup" and "pids" in options:
-            own = next((g.split(":", 2)[2] for g in groups if "pids" in g.split(":")[1].split(",")), None)
-        elif fstype == "cgroup2":
-            own = next((g.split(":", 2)[2] for g in groups if g.startswith("0::")), None)
-        else:
-            continue
-        if own is None:
-            continue
-        folder = where / own.lstrip("/")
-        if fstype == "cgroup2":
-            try:
-                if "pids" not in (folder / "cgroup.subtree_control").read_text().split():
-                    continue
-            except OSError:
-                continue
-        if os.access(folder, os.W_OK):
-            return folder
-    return None
-
-
-def pids_cgroup(limit: int) -> str | None:
-    """A fresh pids cgroup with pids.max = limit for one evaluation (the child joins it), or None."""
-    import time
-    import uuid
-
-    base = _pids_hierarchy()
-    if base is None:
-        return None
-    for old in base.glob(CGROUP_PREFIX + "*"):
-        owner = old.name[len(CGROUP_PREFIX):].split("-")[0]
-        try:
-            stale = not owner.isdigit() or not os.path.exists(f"/proc/{owner}") \
-                or time.time() - old.stat().st_mtime > STALE_CGROUP_S
-            if stale:
-                old.rmdir()  # refused while processes are in it
-        except OSError:
-            pass
-    folder = base / f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    try:
-        folder.mkdir()
-        (folder / "pids.max").write_text(str(int(limit)))
-    except OSError:
-        try:
-            folder.rmdir()
-        except OSError:
-            pass
-        return None
-    return str(folder)
 
 
 def default_max_processes() -> int:
@@ -283,6 +213,6 @@ def describe(mode: str = "auto") -> dict:
     limit = None
     if iso.namespaces:
         # Root is exempt from RLIMIT_NPROC, so as root only a pids cgroup limits processes.
-        limit = "pids cgroup" if _pids_hierarchy() else ("RLIMIT_NPROC" if os.geteuid() != 0 else None)
+        limit = "pids cgroup" if cgroups.pids_hierarchy() else ("RLIMIT_NPROC" if os.geteuid() != 0 else None)
     return {"mode": mode, "namespaces": iso.namespaces, "missing": iso.missing,
             "euid": os.geteuid(), "gpu_driver": gpu_driver_present(), "process_limit": limit}
