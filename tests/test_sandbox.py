@@ -659,6 +659,11 @@ INIT_ATTACK = textwrap.dedent('''
             out[name] = "read"
         except OSError as e:
             out[name] = e.strerror
+    try:
+        # The init's working directory is the scratch as it was before the tmpfs covered it.
+        out["cwd"] = os.listdir("/proc/1/cwd")
+    except OSError as e:
+        out["cwd"] = e.strerror
     print("KGIT-INIT " + json.dumps(out), flush=True)
     sys.exit(3)
 ''')
@@ -671,7 +676,7 @@ def test_the_trusted_init_withstands_the_candidate(tmp_path):
     assert any(a.startswith("trusted init as PID 1") for a in report["applied"]), report
     assert seen["pid"] == 2 and seen["ppid"] == 1
     # Signals from inside never reach it (the script carried on), and its memory is closed.
-    assert seen["mem"] != "read" and seen["environ"] != "read", seen
+    assert seen["mem"] != "read" and seen["environ"] != "read" and not isinstance(seen["cwd"], list), seen
     assert proc.returncode == 3  # the harness's exit status, passed on by the init and unshare
 
 
