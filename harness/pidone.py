@@ -1,6 +1,6 @@
 """PID 1 of an evaluation's PID namespace: the lifeline that candidate code cannot defeat.
 
-Run by path, before the harness's own Python starts, as
+Run by path (so no site-packages are imported), before the harness's own Python, as
 `python -I -S -B pidone.py LIFELINE_FD -- COMMAND...` under `unshare --pid --fork`.
 It starts COMMAND as PID 2, then waits for one of two things: COMMAND exiting (its
 status becomes ours) or the lifeline pipe closing (kgit exited, however it exited).
@@ -23,6 +23,17 @@ import sys
 
 PR_SET_DUMPABLE = 4
 KILLED = 137  # the exit status of a process killed by SIGKILL, as a shell reports it
+
+
+def command(prefix: list, argv: list, lifeline_fd: int) -> list:
+    """`argv` started under `prefix` (the `unshare` namespaces) with this init as PID 1,
+    watching `lifeline_fd`. Without a prefix there is no PID namespace to end: `argv` as is.
+
+    For kgit (`Isolation.command`) and for the judge starting its runner alike.
+    """
+    if not prefix:
+        return list(argv)
+    return [*prefix, sys.executable, "-I", "-S", "-B", os.path.abspath(__file__), str(int(lifeline_fd)), "--", *argv]
 
 
 def _status(wait_status: int) -> int:

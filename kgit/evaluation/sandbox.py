@@ -26,6 +26,7 @@ from pathlib import Path
 
 from kgit.errors import KgitError
 from kgit.evaluation import cgroups
+from kgit_harness import pidone
 
 PR_SET_DUMPABLE = 4
 # --kill-child: PID 1 of the namespace (the trusted init) gets SIGKILL if unshare itself
@@ -52,11 +53,9 @@ class Isolation:
         With namespaces, the trusted init runs first as PID 1 and watches `lifeline_fd`
         (the read end of a pipe whose write end only kgit holds).
         """
-        if not self.namespaces:
-            return list(argv)
-        if lifeline_fd is None:
+        if lifeline_fd is None or not self.namespaces:
             return [*self.prefix, *argv]
-        return [*self.prefix, sys.executable, "-I", "-S", "-B", str(pidone_path()), str(lifeline_fd), "--", *argv]
+        return pidone.command(self.prefix, argv, lifeline_fd)
 
     def child_settings(self, scratch, timeout_s: float, max_memory_gb: float | None, *, scratch_gb: float = 1.0,
                        max_processes: int | None = None, hide=(), hide_problem: bool = False,
@@ -99,13 +98,6 @@ class Isolation:
             "hide": hidden_folders(scratch, hide) if self.namespaces else [],
             "hide_problem": bool(hide_problem),
         }
-
-
-def pidone_path() -> Path:
-    """harness/pidone.py: found next to the installed kgit_harness (a wheel) or in the checkout."""
-    import kgit_harness
-
-    return Path(kgit_harness.__file__).resolve().parent / "pidone.py"
 
 
 def default_max_processes() -> int:
