@@ -147,6 +147,39 @@ def aten_add(data):
     """vector_add forbids torch.add; the ATen op under it, reached without the Python name."""
     import torch
     torch.ops.aten.add.Tensor(data[0], data[1])
+
+
+def hoard(limit_mb):
+    """Fill the scratch (HOME) and fork until refused; report how far each got."""
+    if not once("hoard"):
+        return
+    import time
+    written, fill_error = 0, None
+    try:
+        with open(os.path.join(os.environ["HOME"], "fill.bin"), "wb") as f:
+            while written < limit_mb << 20:
+                f.write(b"x" * (1 << 20))
+                f.flush()
+                written += 1 << 20
+    except OSError as e:
+        fill_error = e.strerror
+    os.unlink(os.path.join(os.environ["HOME"], "fill.bin"))
+    forks, fork_error = [], None
+    while len(forks) < 1000:
+        try:
+            pid = os.fork()
+        except OSError as e:
+            fork_error = e.strerror
+            break
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        forks.append(pid)
+    for pid in forks:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    print("KGIT-HOARD " + json.dumps({"written": written, "fill_error": fill_error, "forks": len(forks),
+                                      "fork_error": fork_error}), flush=True)
 '''
 
 def kernel_source(action: str) -> str:

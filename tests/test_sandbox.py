@@ -890,3 +890,15 @@ def test_pids_cgroup_folders_are_found_in_v1_v2_and_containers():
     assert cgroups.candidates(mountinfo, membership) == [
         (Path("/sys/fs/cgroup/pids/user.slice/session-3"), 1), (Path("/sys/fs/cgroup/unified/box"), 2)]
     assert cgroups.candidates("20 1 0:5 / /proc rw - proc proc rw", membership) == []
+
+
+@needs_namespaces
+def test_scratch_size_and_process_count_come_from_the_config(tmp_path):
+    """End to end through run_child: evaluator.scratch_gb and evaluator.max_processes reach the child."""
+    problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.hoard(256)")
+    doc = evaluate.run_child(problem_dir, candidate_dir, _config(scratch_gb=16 / 1024, max_processes=48), scratch)
+    assert doc["status"] == "ok", doc.get("error")
+    seen = json.loads(doc["stdout"].split("KGIT-HOARD ", 1)[1].splitlines()[0])
+    assert seen["written"] <= 16 << 20 and seen["fill_error"] == "No space left on device", seen
+    assert seen["forks"] < 48 and seen["fork_error"] == "Resource temporarily unavailable", seen
+    assert any("pids.max=48" in a or "nproc=48" in a for a in doc["sandbox"]["applied"]), doc["sandbox"]
