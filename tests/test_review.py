@@ -14,7 +14,7 @@ from kgit import workflow as ex
 from kgit.review import plots, html as report_html, campaign as review
 from kgit.archive.repo import Repo
 from kgit.errors import ConfigError
-from kgit_harness import problem as problem_mod
+from kgit import problems as problem_mod
 from kgit_harness.result import geomean
 
 
@@ -59,10 +59,37 @@ def test_lineage_command_lists_the_chain_one_line_each(built, run_kgit):
     result = run_kgit(root, "lineage", shas["e2"])
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
-    assert len(lines) == 4  # header + baseline + #1 + #2
-    assert [line.split()[2] for line in lines[1:]] == [shas[k][:10] for k in ("baseline", "e1.2", "e2.2")]
+    assert len(lines) == 5  # header, its rule, baseline, #1, #2
+    assert set(lines[1].replace(" ", "")) == {"-"}
+    assert [line.split()[2] for line in lines[2:]] == [shas[k][:10] for k in ("baseline", "e1.2", "e2.2")]
     dead_end = run_kgit(root, "lineage", "--json", shas["e3"])
     assert [a["sha"] for a in json.loads(dead_end.output)] == [shas["baseline"], shas["e3.1"]]
+
+
+def test_experiment_numbers_name_the_best_correct_or_the_last_attempt(built, run_kgit):
+    root, shas = built
+    repo = Repo(root)
+    # #1: attempt 1 incorrect, attempt 2 ok -> attempt 2; #3 has only a timeout -> that one.
+    assert ex.resolve(repo, "1") == shas["e1.2"] and ex.resolve(repo, "#2") == shas["e2.2"]
+    assert ex.resolve(repo, "3") == shas["e3.1"] and ex.resolve(repo, "0") == shas["baseline"]
+    assert ex.resolve(repo, shas["e1.1"][:12]) == shas["e1.1"]  # shas and branches still work
+    shown = json.loads(run_kgit(root, "show", "2", "--json").output)
+    assert shown["sha"] == shas["e2.2"]
+    lineage = json.loads(run_kgit(root, "lineage", "2", "--json").output)
+    assert [a["sha"] for a in lineage] == [shas["baseline"], shas["e1.2"], shas["e2.2"]]
+    compared = json.loads(run_kgit(root, "diff", "1", "2", "--json").output)
+    assert (compared["a"]["sha"], compared["b"]["sha"]) == (shas["e1.2"], shas["e2.2"])
+    missing = run_kgit(root, "show", "9")
+    assert missing.exit_code == 1 and "there is no experiment 9" in missing.stderr
+
+
+def test_every_json_option_has_help_text():
+    from kgit.cli import cli
+
+    for name, command in cli.commands.items():
+        for param in command.params:
+            if "--json" in getattr(param, "opts", []):
+                assert param.help, f"kgit {name} --json has no help text"
 
 
 def test_lineage_of_something_that_is_not_an_attempt_says_what_to_do(built, run_kgit, tmp_path):
