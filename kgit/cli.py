@@ -341,8 +341,9 @@ def report_(output, open_it, markdown, as_json):
         return
     path = report_html.write(repo, task, output or repo.state / "report.html")
     click.echo(f"wrote {path}")
-    if open_it:
-        click.launch(str(path))
+    if open_it and not report_html.open_in_browser(path):
+        click.echo("no browser to open it here (no display); copy the file to a machine with one, e.g. "
+                   f"`scp HOST:{path} .`")
 
 
 @cli.command()
