@@ -349,7 +349,8 @@ def report_(output, open_it, markdown, as_json):
 @cli.command()
 @click.argument("experiment")
 @click.option("--remote", default="origin", show_default=True, help="Git remote to push the review branch to.")
-@click.option("--base-branch", help="Branch the pull request targets (default: the branch of the baseline commit).")
+@click.option("--base-branch", help="Branch the pull request targets (default: the branch the baseline was "
+              "committed on, or the remote's default branch when the remote lacks that one).")
 @click.option("--json", "as_json", is_flag=True, help="Print the proposal (branch, title, body, command, "
               "whether it was opened) as JSON.")
 def pr(experiment, remote, base_branch, as_json):
@@ -370,6 +371,8 @@ def pr(experiment, remote, base_branch, as_json):
 
     repo, task = review.here()
     proposal = pr_mod.propose(repo, task, experiment, remote=remote, base_branch=base_branch)
+    if proposal.target_note and not as_json:
+        _progress(proposal.target_note + ".")
     if as_json:
         _emit_json(proposal.to_json())
     elif proposal.opened:
