@@ -168,6 +168,45 @@ def test_tree_layout_keeps_the_best_path_straight_and_survives_long_chains():
     assert chain[5000] == (5000, 0.0)
 
 
+def _labels_overlapping(campaign) -> list[tuple[str, str]]:
+    import itertools
+
+    import matplotlib.pyplot as plt
+
+    fig = plots.lineage_figure(campaign)
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        ax = fig.axes[0]
+        boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in ax.texts]
+        boxes += [(t.get_text(), t.get_window_extent(renderer)) for t in ax.get_legend().get_texts()]
+        return [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2) if box_a.overlaps(box_b)]
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("parents, path", [
+    # Ten experiments as the offline strategist makes them: a best path and side chains.
+    ({1: 0, 2: 0, 3: 1, 4: 2, 5: 3, 6: 2, 7: 5, 8: 6, 9: 6, 10: 7}, [1, 3, 5, 7, 10]),
+    ({n: n - 1 for n in range(1, 31)}, list(range(1, 31))),  # one long chain
+    ({n: 0 for n in range(1, 11)}, [4]),  # ten tries from the baseline
+])
+def test_lineage_tree_labels_never_overlap(parents, path):
+    def hypothesis(n):
+        return f"num_warps 4 -> 8, BLOCK_SIZE 1024 -> {n * 64}"
+
+    experiments = {n: SimpleNamespace(parent=p, status="improved" if n in path else "not-faster",
+                                      best=SimpleNamespace(speedup_baseline=1 + n / 100), hypothesis=hypothesis(n))
+                   for n, p in parents.items()}
+    best_path = [SimpleNamespace(experiment=0, is_baseline=True)]
+    best_path += [SimpleNamespace(experiment=n, is_baseline=False) for n in path]
+    campaign = SimpleNamespace(experiments=experiments, best_path=best_path)
+    assert _labels_overlapping(campaign) == []
+    # Every experiment is still named in the figure.
+    fig = plots.lineage_figure(campaign)
+    assert {t.get_text().split()[0] for t in fig.axes[0].texts} == {"baseline"} | {f"#{n}" for n in parents}
+
+
 def test_task_references_and_speed_of_light():
     task = problem_mod.load_task(problem_mod.shipped()["vector_add"])
     task.references = {"H200": {"vendor library": 30.0}, "MI300X": {"rocBLAS": 20.0}}
