@@ -43,10 +43,16 @@ def cli():
     """kgit optimizes GPU kernels and keeps every experiment in git.
 
     \b
-    Start:    kgit init mykernel --problem softmax
+    Start:    kgit problems; kgit init mykernel --problem softmax; cd mykernel
+    Run:      kgit evolve -n 3     (offline strategist; --model PROVIDER/MODEL for an LLM)
     Manual:   kgit try "HYPOTHESIS"; edit kernel.py; kgit record
     Review:   kgit log, kgit show REV, kgit best, git log --all --grep speedup
     Share:    kgit report --open, kgit diff A B, kgit lineage REV, kgit pr N
+    \b
+    Every command but init, problems and eval-candidate runs inside a kernel
+    repository. A REV is a sha, a branch (kgit/3-...), a tag (kgit/baseline) or an
+    experiment number N: experiment N's best correct attempt, or its last attempt
+    if none is correct.
     """
 
 
@@ -58,7 +64,7 @@ def problems():
 
 @cli.command()
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--problem", "-p", help="Shipped problem to start from (see `kgit problems`).")
+@click.option("--problem", "-p", metavar="NAME", help="Shipped problem to start from (see `kgit problems`).")
 @click.option("--force", is_flag=True, help="Overwrite the files init writes (problem/, the kernel, .kgit.yaml) if they exist, "
               "and commit a new baseline.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
@@ -69,7 +75,7 @@ def problems():
 @click.option("--from-kernelbench", "kernelbench", type=click.Path(path_type=Path),
               help="Import a KernelBench problem file (Model, get_inputs, get_init_inputs).")
 def init(directory, problem, force, config_file, as_json, gpumode, kernelbench):
-    """Make DIRECTORY a kernel repository and commit its measured baseline.
+    """Make DIRECTORY (default: here) a kernel repository and commit its measured baseline.
 
     Copies the problem to problem/, the baseline kernel to kernel.py, writes .kgit.yaml,
     measures the baseline and commits it, tagged kgit/baseline. It refuses to overwrite
@@ -95,12 +101,13 @@ def init(directory, problem, force, config_file, as_json, gpumode, kernelbench):
         return
     click.echo(report.result_summary(outcome.result))
     click.echo(f"\nbaseline committed as {outcome.sha[:10]} and tagged kgit/baseline.")
-    click.echo('next: kgit try "HYPOTHESIS", edit kernel.py, kgit record')
+    where = "" if directory.resolve() == Path.cwd().resolve() else f"cd {directory}; "
+    click.echo(f'next: {where}kgit evolve -n 3, or by hand: kgit try "HYPOTHESIS", edit the kernel, kgit record')
 
 
 @cli.command("try")
 @click.argument("hypothesis")
-@click.option("--base", help="Revision to start from: a sha, branch or tag, or an experiment number "
+@click.option("--base", metavar="REV", help="Revision to start from: a sha, branch or tag, or an experiment number "
               "(its best correct attempt) (default: the best attempt so far).")
 def try_(hypothesis, base):
     """Start the next experiment on branch kgit/<N>-<slug> and check it out.
@@ -166,7 +173,11 @@ def eval_(rev, as_json):
 @click.option("--devices", "per_device", is_flag=True,
               help="One row per attempt and device: latest geomean, measurements, min, max, spread.")
 def log(as_json, per_device):
-    """The archive: every attempt of every experiment."""
+    """The archive: every attempt of every experiment.
+
+    "vs base" is the speedup over the attempt's base (what its experiment started
+    from), "vs baseline" over kgit/baseline; above 1 is faster.
+    """
     from kgit.archive import measure
 
     repo, _ = ex.load()
@@ -279,7 +290,8 @@ def best(as_json):
 
 
 @cli.command()
-@click.option("-n", "--iterations", type=click.IntRange(min=1), help="Iterations to run (default: evolve.iterations).")
+@click.option("-n", "--iterations", type=click.IntRange(min=1),
+              help="Iterations to run, each a select-design-write round (default: evolve.iterations).")
 @click.option("--model", help='litellm model string for every stage, or "offline" (default: llm.model).')
 @click.option("--api-base", help="Base URL of an OpenAI-compatible or local server (default: llm.api_base).")
 @click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), help="Stop once priced model calls cost this much (USD).")
@@ -294,6 +306,8 @@ def evolve(iterations, model, api_base, max_cost, jobs, dry_run, as_json):
     Every writer attempt becomes a commit on a branch kgit/<N>-<slug>; failures too.
     Runs out of the box with the offline strategist (tunable parameters, no model);
     with a model: kgit evolve --model anthropic/claude-sonnet-4-5 -n 3
+    (the provider's key in its usual variable, e.g. ANTHROPIC_API_KEY).
+    Defaults come from .kgit.yaml (the evolve: and llm: keys).
     Rerunning resumes: numbering continues, measured trees are not measured again.
     Ctrl-C stops cleanly; commits made so far are kept. See docs/evolve.md.
     """
