@@ -178,6 +178,10 @@ def test_show_best_and_try_from_any_head(kernel_repo, run_kgit):
     assert result.exit_code == 0
     assert git(kernel_repo, "symbolic-ref", "--short", "HEAD").strip() == "kgit/2-another-idea"
     assert git(kernel_repo, "rev-parse", "HEAD").strip() == git(kernel_repo, "rev-parse", "kgit/baseline").strip()
+    # An experiment number is a revision too: experiment 1's best correct attempt.
+    assert run_kgit(kernel_repo, "try", "from the first one", "--base", "1").exit_code == 0
+    assert git(kernel_repo, "rev-parse", "HEAD").strip() == sha
+    assert json.loads(run_kgit(kernel_repo, "show", "1", "--json").stdout)["sha"] == sha
 
 
 def test_lock_names_the_holder(kernel_repo, run_kgit):
