@@ -37,8 +37,9 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
          problem_dir: Path | None = None, kernel_source: str | None = None, progress=None) -> Outcome:
     """Make `path` a kernel repository of a shipped problem (or a prepared problem folder).
 
-    Everything that can refuse is checked before anything is written; `progress(line)`
-    hears once, when the baseline's measurement starts.
+    The problem, the configuration and the files it would overwrite are checked before
+    anything is written; `progress(line)` hears once, when the baseline's measurement
+    starts, after every refusal.
     """
     path = Path(path).resolve()
     if problem_dir is None:
