@@ -94,7 +94,7 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
                                    f"{(doc.get('error') or '')[:1500]}\nNothing was committed. {kernel_name} is "
                                    "the problem's own kernel, so fix it where it came from (the problem folder "
                                    "or the imported files) and run the same `kgit init` with --force, which "
-                                   f"writes problem/, {kernel_name} and .kgit.yaml again.", doc)
+                                   f"writes {config.problem}/, {kernel_name} and .kgit.yaml again.", doc)
         paths = [config.problem, kernel_name, ".kgit.yaml", ".gitignore"] + task.files[1:]
         tree = repo.snapshot_tree(paths)
         message = tr.Message(
