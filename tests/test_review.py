@@ -79,6 +79,9 @@ def test_experiment_numbers_name_the_best_correct_or_the_last_attempt(built, run
     assert [a["sha"] for a in lineage] == [shas["baseline"], shas["e1.2"], shas["e2.2"]]
     compared = json.loads(run_kgit(root, "diff", "1", "2", "--json").output)
     assert (compared["a"]["sha"], compared["b"]["sha"]) == (shas["e1.2"], shas["e2.2"])
+    from kgit import remeasure
+
+    assert remeasure.targets(repo, repo.read(), ["1", "kgit/baseline"], False) == [shas["e1.2"], shas["baseline"]]
     missing = run_kgit(root, "show", "9")
     assert missing.exit_code == 1 and "there is no experiment 9" in missing.stderr
 
