@@ -94,3 +94,12 @@ def pids_cgroup(limit: int) -> str | None:
             pass
         return None
     return str(folder)
+
+
+def remove(folder: str | None):
+    """Remove an evaluation's cgroup once its processes are gone (a busy one is left for the sweep)."""
+    if folder:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass

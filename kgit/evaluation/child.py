@@ -146,6 +146,7 @@ def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, dev
         os.close(life_w)
         proc.stdout.close()
         proc.stderr.close()
+        sandbox.cgroups.remove(spec["sandbox"].get("pids_cgroup"))
     elapsed = round(time.monotonic() - started, 3)
     stdout, stderr = streams["stdout"].text(), streams["stderr"].text()
     confined, payload = _split_confinement(bytes(streams["result"].head + streams["result"].tail))
