@@ -79,9 +79,11 @@ def environment(config, attempts, host=None) -> Environment:
     in the archive (the evaluator last used) does. Versions come from the latest note
     that recorded them on that device, else (local only) from this installation.
     """
-    latest = max((a for a in attempts if a.device), key=lambda a: (a.time, a.experiment, a.attempt), default=None)
-    device = latest.device if latest else "unknown"
-    timing = latest.timing if latest else ""
+    measured = [(m.get("when", a.time if m.get("source") == "commit" else 0), m)
+                for a in attempts for m in ([a.measurement()] if a.device else []) + a.notes if m.get("device")]
+    latest = max(measured, key=lambda e: e[0])[1] if measured else {}
+    device = latest.get("device") or "unknown"
+    timing = latest.get("timing") or ""
     if config.evaluator.backend == "local":
         if host is None:
             from kgit.evaluation import gpus
