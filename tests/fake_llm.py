@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 
 from kgit.scientist.llm import Reply
-from kgit.scientist.prompts import flatten
+
+
+def flatten(content) -> str:
+    """A message's content as one string: a plain string, or text parts joined (kgit's prompts.flatten)."""
+    return content if isinstance(content, str) else "\n\n".join(p["text"] for p in content)
 
 
 class FakeLLM:

@@ -147,7 +147,9 @@ class LLMScientist(_Selector):
         else:
             ask = write_mod.fix_prompt(ctx.root, plan, number, files, error, attempt, ctx.attempts_per_plan,
                                        ctx.editable)
-        return [ctx.system(knowledge=True), prompts.message("user", prompts.part(shared, stable=True),
+        # The writer gets no knowledge documents: 18 writer calls x ~26 KB would be most of a
+        # run's input on a provider without prompt caching (benchmarks/prompt_cost.py).
+        return [ctx.system(knowledge=False), prompts.message("user", prompts.part(shared, stable=True),
                                                               prompts.part(ask))]
 
     def write(self, ctx, iteration, plan, files, error, attempt):

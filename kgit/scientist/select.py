@@ -8,7 +8,7 @@ never shown as performance (kgit/scientist/view.py).
 
 from __future__ import annotations
 
-from kgit.archive import notebook
+from kgit.archive import figures, measure, notebook
 from kgit.scientist import prompts
 from kgit.scientist.answers import Selection, ask_json, selection
 from kgit.scientist.view import ArchiveView
@@ -17,13 +17,20 @@ CHARS_PER_TOKEN = 4  # a rough figure for English and code; only sizes the table
 BEST_ROWS, FAILURE_ROWS = 8, 8
 
 
-def row(a, view: ArchiveView) -> str:
+def row(a, view: ArchiveView | None = None) -> str:
+    view = view or ArchiveView([a])
     hypothesis = " ".join(a.hypothesis.split())[:140]
     line = (f"{a.sha[:10]} | {a.experiment}.{a.attempt} | {(a.base or '-')[:10]} | {view.status(a)} | "
             f"{view.timing(a)} | {hypothesis}")
     times = view.comparable_times(a) if a.ok else {}
     if times:
         line += " | per shape: " + " ".join(f"{k}:{v:.1f}" for k, v in times.items())
+    if a.raw_notes:  # re-measured: the latest geomean per GPU and the spread of repeats (its repeatability)
+        per_device = {dev: d for dev, d in measure.by_device(a).items() if not figures.is_interpreter(None, dev)}
+        if len(per_device) > 1 or any(d["n"] > 1 for d in per_device.values()):
+            line += " | remeasured: " + "; ".join(
+                f"{dev} {d['latest_us']:.1f} (n={d['n']}, spread {100 * (d['spread'] or 0):.1f}%)"
+                for dev, d in per_device.items())
     return line
 
 
