@@ -15,6 +15,7 @@ from kgit.archive import trailers as tr
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo, parse_branch, run_git
 from kgit.errors import EvaluationFailed, KgitError, NotAKernelRepo
 from kgit import problems as problem_mod
+from kgit.scientist.protocol import is_offline
 
 GITIGNORE_LINES = ["__pycache__/", "*.pyc"]
 # Experiments between two `Repo.maintain()` runs (ref packing and commit-graph).
@@ -231,7 +232,7 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
     if speedup_baseline is not None:
         trailers.append(("Kgit-Speedup-Baseline", f"{speedup_baseline:.3f}"))
     trailers.append(("Kgit-Model", model))
-    if cost is not None or model not in ("human", "offline"):
+    if cost is not None or not (model == "human" or is_offline(model)):
         trailers.append(("Kgit-Cost-USD", "unknown" if cost is None else f"{cost:.4f}"))
     if tokens is not None:
         trailers.append(("Kgit-Tokens", int(tokens)))
@@ -245,7 +246,8 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
         judged = figures.verdict(speedup, result.get("timing"), result.get("device"), figures.result_noise(result),
                                  figures.measurement_noise(base_attempt, base_m) if base_attempt else (base_m or {}).get("noise"),
                                  figures.repeatability(attempts, result.get("device"), result.get("harness")))
-        subject = f"{slug}: {judged.subject_part()} vs base (geomean {result['geomean_us']:.1f} us)"
+        subject = (f"{slug}: {judged.subject_part()}" if judged.word == "interpreter" else
+                   f"{slug}: {judged.subject_part()} vs base (geomean {result['geomean_us']:.1f} us)")
     else:
         subject = tr.subject(slug, result["status"], speedup, result.get("geomean_us"), result.get("reason"))
     # Only a real speedup may carry the lowercase word, so `git log --grep speedup` lists exactly those.

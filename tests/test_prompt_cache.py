@@ -49,11 +49,12 @@ def test_stable_parts_come_first_and_repeat_byte_for_byte(kernel_repo, run_kgit,
     assert all(isinstance(m["content"], str) for msgs in bodies for m in msgs)
     assert "cache_control" not in repr(bodies)
     design1, write1, write2, select1, select2, design2, write3 = bodies
-    # One system message first; design and write share it exactly, and select's is its start.
+    # One system message first: the same bytes for select and every writer; the designer's
+    # continues it with the knowledge documents.
     assert all(msgs[0]["role"] == "system" for msgs in bodies)
-    assert design1[0] == write1[0] == write2[0] == design2[0] == write3[0]
-    assert design1[0]["content"].startswith(select1[0]["content"])
-    assert "Triton" in design1[0]["content"]  # the knowledge document sits in the stable prefix
+    assert select1[0] == select2[0] == write1[0] == write2[0] == write3[0]
+    assert design1[0] == design2[0] and design1[0]["content"].startswith(write1[0]["content"])
+    assert "# Background" in design1[0]["content"] and "# Background" not in write1[0]["content"]
     # The two writers of one iteration share system + base + reference + both plans, then differ.
     text1, text2 = (msgs[0]["content"] + msgs[1]["content"] for msgs in (write1, write2))
     shared = common_prefix(text1, text2)

@@ -93,7 +93,7 @@ class Verdict:
 
     def subject_part(self) -> str:
         if self.word == "interpreter":
-            return "correct (interpreter: not timed for speed)"
+            return "correct (not timed on a GPU)"
         if self.ratio is None:
             return "correct (no comparable base timing)"
         return f"{self.word} {self.ratio:.2f}x"

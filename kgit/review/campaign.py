@@ -122,7 +122,7 @@ def here(path=".") -> tuple[Repo, object]:
 
 
 def to_json(campaign: Campaign) -> dict:
-    return {**campaign.totals, "references_us": campaign.references,
+    return {**campaign.totals, "references_us": campaign.references, "notebook": campaign.notebook,
             "best_path": [a.sha for a in campaign.best_path],
             "experiments": [{"number": e.number, "branch": e.branch, "hypothesis": e.hypothesis, "parent": e.parent,
                              "status": e.status, "outcome": e.outcome, "attempts": len(e.attempts),
