@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kgit import config as config_mod
 from kgit.evaluation import child as evaluate
-from kgit.archive import figures, measure
+from kgit.archive import cause, figures, measure
 from kgit.archive import trailers as tr
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo, parse_branch, run_git
 from kgit.errors import EvaluationFailed, KgitError, NotAKernelRepo
@@ -267,6 +267,7 @@ def result_trailers(doc: dict) -> list:
         out.append(("Kgit-Geomean-us", f"{doc['geomean_us']:.3f}"))
         out += figures.noise_trailer(doc)
         out += [("Kgit-Time-us", f"{key} {value:.3f}") for key, value in measure.result_times(doc).items()]
+    out += cause.trailer(doc)
     out += [("Kgit-Harness", doc.get("harness") or ""), ("Kgit-Eval-s", f"{doc.get('eval_s') or 0:.1f}")]
     return out
 

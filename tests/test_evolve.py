@@ -446,7 +446,8 @@ def test_cpu_runs_check_correctness_only_and_show_no_timings(kernel_repo):
     assert " us" not in select_prompt.split("# Archive")[1].split("# Answer")[0]
     assert "No GPU timings exist" in select_prompt
     assert "(fixed by 1.2)" in select_prompt
-    assert "attempt 1 incorrect" in design_prompt and "(fixed)" in design_prompt
+    assert "attempt 1 incorrect: size=1 (seed 101):" in design_prompt and "(fixed)" in design_prompt
+    assert "incorrect: size=1 (seed 101):" in select_prompt
     assert "interpreter: not timed for speed" in design_prompt
     text = evolve.summary_text(summary)
     assert "checked correctness only" in text and "most recent correct attempt" in text

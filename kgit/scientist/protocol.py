@@ -34,7 +34,7 @@ class Context:
     """What the stages may see, fixed for a run (the notebook is re-read each iteration)."""
 
     repo: object
-    task: object
+    task_text: str  # the task with the shapes and the check of this environment
     environment: Environment
     knowledge: str
     editable: list
@@ -46,15 +46,9 @@ class Context:
     def root(self):
         return self.repo.root
 
-    def task_text(self) -> str:
-        check = context_mod.check_text(self.task, self.problem_dir)
-        return prompts.task_text(self.task, self.environment.on_gpu, check)
-
-    problem_dir = None  # set by `build`
-
     def system(self, knowledge: bool) -> dict:
         """The stable prefix: one system message, its parts cacheable one after another."""
-        core = prompts.render("system", self.root, task=self.task_text(), environment=self.environment.text())
+        core = prompts.render("system", self.root, task=self.task_text, environment=self.environment.text())
         parts = [prompts.part(core, stable=True)]
         if knowledge:
             parts.append(prompts.part(f"# Background (knowledge documents)\n\n{self.knowledge}", stable=True))
@@ -62,11 +56,10 @@ class Context:
 
 
 def build(repo, config, task, problem_dir, attempts, host=None) -> Context:
-    ctx = Context(repo, task, context_mod.environment(config, attempts, host),
-                  prompts.knowledge(config.evolve.knowledge, repo.root), list(task.files), config.evolve.pick,
-                  config.evolve.attempts, config.evolve.archive_tokens)
-    ctx.problem_dir = problem_dir
-    return ctx
+    environment = context_mod.environment(config, attempts, host)
+    text = prompts.task_text(task, environment.on_gpu, context_mod.check_text(task, problem_dir))
+    return Context(repo, text, environment, prompts.knowledge(config.evolve.knowledge, repo.root), list(task.files),
+                   config.evolve.pick, config.evolve.attempts, config.evolve.archive_tokens)
 
 
 @dataclass

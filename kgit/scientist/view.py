@@ -4,6 +4,7 @@ noise, interpreter timings never shown as performance, failures with their one-l
 
 from __future__ import annotations
 
+from kgit.archive import cause as cause_mod
 from kgit.archive import figures, measure
 from kgit.archive import trailers as tr
 
@@ -11,9 +12,8 @@ CAUSE_CHARS = 160
 
 
 def cause(a) -> str:
-    """A failure's cause in one line: the harness's reason, or the status alone."""
-    reasons = a.trailers.get("Kgit-Reason") or []
-    return tr.one_line(reasons[-1], CAUSE_CHARS) if reasons else ""
+    """A failure's cause in one line (its rule or its error's line), or "" for older commits."""
+    return tr.one_line(cause_mod.of_attempt(a), CAUSE_CHARS)
 
 
 class ArchiveView:
