@@ -103,34 +103,34 @@ def main():
                                   geomean_us=baseline.geomean, shapes=shapes, eval_s=0.0)
 
         evolve.evolve(repo, config, client=model, evaluate=evaluate)
-    stats = defaultdict(lambda: {"calls": 0, "chars": 0, "repeat": 0})
+    stats = defaultdict(lambda: {"calls": 0, "chars": 0, "repeat": 0, "tokens": 0, "new_tokens": 0})
     seen: list[str] = []
-    total_text = []
+    how = ""
     for stage, text in model.requests:
-        best = max((len(os.path.commonprefix([text, old])) for old in seen), default=0)
+        repeat = max((len(os.path.commonprefix([text, old])) for old in seen), default=0)
+        seen.append(text)
         s = stats[stage]
         s["calls"] += 1
         s["chars"] += len(text)
-        s["repeat"] += best
-        seen.append(text)
-        total_text.append(text[best:])
-    all_chars = sum(s["chars"] for s in stats.values())
-    all_repeat = sum(s["repeat"] for s in stats.values())
-    tokens, how = tokens_of("".join(text for _, text in model.requests))
-    new_tokens, _ = tokens_of("".join(total_text))
+        s["repeat"] += repeat
+        tokens, how = tokens_of(text)
+        new_tokens, _ = tokens_of(text[repeat:])
+        s["tokens"] += tokens
+        s["new_tokens"] += new_tokens
     import kgit
 
-    print(f"kgit from {Path(kgit.__file__).parent}; {args.iterations} iteration(s), pick {args.pick}, "
-          "2 writer attempts per plan (the first always fails), default knowledge documents")
-    print(f"{'stage':<8}{'calls':>6}{'chars sent':>12}{'repeated prefix':>17}")
-    for stage in ("select", "design", "write"):
-        s = stats.get(stage)
-        if s:
-            print(f"{stage:<8}{s['calls']:>6}{s['chars']:>12}{s['repeat'] / s['chars']:>16.1%}")
-    print(f"{'all':<8}{sum(s['calls'] for s in stats.values()):>6}{all_chars:>12}{all_repeat / all_chars:>16.1%}")
-    print(f"tokens per iteration ({how}): {tokens / args.iterations:.0f} sent, "
-          f"{new_tokens / args.iterations:.0f} not a repeat of an earlier prefix")
-
+    n = args.iterations
+    print(f"kgit from {Path(kgit.__file__).parent}; {n} iteration(s), pick {args.pick}, 2 writer attempts per "
+          f"plan (the first always fails), default knowledge documents; tokens: {how}")
+    header = f"{'stage':<8}{'calls':>6}{'chars sent':>12}{'repeated prefix':>17}{'tokens/iter':>13}{'new tokens/iter':>17}"
+    print(header)
+    rows = [(stage, stats[stage]) for stage in ("select", "design", "write") if stage in stats]
+    total = {k: sum(s[k] for _, s in rows) for k in ("calls", "chars", "repeat", "tokens", "new_tokens")}
+    for stage, s in rows + [("all", total)]:
+        print(f"{stage:<8}{s['calls']:>6}{s['chars']:>12}{s['repeat'] / s['chars']:>16.1%}"
+              f"{s['tokens'] / n:>13.0f}{s['new_tokens'] / n:>17.0f}")
+    print("repeated prefix: the share of the characters that begin like an earlier request of the run (what "
+          "provider prompt caching can reuse); new tokens: those outside that prefix.")
 
 if __name__ == "__main__":
     main()
