@@ -368,7 +368,9 @@ def dry_run(repo: Repo, config, *, client=None) -> str:
 
 def summary_text(summary: Summary) -> str:
     rows = [[r.experiment, r.attempt, r.branch, r.sha[:10], r.status + (f" ({r.reused})" if r.reused else ""),
-             "" if r.geomean is None else f"{r.geomean:.1f}", "" if r.speedup is None else f"{r.speedup:.2f}x",
+             "" if r.geomean is None else f"{r.geomean:.1f}",
+             # An interpreter ratio is no speed figure: shown to nobody as one.
+             "" if r.speedup is None or summary.correctness_only else f"{r.speedup:.2f}x",
              "" if r.tokens is None else r.tokens,
              "unknown" if r.cost is None and not protocol.is_offline(r.model) else "" if r.cost is None else f"{r.cost:.4f}"]
             for r in summary.rows]

@@ -406,6 +406,8 @@ def test_speedup_is_claimed_only_beyond_the_noise_and_grep_lists_exactly_those(k
     assert "twice the combined standard error" in design_prompt
     # The selector's reference reaches the designer as code.
     assert f"Reference kernel ({c[:10]}" in design_prompt and "# variant C" in design_prompt
+    writer_shared = fake2.history[-1][1][1]["content"][0]["text"]
+    assert f"Reference kernel ({c[:10]}" in writer_shared and "# variant C" in writer_shared
     assert any("1 of up to 3 plan(s): E is unobservable here" in line for line in lines)
     assert notebook.lessons(repo)[-1] == "merging A and C loses"
     assert len(notebook.history(repo)) == 2
