@@ -105,8 +105,10 @@ class Client:
         return self.config.model_for(stage)
 
     def request(self, stage: str, messages: list[dict]) -> dict:
-        return {"model": self.model(stage), "api_base": self.config.api_base, "messages": messages,
-                "temperature": self.config.temperature}
+        from kgit.scientist import caching  # stable-prefix marks -> the provider's prompt caching
+
+        return {"model": self.model(stage), "api_base": self.config.api_base,
+                "messages": caching.prepare(self.model(stage), messages), "temperature": self.config.temperature}
 
     def ask(self, stage: str, messages: list[dict]) -> Reply:
         request = self.request(stage, messages)
