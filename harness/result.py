@@ -87,8 +87,8 @@ def _number(value) -> bool:
 def new(status: str = "crash", **fields_) -> dict:
     """A fresh result document as the dict kgit passes around."""
     assert status in STATUSES, status
-    doc = Result(status=status, harness=harness_id()).to_dict()
-    doc.update(fields_)
+    doc = Result(harness=harness_id()).to_dict()
+    doc.update(status=status, **fields_)
     return doc
 
 
