@@ -319,12 +319,14 @@ def _stats(times) -> dict:
 
 
 def versions(torch) -> dict:
-    info = {"python": platform.python_version(), "torch": torch.__version__}
-    try:
-        import triton
+    from importlib import metadata
 
-        info["triton"] = triton.__version__
-    except Exception:  # noqa: BLE001 - triton is optional for pure-torch candidates
+    info = {"python": platform.python_version(), "torch": torch.__version__}
+    # Read from the installed metadata: the judge never needs triton itself, and
+    # importing it costs about a second.
+    try:
+        info["triton"] = metadata.version("triton")
+    except metadata.PackageNotFoundError:  # triton is optional for pure-torch candidates
         info["triton"] = None
     if torch.cuda.is_available():
         info["cuda"] = torch.version.cuda

@@ -203,6 +203,17 @@ def test_gpu_side_stream_work_escapes_the_events_and_the_judges_clock_catches_it
 
 
 @pytest.mark.gpu
+def test_gpu_forged_event_figures_disagree_with_the_judges_clock(tmp_path):
+    # Inputs and outputs cross to the runner through CUDA IPC; its clock is patched on
+    # the stack to report 0.5 us a call, and the judge's own clock over a batch says otherwise.
+    _gpu()
+    doc = run_harness(tmp_path, "forged_events", GPU_TIMING)
+    assert (doc["status"], doc["reason"]) == ("rejected", "timings disagree with the judge's clock"), _last_error(doc)
+    shape = doc["shapes"][-1]
+    assert shape["min_us"] < 1.0 and shape["host_batch_us"] > 100.0, shape  # forged, then caught
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("problem", ["vector_add", "softmax"])
 def test_gpu_honest_baseline_passes_within_the_speed_of_light(tmp_path, problem):
     _gpu()
@@ -212,7 +223,7 @@ def test_gpu_honest_baseline_passes_within_the_speed_of_light(tmp_path, problem)
     assert doc["speed_of_light"]["peak"]["source"] in ("datasheet", "measured")
     for shape in doc["shapes"]:
         assert shape["sol_us"] and shape["min_us"] >= shape["sol_us"] * 0.5
-        assert 0 < shape["host_batch_us"]
+        assert shape["clock"] == "events" and 0 < shape["host_batch_us"]
 
 
 @pytest.mark.gpu
