@@ -33,8 +33,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from tabulate import tabulate
-
 from kgit import config as config_mod
 from kgit.evaluation import child as evaluate
 from kgit_harness import problem as problem_mod
@@ -118,6 +116,7 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("harness_fidelity needs a CUDA or ROCm GPU: interpreter timings on the CPU are not meaningful "
                  "(--wall-only runs without one).")
+    from tabulate import tabulate
     print(f"device: {torch.cuda.get_device_name()}; timing {config.timing}; statistic: {args.stat}\n")
 
     rows, ratios, spreads = [], [], []
