@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -71,14 +72,22 @@ def do_bench_us(name: str, shape: dict, stat: str) -> float:
     return triton.testing.do_bench(lambda: kernel(data), warmup=100, rep=500, return_mode=stat) * 1e3
 
 
-def wall_times(config, repeats: int) -> list[float]:
-    """Seconds for whole vector_add evaluations with the shortest timing settings."""
+def wall_times(config, repeats: int, cpu: list | None = None) -> list[float]:
+    """Seconds for whole vector_add evaluations with the shortest timing settings.
+
+    `cpu`, if given, receives each evaluation's CPU seconds (user + system, of every
+    process it started): the figure that decides the wall time on a saturated host.
+    """
     fast = replace(config, timing=replace(config.timing, min_reps=1, warmup=0, max_time_s=0.0))
     walls = []
     for _ in range(repeats):
+        before = os.times()
         started = time.perf_counter()
         evaluate_baseline("vector_add", fast)
         walls.append(time.perf_counter() - started)
+        after = os.times()
+        if cpu is not None:
+            cpu.append(after.children_user + after.children_system - before.children_user - before.children_system)
     return walls
 
 
@@ -107,10 +116,13 @@ def main():
 
     config = config_mod.parse(config_mod.default_text())
     if args.wall_only:
-        walls = wall_times(config, args.repeats)
+        cpu = []
+        walls = wall_times(config, args.repeats, cpu)
         print(f"one evaluation, vector_add, shortest timing, on {'the GPU' if torch.cuda.is_available() else 'the CPU'}: "
               f"best {min(walls):.2f} s, median {sorted(walls)[len(walls) // 2]:.2f} s of {len(walls)} "
-              f"({', '.join(f'{w:.2f}' for w in walls)})")
+              f"({', '.join(f'{w:.2f}' for w in walls)}); CPU seconds of its processes: median "
+              f"{sorted(cpu)[len(cpu) // 2]:.2f} ({', '.join(f'{c:.2f}' for c in cpu)}); {os.cpu_count()} cores, "
+              f"load {os.getloadavg()[0]:.1f}")
         return
 
     if not torch.cuda.is_available():
