@@ -270,19 +270,23 @@ DISAGREE_REASON = "timings disagree with the judge's clock"
 def disagrees(stats: dict) -> str | None:
     """Why the judge's clock rejects the runner's event timings, or None.
 
-    The runner's figures are accepted only while back-to-back calls, timed by the judge,
-    take at most ESCAPE_RATIO x the event mean + ESCAPE_SLACK_US each. No figure the
-    runner reports widens the bound: it could forge any of them.
+    Back-to-back calls, timed by the judge, may take at most ESCAPE_RATIO x the larger
+    of the event mean and the host time the runner says it spent in a call (copy-out
+    included), plus ESCAPE_SLACK_US. The host term is the runner's own figure: without
+    it every honest shape shorter than its guarded launch (60-150 us on the H200) would
+    be rejected, and with it a runner that forges both figures escapes this check down
+    to the speed-of-light floor (docs/harness.md says so plainly).
     """
     batch = stats.get("host_batch_us")
     if batch is None:
         return None
-    bound = ESCAPE_RATIO * stats["mean_us"] + ESCAPE_SLACK_US
+    host = stats.get("host_call_us") or 0.0
+    bound = ESCAPE_RATIO * max(stats["mean_us"], host) + ESCAPE_SLACK_US
     if batch > bound:
         return (f"back-to-back calls took {batch:.1f} us each by the judge's clock, but the runner's timing "
-                f"events measured {stats['mean_us']:.1f} us (the bound is {ESCAPE_RATIO:g} x that + "
-                f"{ESCAPE_SLACK_US:g} us): work ran outside the timed stream, after the call returned, or the "
-                "figures were forged")
+                f"events measured {stats['mean_us']:.1f} us and its host {host:.1f} us a call (the bound is "
+                f"{ESCAPE_RATIO:g} x the larger + {ESCAPE_SLACK_US:g} us): work ran outside the timed stream, "
+                "after the call returned, or the figures were forged")
     return None
 
 

@@ -227,9 +227,10 @@ def test_stats_and_rse():
 @pytest.mark.parametrize("batch, mean, call, disagrees", [
     (None, 10.0, 5.0, False),      # CPU: the judge's clock is the figure, nothing to cross-check
     (12.0, 10.0, 5.0, False),      # honest, GPU-bound
-    (24.0, 3.0, 15.0, False),      # honest, host-bound within the slack (1.5 x 3 + 20 = 24.5)
+    (73.4, 7.8, 65.0, False),      # honest, host-bound (vector_add 1M on the H200: the guarded launch)
     (150.0, 2.0, 5.0, True),       # side stream: events saw 2 us, the GPU was busy 150 us a call
-    (150.0, 2.0, 500.0, True),     # the runner's own host figure excuses nothing: it could be forged
+    (300.0, 0.5, 0.5, True),       # forged events, honest host figure
+    (300.0, 0.5, 250.0, False),    # both figures forged: not caught here (docs/harness.md), only by the speed of light
 ])
 def test_judge_clock_rule(batch, mean, call, disagrees):
     stats = {"mean_us": mean, "host_call_us": call, "host_batch_us": batch}
