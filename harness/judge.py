@@ -48,8 +48,8 @@ def _excerpt(exc: BaseException, limit: int = 4000) -> str:
 class Runner:
     """The runner process and the judge's end of its channel."""
 
-    def __init__(self, spec: dict, deadline: float):
-        self.deadline = deadline
+    def __init__(self, spec: dict, deadline: float, timeout_s: float):
+        self.deadline, self.timeout_s, self.timed_out = deadline, timeout_s, False
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         life_r, self._life_w = os.pipe()
         cmd = [*spec.get("runner_prefix", []), sys.executable, "-I", "-B", "-m", "kgit_harness", "runner",
@@ -74,7 +74,9 @@ class Runner:
         try:
             message, _ = channel.recv(self.sock, self.deadline)
         except channel.Timeout:
-            raise Verdict("timeout", "the runner did not answer before the evaluation's deadline; it was killed") from None
+            self.timed_out = True
+            raise Verdict("timeout", f"no result within {self.timeout_s:g} s (evaluator.timeout_s): the runner did "
+                          "not answer before the judge's deadline and was killed") from None
         except channel.Closed:
             raise self._gone() from None
         except channel.ChannelError as e:
@@ -110,14 +112,12 @@ class Runner:
         return Verdict("crash", f"the runner process died without answering ({why}).")
 
     def close(self):
-        try:
-            channel.send(self.sock, {"op": "bye"})
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            pass
+        if not self.timed_out:
+            try:
+                channel.send(self.sock, {"op": "bye"})
+                self.proc.wait(timeout=2)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -224,14 +224,14 @@ def run(spec: dict) -> dict:
     started = _clock()
     doc = result_mod.new("crash")
     timeout_s = float(spec.get("timeout_s") or 3600)
-    deadline = time.monotonic() + max(timeout_s - DEADLINE_MARGIN_S, timeout_s * 0.9)
+    deadline = time.monotonic() + max(timeout_s - DEADLINE_MARGIN_S, timeout_s * 0.8)
     runner = None
     try:
         task = problem.load_task(Path(spec["problem_dir"]))
         doc["ranking"] = task.ranking
         _static_policy(spec, task)
         # Started before the judge imports torch: the two imports overlap.
-        runner = Runner(spec, deadline)
+        runner = Runner(spec, deadline, timeout_s)
         runner.send({"op": "setup", "candidate_dir": str(spec["candidate_dir"]), "files": task.files,
                      "forbidden": task.forbidden, "output": task.output, "sandbox": _runner_sandbox(spec)})
         import torch
