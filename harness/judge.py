@@ -229,17 +229,20 @@ def run(spec: dict) -> dict:
     try:
         task = problem.load_task(Path(spec["problem_dir"]))
         doc["ranking"] = task.ranking
-        _static_policy(spec, task)
-        # Started before the judge imports torch: the two imports overlap.
-        runner = Runner(spec, deadline, timeout_s)
-        runner.send({"op": "setup", "candidate_dir": str(spec["candidate_dir"]), "files": task.files,
-                     "forbidden": task.forbidden, "output": task.output, "sandbox": _runner_sandbox(spec)})
+        refused = _static_policy(spec, task)
+        if refused is None:
+            # Started before the judge imports torch: the two imports overlap.
+            runner = Runner(spec, deadline, timeout_s)
+            runner.send({"op": "setup", "candidate_dir": str(spec["candidate_dir"]), "files": task.files,
+                         "forbidden": task.forbidden, "output": task.output, "sandbox": _runner_sandbox(spec)})
         import torch
 
         on_gpu = torch.cuda.is_available()
         doc["device"] = torch.cuda.get_device_name() if on_gpu else "cpu"
         doc["timing"] = "events" if on_gpu else "interpreter"
         doc["versions"] = timing.versions(torch)
+        if refused is not None:
+            raise refused
         reference = _load_reference(Path(spec["problem_dir"]) / "reference.py")
         ready = runner.receive()
         channel.expect(ready, "ready")
@@ -270,16 +273,18 @@ def _runner_sandbox(spec) -> dict:
     return settings
 
 
-def _static_policy(spec, task):
+def _static_policy(spec, task) -> Verdict | None:
+    """The candidate's editable files read as text: the verdict that ends it now, or None."""
     candidate_dir = Path(spec["candidate_dir"])
     sources = {f: (candidate_dir / f).read_text(encoding="utf-8", errors="replace")
                for f in task.files if (candidate_dir / f).is_file()}
     if not sources:
-        raise Verdict("compile-error", f"none of the editable files {task.files} exist in the candidate")
+        return Verdict("compile-error", f"none of the editable files {task.files} exist in the candidate")
     violation = policy.check(sources, task.forbidden)
     if violation:
         rule, detail = violation
-        raise Verdict("rejected", detail, reason=rule)
+        return Verdict("rejected", detail, reason=rule)
+    return None
 
 
 def _evaluate(spec, task, reference, runner, on_gpu, torch, doc) -> dict:
