@@ -234,7 +234,8 @@ def run(spec: dict) -> dict:
             # Started before the judge imports torch: the two imports overlap.
             runner = Runner(spec, deadline, timeout_s)
             runner.send({"op": "setup", "candidate_dir": str(spec["candidate_dir"]), "files": task.files,
-                         "forbidden": task.forbidden, "output": task.output, "sandbox": _runner_sandbox(spec)})
+                         "forbidden": task.forbidden, "output": task.output, "sandbox": _runner_sandbox(spec),
+                         "helpers_dir": _helpers(spec, task)})
         import torch
 
         on_gpu = torch.cuda.is_available()
@@ -263,6 +264,45 @@ def run(spec: dict) -> dict:
             runner.close()
     doc["eval_s"] = round(_clock() - started, 3)
     return doc
+
+
+def _helpers(spec, task) -> str | None:
+    """A folder with copies of the problem's helper modules the candidate imports, or None.
+
+    Imported problems keep type aliases and helpers next to their reference (GPU MODE's
+    `from task import input_t`); the runner never sees the problem folder, so the judge
+    copies just those modules, found by reading the candidate's imports as text. The
+    reference itself is never copied.
+    """
+    import ast
+
+    candidate_dir = Path(spec["candidate_dir"])
+    wanted = set()
+    for name in task.files:
+        try:
+            tree = ast.parse((candidate_dir / name).read_text(encoding="utf-8", errors="replace"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                wanted.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                wanted.add(node.module.split(".")[0])
+    wanted -= set(sys.stdlib_module_names) | {"torch", "triton", "numpy", "reference"}
+    wanted -= {Path(f).stem for f in task.files}
+    problem_dir = Path(spec["problem_dir"])
+    found = {}
+    for name in sorted(wanted):
+        hits = sorted(p for p in problem_dir.rglob(f"{name}.py") if p.is_file())
+        if hits:
+            found[name] = hits[0]
+    if not found:
+        return None
+    folder = Path(spec.get("runner_cwd") or candidate_dir.parent) / "problem-helpers"
+    folder.mkdir(exist_ok=True)
+    for name, path in found.items():
+        (folder / f"{name}.py").write_bytes(path.read_bytes())
+    return str(folder)
 
 
 def _runner_sandbox(spec) -> dict:

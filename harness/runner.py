@@ -150,6 +150,8 @@ class Session:
         guards = Guards(torch, list(setup.get("forbidden") or []), None)
         clock = timing.Clock(torch, self.on_gpu)
         guards.snapshot_threads()
+        if setup.get("helpers_dir"):
+            sys.path.insert(0, str(setup["helpers_dir"]))  # the problem's helpers the judge copied
         sys.path.insert(0, str(candidate_dir))
         try:
             with guards.armed():
