@@ -318,7 +318,7 @@ def apply(spec: dict) -> dict:
 
     if want.get("pid_namespace"):
         scratch = want["scratch"]
-        keep = [spec.get("candidate_dir")]
+        keep = [spec.get("candidate_dir"), spec.get("helpers_dir")]
         hide = list(want.get("hide") or [])
         if want.get("hide_problem"):
             hide.append(spec.get("problem_dir"))
