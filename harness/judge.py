@@ -59,6 +59,7 @@ class Runner:
         # namespace once this judge's end of the lifeline closes, whatever the runner does.
         use_init = (spec.get("sandbox") or {}).get("trusted_init") and prefix
         cmd = pidone.command(prefix, argv, life_r) if use_init else [*prefix, *argv]
+        self.wrapped = bool(prefix)
         env = dict(os.environ)
         env.update(spec.get("runner_env") or {})
         try:
@@ -110,6 +111,10 @@ class Runner:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             code = None
+        # Under the trusted init (and unshare) a runner killed by a signal shows as the
+        # shell's 128 + signal, not as Popen's negative code.
+        if code is not None and self.wrapped and code > 128 and code - 128 in _SIGNALS:
+            code = -(code - 128)
         if code is not None and code < 0:
             why = f"killed by signal {signal.Signals(-code).name}" if -code in _SIGNALS else f"signal {-code}"
         else:
