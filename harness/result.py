@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 SCHEMA = "kgit.result/1"
-STATUSES = ("ok", "incorrect", "compile-error", "runtime-error", "timeout", "crash", "rejected")
+STATUSES = ("ok", "incorrect", "compile-error", "runtime-error", "timeout", "crash", "rejected", "unsupported")
 
 
 def new(status: str = "crash", **fields) -> dict:

@@ -17,7 +17,7 @@ import traceback
 import uuid
 from pathlib import Path
 
-from kgit_harness import checking, peaks as devices, policy, problem, timing
+from kgit_harness import checking, needs, peaks as devices, policy, portable, problem, timing
 from kgit_harness import result as result_mod
 from kgit_harness.guards import Guards
 
@@ -64,6 +64,7 @@ def run(spec: dict) -> dict:
     doc = result_mod.new("crash")
     import torch
 
+    portable.quiet_torch_compile()  # before any candidate code: torch's own threads are not the kernel's
     on_gpu = torch.cuda.is_available()
     if not on_gpu:
         # Must be set before triton.jit decorates anything in the candidate.
@@ -77,7 +78,9 @@ def run(spec: dict) -> dict:
     try:
         doc.update(_evaluate(spec, task, on_gpu, torch, doc))
     except Verdict as v:
-        doc.update(status=v.status, error=v.error, reason=v.reason)
+        # Every rejection names its rule; one without is a harness bug, said as such.
+        reason = v.reason or ("unexplained (a harness bug: the rule was not recorded)" if v.status == "rejected" else None)
+        doc.update(status=v.status, error=v.error, reason=reason)
     doc["eval_s"] = round(_perf_counter() - started, 3)
     return doc
 
@@ -132,7 +135,14 @@ def _evaluate(spec, task, on_gpu, torch, doc) -> dict:
         rule, detail = violation
         raise Verdict("rejected", detail, reason=rule)
 
-    module = _load_module(Path(spec["problem_dir"]) / "reference.py", f"_kgit_ref_{uuid.uuid4().hex}", hidden=True)
+    # The problem's own code runs first: what fails there is the machine's lack, not the kernel's.
+    try:
+        module = _load_module(Path(spec["problem_dir"]) / "reference.py", f"_kgit_ref_{uuid.uuid4().hex}", hidden=True)
+        needs.check(task, module, on_gpu, torch)
+    except needs.Unsupported as e:
+        raise Verdict("unsupported", _excerpt(e.__cause__ or e), reason=str(e)) from None
+    except Exception as e:  # noqa: BLE001 - the reference failed to import
+        raise Verdict("unsupported", _excerpt(e), reason=needs.reason(e, on_gpu)) from None
     guards = Guards(torch, task.forbidden, module)
     reference = guards.reference_proxy(module)
     del module  # from here on the real functions run only through reference_call
