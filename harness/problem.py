@@ -70,8 +70,8 @@ class Task:
 
     def work(self, shape: dict) -> tuple[float | None, float | None]:
         """FLOPs and bytes moved for one shape, from the task's formulas."""
-        return (_formula(self.flops, shape) if self.flops else None,
-                _formula(self.bytes, shape) if self.bytes else None)
+        return (formula(self.flops, shape) if self.flops else None,
+                formula(self.bytes, shape) if self.bytes else None)
 
 
 def shape_key(shape: dict) -> str:
@@ -150,7 +150,7 @@ _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 _FUNCS = {"ceil": math.ceil, "cdiv": lambda a, b: -(-a // b), "min": min, "max": max}
 
 
-def _formula(expr: str, shape: dict) -> float:
+def formula(expr: str, shape: dict) -> float:
     """Evaluate an arithmetic formula over the shape's keys (no names, calls or attributes beyond these)."""
 
     def ev(node):

@@ -77,9 +77,13 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
         _extend_gitignore(repo.root / ".gitignore")
 
         doc = evaluate.evaluate_tree(repo.root, config, state_dir=repo.state / "scratch")
+        if doc["status"] == "unsupported":
+            raise EvaluationFailed(f"the problem {task.name} is {tr.subject('', 'unsupported', None, None, doc.get('reason'))[2:]}; "
+                                   f"no kernel was judged:\n{_tail(doc.get('error') or '', 1500)}\nNothing was committed; "
+                                   "run `kgit init` on a machine that has what it needs, or edit the problem.", doc)
         if doc["status"] != "ok":
             raise EvaluationFailed(f"the baseline kernel did not pass ({doc['status']}): "
-                                   f"{(doc.get('error') or '')[:1500]}\nNothing was committed; fix "
+                                   f"{_tail(doc.get('error') or '', 1500)}\nNothing was committed; fix "
                                    f"{kernel_name} or the problem and run `kgit init --force`.", doc)
         paths = [config.problem, kernel_name, ".kgit.yaml", ".gitignore"] + task.files[1:]
         tree = repo.snapshot_tree(paths)
@@ -96,6 +100,11 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
         repo.git("tag", "-f", BASELINE_TAG, sha)
         repo.sync_index()
     return Outcome(sha=sha, result=doc, speedup=1.0, speedup_baseline=1.0)
+
+
+def _tail(text: str, limit: int) -> str:
+    """At most `limit` characters of an error, its end kept: a traceback's last line says what failed."""
+    return text if len(text) <= limit else "...\n" + text[-limit:].split("\n", 1)[-1]
 
 
 def _check_init_allowed(repo: Repo, force: bool):
