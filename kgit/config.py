@@ -34,6 +34,8 @@ class EvaluatorConfig:
     # YAML reads a bare `off` as false, so false is accepted as "off".
     sandbox: typing.Union[str, bool] = "auto"
     max_memory_gb: typing.Optional[float] = None
+    # Evaluations that may share one GPU at once (backend local), across kgit processes.
+    per_gpu: int = 1
 
     def validate(self, where):
         _choice(where + ".backend", self.backend, ("local", "ray", "command"))
@@ -52,6 +54,8 @@ class EvaluatorConfig:
         _choice(where + ".sandbox", self.sandbox, ("auto", "strict", "off"))
         if self.max_memory_gb is not None:
             _positive(where + ".max_memory_gb", self.max_memory_gb)
+        if isinstance(self.per_gpu, bool) or not isinstance(self.per_gpu, int) or self.per_gpu < 1:
+            raise ConfigError(f"{where}.per_gpu must be a whole number of evaluations, 1 or more, not {self.per_gpu!r}.")
 
 
 @dataclass

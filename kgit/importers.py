@@ -88,10 +88,9 @@ def gpumode_problem(source: Path, dest: Path) -> tuple[Path, str]:
         output = _unread_buffer(reference_tree)
     if output is None:
         output = _written_by_submission(_parse(submission, kernel))
-    requires = _gpumode_requires(source, spec, reference_tree,
-                                 [_parse(p, _read(p)) for name, p in _gpumode_helpers(source, spec, submission)
-                                  if name.endswith(".py")]
-                                 + [_parse(submission, kernel)])
+    helper_texts = [_read(p) for name, p in _gpumode_helpers(source, spec, submission) if name.endswith(".py")]
+    requires = _gpumode_requires(source, [reference_text, kernel, *helper_texts], reference_tree,
+                                 [_parse(submission, kernel)] + [ast.parse(t) for t in helper_texts], spec)
     description = str(spec.get("description") or "").strip()
     task = {
         "name": _gpumode_name(source),
@@ -240,33 +239,30 @@ def _written_by_submission(tree: ast.Module) -> int | None:
     return hits[0] if len(hits) == 1 else None
 
 
-# GPUs GPU MODE lists under `gpus:` that stand for an architecture a problem's kernels need.
-_GPU_ARCH = {"B200": "sm_100", "GB200": "sm_100", "MI300": "rocm", "MI300X": "rocm", "MI325X": "rocm",
-             "MI355X": "rocm"}
+# Words in a problem's sources that only an sm_100 GPU (B200) runs: Blackwell's tensor-core
+# instructions and the fp4 types its kernels and checks are written in. GPU MODE's `gpus:`
+# says where a competition ran (qr_v2 lists the B200 and runs on any CUDA GPU), so it is
+# not read as a requirement.
+_SM100_MARKERS = ("tcgen05", "sm_100", "sm100a", "float4_e2m1fn")
 _PROVIDED = {"task", "utils", "reference", "submission"}
 
 
-def _gpumode_requires(source: Path, spec: dict, reference: ast.Module, others: list) -> dict:
-    """What the problem needs of the machine, read from task.yml and the sources' imports.
+def _gpumode_requires(source: Path, texts: list, reference: ast.Module, others: list, spec: dict) -> dict:
+    """What the problem needs of the machine, read from its shapes and sources.
 
-    - arch: from `gpus:` when every GPU listed is a B200 (sm_100) or an AMD Instinct
-      (ROCm), else from a description that names the B200;
     - gpus: the largest `world_size` of the shapes (distributed problems take `rank`);
+    - arch: sm_100 when the sources use what only Blackwell runs (_SM100_MARKERS);
     - modules: the sources' top-level imports that are neither the standard library
       nor modules of the problem folder (aiter, cutlass, helion, cuda-python).
     """
     requires = {}
-    listed = [str(g).upper() for g in spec.get("gpus") or []] if isinstance(spec.get("gpus"), list) else []
-    archs = {_GPU_ARCH.get(g) for g in listed}
-    if listed and len(archs) == 1 and None not in archs:
-        requires["arch"] = sorted(archs)
-    elif not listed and re.search(r"\bB200\b|Blackwell", str(spec.get("description") or "")):
-        requires["arch"] = ["sm_100"]
     gen = _function(reference, "generate_input")
     params = {a.arg for a in gen.args.args + gen.args.kwonlyargs} if gen else set()
     sizes = [s.get("world_size") for s in spec["tests"] + spec["benchmarks"] if isinstance(s.get("world_size"), int)]
     if sizes or "rank" in params:
         requires["gpus"] = max(sizes + [2])
+    if any(marker in text for text in texts for marker in _SM100_MARKERS):
+        requires["arch"] = ["sm_100"]
     local = _PROVIDED | {p.stem for p in source.glob("*.py")}
     modules = set()
     for tree in [reference] + others:

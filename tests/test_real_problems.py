@@ -247,14 +247,17 @@ def test_gpumode_requires_are_read_from_task_yml_and_imports(tmp_path):
     shutil.copytree(AXPB, source)
     spec = yaml.safe_load((source / "task.yml").read_text())
     spec["tests"] = [{"size": 8, "seed": 1, "world_size": 8}]
-    spec["gpus"] = ["MI300x8".replace("x8", "X")]
+    spec["gpus"] = ["B200"]  # where the competition ran: not a requirement by itself
     (source / "task.yml").write_text(yaml.safe_dump(spec))
-    (source / "reference.py").write_text("import aiter\nimport math\n" + (source / "reference.py").read_text()
+    (source / "reference.py").write_text("import aiter\nimport math\n# packs fp4: torch.float4_e2m1fn_x2\n"
+                                         + (source / "reference.py").read_text()
                                          .replace("def generate_input(size: int, seed: int)",
                                                   "def generate_input(size: int, seed: int, rank: int, world_size: int)"))
     problem_dir, _ = importers.gpumode_problem(source, tmp_path / "imported")
     task = yaml.safe_load((problem_dir / "task.yml").read_text())
-    assert task["requires"] == {"arch": ["rocm"], "gpus": 8, "modules": ["aiter"]}
+    assert task["requires"] == {"gpus": 8, "arch": ["sm_100"], "modules": ["aiter"]}
+    problem_dir, _ = _import_axpb(tmp_path / "plain")
+    assert "requires" not in yaml.safe_load((problem_dir / "task.yml").read_text())
 
 
 # -- forward/backward problems ------------------------------------------------------------------
