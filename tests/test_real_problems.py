@@ -306,3 +306,59 @@ def test_the_relative_check_passes_rounding_and_skips_an_all_zero_reference():
     assert checking.relative_close(torch.zeros(3), torch.zeros(3), 1e-2)[0]
     ok, message = checking.relative_close((expected, expected * 0), (expected, expected), 1e-2)
     assert not ok and message.startswith("output 1:")
+
+
+# -- on the GPU (run on the H200 at merge time) ---------------------------------------------------
+@pytest.mark.gpu
+def test_on_the_gpu_the_buffer_problem_and_torch_compile_pass(tmp_path):
+    problem_dir, kernel = _import_axpb(tmp_path)
+    doc = _evaluate(problem_dir, kernel, tmp_path, "plain")
+    assert doc["status"] == "ok" and doc["device"] != "cpu", doc.get("error")
+    assert [s["key"] for s in doc["shapes"]] == ["size=1048576", "size=16777216"]
+    compiled = kernel.replace("from task import input_t, output_t",
+                              "import torch\nfrom task import input_t, output_t\n\n_f = torch.compile(lambda a, b: 2 * a + b)")
+    compiled = compiled.replace("    output.copy_(a)\n    output.mul_(2).add_(b)\n", "    output.copy_(_f(a, b))\n")
+    doc = _evaluate(problem_dir, compiled, tmp_path, "compiled")
+    assert doc["status"] == "ok", (doc.get("reason"), doc.get("error"))
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_kernel_that_synchronizes_with_the_host_is_timed_not_rejected(tmp_path):
+    # linalg/qr_v2's trait: a solver that waits for the GPU inside the call (torch.linalg
+    # reads its info flags back; here also an explicit bool() of a device tensor).
+    problem_dir = _problem(tmp_path, '''
+        import torch
+
+
+        def generate_input(batch, n, seed):
+            gen = torch.Generator(device="cuda").manual_seed(seed)
+            return torch.randn(batch, n, n, device="cuda", generator=gen)
+
+
+        def ref_kernel(data):
+            return torch.linalg.qr(data.double()).R.abs().float()
+        ''', {"tests": [{"batch": 4, "n": 32, "seed": 1}],
+              "benchmarks": [{"batch": 64, "n": 128, "seed": 2}, {"batch": 8, "n": 512, "seed": 3}],
+              "tolerance": {"rtol": 1e-2, "atol": 1e-2}})
+    kernel = ("import torch\n\n\ndef custom_kernel(data):\n    r = torch.linalg.qr(data).R\n"
+              "    if not bool(torch.isfinite(r).all()):\n        raise ValueError('not finite')\n    return r.abs()\n")
+    doc = _evaluate(problem_dir, kernel, tmp_path)
+    assert doc["status"] == "ok", (doc["status"], doc.get("reason"), doc.get("error"))
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_requires_and_memory(tmp_path):
+    import torch
+
+    major, _ = torch.cuda.get_device_capability()
+    reference = "import torch\n\ndef generate_input(n, seed):\n    return (torch.ones(n, device='cuda'),)\n\n" \
+                "def ref_kernel(data):\n    return data[0].clone()\n"
+    same = _problem(tmp_path, reference, {**SIMPLE_TASK, "requires": {"arch": [f"sm_{major}0", "rocm"]}}, "same")
+    assert _evaluate(same, IDENTITY, tmp_path, "same")["status"] == "ok"
+    other = _problem(tmp_path, reference, {**SIMPLE_TASK, "requires": {"arch": [f"sm_{major + 1}0"]}}, "other")
+    doc = _evaluate(other, IDENTITY, tmp_path, "other")
+    assert doc["status"] == "unsupported" and doc["reason"] == f"needs sm_{major + 1}0"
+    huge = _problem(tmp_path, reference.replace("torch.ones(n,", "torch.ones(n, n, n,"),
+                    {**SIMPLE_TASK, "benchmarks": [{"n": 100_000, "seed": 2}]}, "huge")
+    doc = _evaluate(huge, IDENTITY, tmp_path, "huge")
+    assert doc["status"] == "unsupported" and "GPU memory for the benchmark shape n=100000" in doc["reason"]
