@@ -89,8 +89,10 @@ def gpumode_problem(source: Path, dest: Path) -> tuple[Path, str]:
     if output is None:
         output = _written_by_submission(_parse(submission, kernel))
     helper_texts = [_read(p) for name, p in _gpumode_helpers(source, spec, submission) if name.endswith(".py")]
+    # The submission's imports are the baseline kernel's, not the problem's: a later kernel
+    # may drop them. Its words still tell which GPU the problem is for.
     requires = _gpumode_requires(source, [reference_text, kernel, *helper_texts], reference_tree,
-                                 [_parse(submission, kernel)] + [ast.parse(t) for t in helper_texts], spec)
+                                 [ast.parse(t) for t in helper_texts], spec)
     description = str(spec.get("description") or "").strip()
     task = {
         "name": _gpumode_name(source),
@@ -252,8 +254,8 @@ def _gpumode_requires(source: Path, texts: list, reference: ast.Module, others: 
 
     - gpus: the largest `world_size` of the shapes (distributed problems take `rank`);
     - arch: sm_100 when the sources use what only Blackwell runs (_SM100_MARKERS);
-    - modules: the sources' top-level imports that are neither the standard library
-      nor modules of the problem folder (aiter, cutlass, helion, cuda-python).
+    - modules: the reference's and helpers' top-level imports that are neither the
+      standard library nor modules of the problem folder (aiter, cutlass, helion, cuda).
     """
     requires = {}
     gen = _function(reference, "generate_input")

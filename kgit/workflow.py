@@ -4,6 +4,7 @@ that `evolve` shares with `record`.
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +82,11 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
             raise EvaluationFailed(f"the problem {task.name} is {tr.subject('', 'unsupported', None, None, doc.get('reason'))[2:]}; "
                                    f"no kernel was judged:\n{_tail(doc.get('error') or '', 1500)}\nNothing was committed; "
                                    "run `kgit init` on a machine that has what it needs, or edit the problem.", doc)
+        missing = re.search(r"ModuleNotFoundError: No module named '([^'.]+)", doc.get("error") or "")
+        if doc["status"] == "compile-error" and missing:
+            raise EvaluationFailed(f"the baseline kernel needs the Python module {missing.group(1)}, which is not "
+                                   f"installed here:\n{_tail(doc.get('error') or '', 1500)}\nNothing was committed; "
+                                   f"install it, or write {kernel_name} without it, and run `kgit init --force`.", doc)
         if doc["status"] != "ok":
             raise EvaluationFailed(f"the baseline kernel did not pass ({doc['status']}): "
                                    f"{_tail(doc.get('error') or '', 1500)}\nNothing was committed; fix "

@@ -234,6 +234,19 @@ def test_kgit_init_reports_unsupported_with_the_exception_line(tmp_path, run_kgi
         (tmp_path / "repo" / "problem" / "task.yml").read_text())["requires"]["modules"]
 
 
+def test_kgit_init_names_a_module_the_baseline_kernel_lacks(tmp_path, run_kgit):
+    source = tmp_path / "needs_cutlass"
+    shutil.copytree(AXPB, source)
+    submission = source / "submission.py"
+    submission.write_text("import cutlass_not_installed\n" + submission.read_text())
+    config = tmp_path / "fast.kgit.yaml"
+    config.write_text(fast_config_text())
+    result = run_kgit(tmp_path, "init", "repo", "--from-gpumode", str(source), "--config", str(config))
+    assert result.exit_code != 0
+    assert "the baseline kernel needs the Python module cutlass_not_installed" in result.stderr
+    assert "requires" not in yaml.safe_load((tmp_path / "repo" / "problem" / "task.yml").read_text())
+
+
 def test_reasons_read_from_the_problems_own_failures():
     assert needs.reason(ModuleNotFoundError("No module named 'cutlass.cute'", name="cutlass.cute"), False) \
         == "needs the Python module cutlass"
