@@ -375,3 +375,19 @@ def test_on_the_gpu_requires_and_memory(tmp_path):
                     {**SIMPLE_TASK, "benchmarks": [{"n": 100_000, "seed": 2}]}, "huge")
     doc = _evaluate(huge, IDENTITY, tmp_path, "huge")
     assert doc["status"] == "unsupported" and "GPU memory for the benchmark shape n=100000" in doc["reason"]
+
+
+def test_a_rejection_always_carries_a_reason(monkeypatch, tmp_path):
+    # linalg/qr_py came back `rejected` with no reason; whatever path raises one, the
+    # result names a rule, and a missing one says it is the harness's bug.
+    from kgit_harness import runner
+
+    def reject(*args):
+        raise runner.Verdict("rejected", "a check tripped")
+
+    monkeypatch.setattr(runner, "_evaluate", reject)
+    for name in ("TORCHINDUCTOR_COMPILE_THREADS", "TRITON_INTERPRET"):  # run() sets them; restored after
+        monkeypatch.setenv(name, "1")
+    problem_dir = _problem(tmp_path, "def generate_input(n, seed): pass\n\ndef ref_kernel(data): pass\n", SIMPLE_TASK)
+    doc = runner.run({"problem_dir": str(problem_dir), "candidate_dir": str(tmp_path)})
+    assert doc["status"] == "rejected" and "harness bug" in doc["reason"]
