@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -21,20 +20,15 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from kgit.cleanup import remove_tree
+from kgit import secrets as kgit_secrets
 from kgit.evaluation import sandbox
 from kgit.errors import ConfigError
 from kgit_harness import result as result_mod
 from kgit.problems import load_task
 
-# Variables the evaluated code may see. Nothing else crosses over: no API keys,
-# tokens, cloud or git credentials, whatever their names.
-ENV_ALLOW = {
-    "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH",
-    "ROCM_PATH", "HIP_PATH", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-    "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-    "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "TRITON_PTXAS_PATH", "TRITON_HIP_LLD_PATH", "VIRTUAL_ENV",
-}
-SECRET_PATTERN = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|SESSION|COOKIE", re.I)
+# The allowlist and the secret-name pattern live in kgit/secrets.py (re-exported here).
+ENV_ALLOW, SECRET_PATTERN = kgit_secrets.ENV_ALLOW, kgit_secrets.SECRET_NAME
 
 
 def child_env(scratch: Path, extra: dict | None = None) -> dict:
@@ -107,7 +101,7 @@ def evaluate_tree(source_root: Path, config, *, state_dir: Path, devices_env: di
         problem_dir, candidate_dir = stage_candidate(source_root, config.problem, task.files, scratch)
         return run_child(problem_dir, candidate_dir, config, scratch, devices_env)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(scratch)
 
 
 def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, devices_env: dict | None = None) -> dict:
@@ -116,7 +110,9 @@ def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, dev
     spec = {
         "problem_dir": str(problem_dir), "candidate_dir": str(candidate_dir),
         "timing": asdict(config.timing), "secret_seed": secrets.randbelow(2**31),
-        "sandbox": isolation.child_settings(scratch, config.evaluator.timeout_s, config.evaluator.max_memory_gb),
+        "sandbox": isolation.child_settings(scratch, config.evaluator.timeout_s, config.evaluator.max_memory_gb,
+                                            scratch_gb=config.evaluator.scratch_gb,
+                                            max_processes=config.evaluator.max_processes),
     }
     result_r, result_w = os.pipe()
     # The child watches the read end; when kgit dies, however it dies, the kernel closes
@@ -125,8 +121,8 @@ def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, dev
     spec["lifeline_fd"] = life_r
     spec_path = scratch / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    cmd = [*isolation.prefix, sys.executable, "-I", "-B", "-m", "kgit_harness",
-           "--spec", str(spec_path), "--result-fd", str(result_w)]
+    cmd = isolation.command([sys.executable, "-I", "-B", "-m", "kgit_harness",
+                             "--spec", str(spec_path), "--result-fd", str(result_w)], lifeline_fd=life_r)
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -150,6 +146,7 @@ def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, dev
         os.close(life_w)
         proc.stdout.close()
         proc.stderr.close()
+        sandbox.cgroups.remove(spec["sandbox"].get("pids_cgroup"))
     elapsed = round(time.monotonic() - started, 3)
     stdout, stderr = streams["stdout"].text(), streams["stderr"].text()
     confined, payload = _split_confinement(bytes(streams["result"].head + streams["result"].tail))
@@ -158,7 +155,7 @@ def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, dev
     doc["stdout"], doc["stderr"] = stdout, stderr
     doc["sandbox"] = {"namespaces": isolation.namespaces, "applied": confined.get("applied", []),
                       "missing": isolation.missing + confined.get("missing", [])}
-    return doc
+    return kgit_secrets.redact_result(doc)  # the excerpt and output reach commits and prompts
 
 
 def _split_confinement(payload: bytes) -> tuple[dict, bytes]:
