@@ -380,14 +380,22 @@ def test_on_the_gpu_requires_and_memory(tmp_path):
 def test_a_rejection_always_carries_a_reason(monkeypatch, tmp_path):
     # linalg/qr_py came back `rejected` with no reason; whatever path raises one, the
     # result names a rule, and a missing one says it is the harness's bug.
-    from kgit_harness import runner
+    import shutil
+
+    from kgit_harness import judge
+    from kgit_harness.problem import shipped
 
     def reject(*args):
-        raise runner.Verdict("rejected", "a check tripped")
+        raise judge.Verdict("rejected", "a check tripped")
 
-    monkeypatch.setattr(runner, "_evaluate", reject)
-    for name in ("TORCHINDUCTOR_COMPILE_THREADS", "TRITON_INTERPRET"):  # run() sets them; restored after
-        monkeypatch.setenv(name, "1")
-    problem_dir = _problem(tmp_path, "def generate_input(n, seed): pass\n\ndef ref_kernel(data): pass\n", SIMPLE_TASK)
-    doc = runner.run({"problem_dir": str(problem_dir), "candidate_dir": str(tmp_path)})
+    monkeypatch.setattr(judge, "_evaluate", reject)
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "1")  # the runner sets it; restored after
+    source = shipped()["vector_add"]
+    problem_dir, candidate_dir = tmp_path / "problem", tmp_path / "candidate"
+    shutil.copytree(source, problem_dir)
+    candidate_dir.mkdir()
+    shutil.copy(source / "kernel.py", candidate_dir / "kernel.py")
+    doc = judge.run({"problem_dir": str(problem_dir), "candidate_dir": str(candidate_dir), "timeout_s": 120,
+                     "timing": {"warmup": 0, "min_reps": 1, "target_rse": 1.0, "max_time_s": 0.1},
+                     "runner_cwd": str(tmp_path)})
     assert doc["status"] == "rejected" and "harness bug" in doc["reason"]
