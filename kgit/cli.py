@@ -12,7 +12,7 @@ from kgit import __version__
 from kgit import workflow as ex
 from kgit import importers
 from kgit.review import text as report
-from kgit.errors import KgitError
+from kgit.errors import ExitCode, KgitError
 
 
 class KgitGroup(click.Group):
@@ -125,9 +125,9 @@ def record(notes, as_json):
     else:
         click.echo(report.shape_table(outcome.result, outcome.base_times) if outcome.result.get("shapes")
                    else report.result_summary(outcome.result))
-        click.echo(f"\nrecorded {outcome.sha[:10]}: {repo.git('show', '-s', '--format=%s', outcome.sha).strip()}")
+        click.echo(f"\nrecorded {outcome.sha[:10]}: {repo.subject(outcome.sha)}")
     if outcome.result["status"] != "ok":
-        sys.exit(3)
+        sys.exit(ExitCode.EVALUATION_FAILED)
 
 
 @cli.command("eval")
@@ -143,7 +143,7 @@ def eval_(rev, as_json):
     else:
         click.echo(report.result_summary(result))
     if result["status"] != "ok":
-        sys.exit(3)
+        sys.exit(ExitCode.EVALUATION_FAILED)
 
 
 @cli.command()
@@ -226,7 +226,7 @@ def eval_candidate(folder):
     result = candidate.evaluate_folder(folder)
     click.echo(json.dumps(result, sort_keys=True))
     if result["status"] != "ok":
-        sys.exit(3)
+        sys.exit(ExitCode.EVALUATION_FAILED)
 
 
 @cli.command()
@@ -290,7 +290,7 @@ def evolve(iterations, model, api_base, max_cost, jobs, dry_run, as_json):
     else:
         click.echo(evolve_mod.summary_text(summary))
     if summary.interrupted:
-        sys.exit(130)
+        sys.exit(ExitCode.INTERRUPTED)
 
 
 @cli.command("report")

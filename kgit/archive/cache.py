@@ -21,6 +21,8 @@ import os
 import uuid
 from pathlib import Path
 
+from kgit.archive.attempt import Attempt
+
 FORMAT = 2
 _ATTEMPT_FIELDS = ("sha", "parents", "tree", "author", "email", "time", "subject", "block", "raw_notes")
 
@@ -102,8 +104,6 @@ def read(repo, log_args: list[str], refs: dict[str, str], parse) -> list:
     `log_args` is the full-read `git log` command; `refs` maps each kgit ref (branches,
     "baseline", "notes") to its sha.
     """
-    from kgit.archive.repo import Attempt
-
     state_path, records_path = _paths(repo)
     cached, records = _load(state_path, records_path)
     tips = {ref: sha for ref, sha in refs.items() if ref.startswith("refs/heads/")}

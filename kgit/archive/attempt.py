@@ -1,0 +1,163 @@
+"""One attempt as read from `git log`: its commit fields, its trailers (read through the
+schema in kgit/archive/trailers.py, parsed on first use) and its measurement notes.
+
+Also the parser of kgit's `git log -z` records. This module talks to no git: the
+repository (kgit/archive/repo.py) runs the command, the cache (cache.py) stores records.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+
+from kgit.archive import trailers as tr
+
+# One record per commit: fields split by \x1f, records by NUL (git log -z). The raw
+# message (%B) is cheaper for git than %(trailers), and its trailer block is parsed
+# lazily, only for the attempts a caller actually looks at.
+FIELDS = ["%H", "%P", "%T", "%an", "%ae", "%at", "%B", "%N"]
+LOG_FORMAT = "%x1f".join(FIELDS)
+_TRAILER_LINE = re.compile(r"^(Kgit-[A-Za-z0-9-]+): ?(.*)$", re.M)
+
+
+@dataclass
+class Attempt:
+    sha: str
+    parents: list
+    tree: str
+    author: str
+    email: str
+    time: int
+    subject: str
+    block: str  # the message's last paragraph: its trailers, parsed on first use
+    raw_notes: str = ""
+
+    @functools.cached_property
+    def trailers(self) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for key, value in _TRAILER_LINE.findall(self.block):
+            found.setdefault(key, []).append(value.strip())
+        return found
+
+    @functools.cached_property
+    def _last(self) -> dict[str, str]:
+        # Each key's last value, unstripped: dict() over the matches keeps the last one,
+        # without a Python loop over 20 lines per attempt (kgit log --json reads 100,000).
+        return dict(_TRAILER_LINE.findall(self.block))
+
+    @functools.cached_property
+    def notes(self) -> list[dict]:
+        return _parse_notes(self.raw_notes) if self.raw_notes else []
+
+    def _one(self, key, default=None):
+        value = self._last.get(key)
+        return default if value is None else value.strip()
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.experiment == 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.geomean is not None
+
+    def measurement(self) -> dict:
+        """The commit's own measurement in the shape of a note record."""
+        return {"device": self.device, "harness": self.harness, "timing": self.timing,
+                "geomean_us": self.geomean, "times": self.times, "source": "commit"}
+
+    def measurements(self) -> list[dict]:
+        own = [self.measurement()] if self.ok else []
+        return own + [n for n in self.notes if n.get("geomean_us")]
+
+    def to_json(self) -> dict:
+        out = {"sha": self.sha, "parents": self.parents}
+        for t in _IN_JSON:
+            out[t.json] = getattr(self, t.attr)
+        out.update(author=self.author, time=self.time, subject=self.subject, notes=self.notes)
+        return out
+
+
+def _text(t: tr.Trailer):
+    return property(lambda self: self._one(t.key, t.default), doc=f"The {t.key} trailer.")
+
+
+def _int(t: tr.Trailer):
+    def read(self) -> int:
+        # A hand-edited commit may carry anything here; -1 keeps it out of the
+        # baseline (0) and out of every real experiment instead of breaking `kgit log`.
+        try:
+            return int(self._one(t.key, "0"))
+        except ValueError:
+            return -1
+    return property(read, doc=f"The {t.key} trailer (0 when absent, -1 when not a number).")
+
+
+def _float(t: tr.Trailer):
+    def read(self):
+        try:
+            return float(self._one(t.key))
+        except (TypeError, ValueError):
+            return None
+    return property(read, doc=f"The {t.key} trailer as a number, or None.")
+
+
+def _times(t: tr.Trailer):
+    pattern = re.compile(rf"^{re.escape(t.key)}: ?(.*)$", re.M)
+
+    def read(self) -> dict[str, float]:
+        out = {}
+        for value in pattern.findall(self.block):
+            key, _, number = value.strip().rpartition(" ")
+            try:
+                out[key] = float(number)
+            except ValueError:
+                continue
+        return out
+    prop = functools.cached_property(read)
+    prop.__doc__ = f"{{shape: us}} from the repeated {t.key} trailers."
+    return prop
+
+
+_READERS = {"text": _text, "int": _int, "float": _float, "times": _times}
+for _t in tr.SCHEMA:
+    _attr = _READERS[_t.kind](_t)
+    setattr(Attempt, _t.attr, _attr)
+    if hasattr(_attr, "__set_name__"):
+        _attr.__set_name__(Attempt, _t.attr)
+_IN_JSON = [t for t in tr.SCHEMA if t.json]
+
+
+def parse_log(out: str) -> list[Attempt]:
+    """The kgit attempts among `git log -z --format=LOG_FORMAT` records."""
+    attempts = []
+    width = len(FIELDS)
+    for record in out.split("\0"):
+        fields = record.split("\x1f")
+        if len(fields) != width:
+            continue
+        sha, parents, tree, author, email, when, message, notes = fields
+        end = message.rstrip("\n")
+        cut = end.rfind("\n\n")
+        block = end[cut + 2:] if cut >= 0 else ""
+        # Only kgit's commits carry the experiment trailer; the rest is the user's history.
+        if "Kgit-Experiment:" not in block:
+            continue
+        subject = message.lstrip("\n").split("\n", 1)[0]
+        attempts.append(Attempt(sha.lstrip("\n"), parents.split(), tree, author, email, int(when or 0),
+                                subject, block, notes))
+    return attempts
+
+
+def _parse_notes(text: str) -> list[dict]:
+    records = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
