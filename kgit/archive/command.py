@@ -9,6 +9,7 @@ Reading many blobs goes through GitPython's persistent `git cat-file --batch` pr
 
 from __future__ import annotations
 
+import codecs
 import subprocess
 import threading
 from pathlib import Path
@@ -55,6 +56,34 @@ def start(git: gitpython.Git, args, env: dict | None = None):
     """A running `git ARGS` with stdin, stdout and stderr as pipes (GitPython's AutoInterrupt:
     the process is killed if the handle is dropped before it ends)."""
     return git.execute(["git", *map(str, args)], istream=subprocess.PIPE, as_process=True, env=env)
+
+
+def records(git: gitpython.Git, args, input: str | None = None, sep: str = "\0"):
+    """The `sep`-terminated records of `git ARGS`'s output, yielded while git still writes.
+
+    Reading a big `git log` this way lets the caller parse on one core while git
+    formats on the other, instead of waiting for 100 MB and then starting.
+    """
+    handle = start(git, args)
+    proc = handle.proc
+    if input:
+        proc.stdin.write(input.encode("utf-8"))  # git reads all of --stdin before it writes
+    proc.stdin.close()
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    rest = ""
+    while True:
+        chunk = proc.stdout.read1(1 << 20)
+        text = rest + decoder.decode(chunk, final=not chunk)
+        *done, rest = text.split(sep)
+        yield from done
+        if not chunk:
+            break
+    err = proc.stderr.read()
+    if proc.wait() != 0:
+        raise GitError(f"git {' '.join(str(a) for a in list(args)[:3])} failed: "
+                       f"{err.decode('utf-8', 'replace').strip()[:800]}")
+    if rest:
+        yield rest
 
 
 class BlobReader:

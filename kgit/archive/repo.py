@@ -21,7 +21,7 @@ from pathlib import Path
 from kgit.archive import cache as archive_cache
 from kgit.archive import command
 from kgit.archive import trailers as tr
-from kgit.archive.attempt import LOG_FORMAT, Attempt, parse_log  # noqa: F401  (Attempt, parse_log: the archive's API)
+from kgit.archive.attempt import LOG_FORMAT, Attempt, parse_log, parse_records  # noqa: F401  (Attempt, parse_log: the archive's API)
 from kgit.archive.refs import BASELINE_TAG, BRANCH_PREFIX, NOTES_REF, ExperimentRef
 from kgit.errors import GitError, KgitError, LockedError, NotAKernelRepo
 
@@ -259,7 +259,14 @@ class Repo:
             return []
         args = ["log", "-z", f"--format={LOG_FORMAT}", f"--notes={NOTES_REF}",
                 f"--branches={BRANCH_PREFIX}*", baseline, "--not", f"{baseline}^@"]
-        return archive_cache.read(self, args, refs, parse_log)
+
+        def log(exclude: list[str]) -> list[Attempt]:
+            if not exclude:
+                return parse_records(command.records(self._git, args))
+            return parse_records(command.records(self._git, [*args, "--stdin"],
+                                                 input="".join(f"^{sha}\n" for sha in exclude)))
+
+        return archive_cache.read(self, refs, log)
 
     def kgit_refs(self) -> dict[str, str]:
         """Sha of every experiment branch (by full ref name), plus "baseline" and "notes"."""
