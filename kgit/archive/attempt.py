@@ -109,9 +109,11 @@ def _int(t: tr.Trailer, raw: str | None) -> int:
 
 
 def _float(t: tr.Trailer, raw: str | None) -> float | None:
+    if raw is None:
+        return None
     try:
-        return float(raw)
-    except (TypeError, ValueError):
+        return float(raw.strip())  # float() alone keeps some characters strip() removes (\x1c-\x1f)
+    except ValueError:
         return None
 
 
