@@ -28,6 +28,15 @@ def remote_sha(repo, remote: str, ref: str, check: bool = True) -> str | None:
     return out[0] if out else None
 
 
+def default_branch(repo, remote: str) -> str:
+    """The branch the remote's HEAD points at (`git ls-remote --symref`), or ""."""
+    out = repo.git("ls-remote", "--symref", remote, "HEAD", check=False)
+    for line in out.splitlines():
+        if line.startswith("ref: refs/heads/") and line.rstrip().endswith("HEAD"):
+            return line[len("ref: refs/heads/"):].split("\t")[0].strip()
+    return ""
+
+
 def fetch(repo, remote: str, refspec: str, tags: bool = True):
     repo.git("fetch", "--quiet", *([] if tags else ["--no-tags"]), remote, refspec)
 
