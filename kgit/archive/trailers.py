@@ -120,7 +120,7 @@ SCHEMA = (
     Trailer("Kgit-Geomean-us", "geomean", "float", fmt="{:.3f}", result="geomean_us", ok_only=True,
             json="geomean_us"),
     Trailer("Kgit-Time-us", "times", "times", fmt="{:.3f}", result="shapes", ok_only=True, json="times_us"),
-    Trailer("Kgit-Harness", "harness", default="", result="harness", result_default="", json="harness"),
+    Trailer("Kgit-Harness", "harness", default="", result="harness", result_default=""),
     Trailer("Kgit-Eval-s", "eval_s", "float", fmt="{:.1f}", result="eval_s", result_default=0, json="eval_s"),
     Trailer("Kgit-Speedup", "speedup", "float", fmt="{:.3f}", json="speedup"),
     Trailer("Kgit-Speedup-Baseline", "speedup_baseline", "float", fmt="{:.3f}", json="speedup_baseline"),
