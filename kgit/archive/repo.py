@@ -375,3 +375,9 @@ def _owner_alive(name: str) -> bool:
 def _toplevel(path: Path) -> Path | None:
     out = run_git(["rev-parse", "--show-toplevel"], path, check=False).strip()
     return Path(out) if out else None
+
+
+def parse_branch(name: str) -> tuple[int, str] | None:
+    """(number, slug) of an experiment branch name, or None (ExperimentRef.match as a tuple)."""
+    ref = ExperimentRef.match(name)
+    return (ref.number, ref.slug) if ref else None
