@@ -10,13 +10,14 @@ from pathlib import Path
 
 from kgit import config as config_mod
 from kgit.evaluation import child as evaluate
-from kgit.archive import measure
+from kgit.archive import cause, figures, measure
 from kgit.archive import trailers as tr
 from kgit.archive import trees
 from kgit.archive.refs import ExperimentRef
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
 from kgit.errors import EvaluationFailed, KgitError, NotAKernelRepo
 from kgit import problems as problem_mod
+from kgit.scientist.protocol import is_offline
 
 GITIGNORE_LINES = ["__pycache__/", "*.pyc"]
 # Experiments between two `Repo.maintain()` runs (ref packing and commit-graph).
@@ -145,11 +146,9 @@ def load(path=".") -> tuple[Repo, config_mod.Config]:
 
 
 def best(attempts: list[Attempt]) -> Attempt | None:
-    """The best correct attempt: highest speedup over the baseline, then lowest geomean."""
-    ok = [a for a in attempts if a.ok]
-    if not ok:
-        return None
-    return max(ok, key=lambda a: (a.speedup_baseline or 0.0, -(a.geomean or float("inf"))))
+    """The best correct attempt by the one ranking rule of kgit/archive/figures.py (docs/evolve.md):
+    the fastest on the GPU that measured the most attempts, or, with no GPU timings, the most recent."""
+    return figures.best(attempts)
 
 
 def find(attempts: list[Attempt], sha: str) -> Attempt | None:
@@ -285,7 +284,7 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
     speedup = measure.ratio(base_m, result.get("geomean_us"), times)
     speedup_baseline = measure.ratio(baseline_m, result.get("geomean_us"), times)
     slug = ExperimentRef.parse(branch).slug
-    priced = cost is not None or model not in ("human", "offline")
+    priced = cost is not None or not (model == "human" or is_offline(model))
     trailers = tr.lines({
         "experiment": number, "attempt": index, "branch": branch, "base": info["base"],
         "reference": info["reference"] or None, "hypothesis": info["hypothesis"],
@@ -297,8 +296,18 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
     paragraphs = [f"Hypothesis: {info['hypothesis']}", plan, f"Notes: {notes}" if notes else ""]
     if not ok and result.get("error"):
         paragraphs.append("Error excerpt:\n" + _indent(result["error"][-2500:]))
-    message = tr.Message(tr.subject(slug, result["status"], speedup, result.get("geomean_us"), result.get("reason")),
-                         paragraphs, trailers).render(ok=ok)
+    judged = None
+    if ok:
+        base_attempt = find(attempts, info["base"])
+        judged = figures.verdict(speedup, result.get("timing"), result.get("device"), figures.result_noise(result),
+                                 figures.measurement_noise(base_attempt, base_m) if base_attempt else (base_m or {}).get("noise"),
+                                 figures.repeatability(attempts, result.get("device"), result.get("harness")))
+        subject = (f"{slug}: {judged.subject_part()}" if judged.word == "interpreter" else
+                   f"{slug}: {judged.subject_part()} vs base (geomean {result['geomean_us']:.1f} us)")
+    else:
+        subject = tr.subject(slug, result["status"], speedup, result.get("geomean_us"), result.get("reason"))
+    # Only a real speedup may carry the lowercase word, so `git log --grep speedup` lists exactly those.
+    message = tr.Message(subject, paragraphs, trailers).render(ok=bool(judged and judged.claimed))
     sha = repo.commit_tree(tree, [parent], message, author=author)
     repo.update_ref(f"refs/heads/{branch}", sha, parent, reason=f"kgit attempt {number}.{index}")
     return Outcome(sha=sha, result=result, speedup=speedup, speedup_baseline=speedup_baseline,
@@ -320,6 +329,7 @@ def _reference_measurement(repo, config, attempts, sha, result) -> dict | None:
     if doc["status"] != "ok":
         return None
     record_ = measure.note_record(doc, tag="re-timed as a base")
+    record_["noise"] = figures.result_noise(doc)
     repo.add_note(sha, record_)
     return record_
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from kgit.archive import cause, figures
 from kgit.archive.measure import result_times
 
 _SPEEDUP = re.compile(r"speedup", re.I)
@@ -119,7 +120,9 @@ SCHEMA = (
     Trailer("Kgit-Timing", "timing", default="", result="timing", result_default="none", json="timing"),
     Trailer("Kgit-Geomean-us", "geomean", "float", fmt="{:.3f}", result="geomean_us", ok_only=True,
             json="geomean_us"),
+    Trailer("Kgit-Noise", "noise"),  # "<relative standard error>%", from the result's spreads (figures.py)
     Trailer("Kgit-Time-us", "times", "times", fmt="{:.3f}", result="shapes", ok_only=True, json="times_us"),
+    Trailer("Kgit-Cause", "cause"),  # a failure's one-line cause (cause.py)
     Trailer("Kgit-Harness", "harness", default="", result="harness", result_default=""),
     Trailer("Kgit-Eval-s", "eval_s", "float", fmt="{:.1f}", result="eval_s", result_default=0, json="eval_s"),
     Trailer("Kgit-Speedup", "speedup", "float", fmt="{:.3f}", json="speedup"),
@@ -166,6 +169,9 @@ def from_result(doc: dict) -> dict:
         if value is None or value == "":
             value = t.result_default
         values[t.attr] = value
+    # Two trailers are derived from the result rather than copied from a field.
+    for key, value in (figures.noise_trailer(doc) if ok else []) + cause.trailer(doc):
+        values[BY_KEY[key].attr] = value
     return values
 
 
