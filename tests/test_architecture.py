@@ -20,7 +20,7 @@ MAY_NOT_IMPORT = {
                      "kgit.remeasure", "kgit.importers", "kgit.cli", "kgit.config"],
     "kgit.scientist": ["kgit.review", "kgit.workflow", "kgit.evolve", "kgit.remeasure",
                        "kgit.cli"],
-    "kgit.evaluation": ["kgit.review", "kgit.workflow", "kgit.evolve", "kgit.remeasure", "kgit.cli"],
+    "kgit.evaluation": ["kgit.scientist", "kgit.review", "kgit.workflow", "kgit.evolve", "kgit.remeasure", "kgit.cli"],
     "kgit.review": ["kgit.evolve", "kgit.cli"],
     "kgit.errors": ["kgit."],
 }
