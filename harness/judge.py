@@ -23,7 +23,7 @@ import time
 import traceback
 from pathlib import Path
 
-from kgit_harness import channel, checking, confine, peaks, pidone, policy, problem, shared, timing
+from kgit_harness import channel, checking, confine, needs, peaks, pidone, policy, problem, shared, timing
 from kgit_harness import result as result_mod
 
 _clock = time.perf_counter
@@ -59,6 +59,7 @@ class Runner:
         # namespace once this judge's end of the lifeline closes, whatever the runner does.
         use_init = (spec.get("sandbox") or {}).get("trusted_init") and prefix
         cmd = pidone.command(prefix, argv, life_r) if use_init else [*prefix, *argv]
+        self.wrapped = bool(prefix)
         env = dict(os.environ)
         env.update(spec.get("runner_env") or {})
         try:
@@ -110,6 +111,10 @@ class Runner:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             code = None
+        # Under the trusted init (and unshare) a runner killed by a signal shows as the
+        # shell's 128 + signal, not as Popen's negative code.
+        if code is not None and self.wrapped and code > 128 and code - 128 in _SIGNALS:
+            code = -(code - 128)
         if code is not None and code < 0:
             why = f"killed by signal {signal.Signals(-code).name}" if -code in _SIGNALS else f"signal {-code}"
         else:
@@ -249,7 +254,14 @@ def run(spec: dict) -> dict:
         doc["versions"] = timing.versions(torch)
         if refused is not None:
             raise refused
-        reference = _load_reference(Path(spec["problem_dir"]) / "reference.py")
+        # The problem's own code runs first: what fails there is the machine's lack, not the kernel's.
+        try:
+            reference = _load_reference(Path(spec["problem_dir"]) / "reference.py")
+            needs.check(task, reference, on_gpu, torch)
+        except needs.Unsupported as e:
+            raise Verdict("unsupported", _excerpt(e.__cause__ or e), reason=str(e)) from None
+        except Exception as e:  # noqa: BLE001 - the reference failed to import or to make an input
+            raise Verdict("unsupported", _excerpt(e), reason=needs.reason(e, on_gpu)) from None
         ready = runner.receive()
         channel.expect(ready, "ready")
         doc["confine"] = ready.get("confine") if isinstance(ready.get("confine"), dict) else None
@@ -259,7 +271,9 @@ def run(spec: dict) -> dict:
         runner.ask({"op": "load"})
         doc.update(_evaluate(spec, task, reference, runner, on_gpu, torch, doc))
     except Verdict as v:
-        doc.update(status=v.status, error=v.error, reason=v.reason)
+        # Every rejection names its rule; one without is a harness bug, said as such.
+        reason = v.reason or ("unexplained (a harness bug: the rule was not recorded)" if v.status == "rejected" else None)
+        doc.update(status=v.status, error=v.error, reason=reason)
     except channel.ChannelError as e:
         doc.update(status="rejected", error=f"the runner sent {e}", reason="broken channel protocol")
     except problem.ProblemError as e:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 SCHEMA = "kgit.result/1"
-STATUSES = ("ok", "incorrect", "compile-error", "runtime-error", "timeout", "crash", "rejected")
+STATUSES = ("ok", "incorrect", "compile-error", "runtime-error", "timeout", "crash", "rejected", "unsupported")
 
 
 @dataclass
