@@ -20,6 +20,7 @@ from tabulate import tabulate
 from kgit.evaluation import backends
 from kgit import workflow as experiments
 from kgit.archive import trailers as tr
+from kgit.archive.refs import ExperimentRef
 from kgit.archive.repo import Repo
 from kgit.errors import KgitError, LLMUnavailable
 from kgit import problems as problem_mod
@@ -266,7 +267,8 @@ class Run:
             if state["branch"] is None:
                 attempts = self.repo.read()
                 number = experiments.next_experiment(self.repo, attempts)
-                state["branch"] = f"kgit/{number}-{tr.slugify(plan.title)}{_base_suffix(attempts, state['parent'])}"
+                slug = tr.slugify(plan.title) + _base_suffix(attempts, state["parent"])
+                state["branch"] = ExperimentRef(number, slug).branch
                 self.repo.create_branch(state["branch"], state["parent"], plan.title, reference)
             outcome = experiments.commit_attempt(
                 self.repo, self.config, branch=state["branch"], tree=tree, parent=state["parent"], result=result,
@@ -338,13 +340,13 @@ def _rejected(reason: str, error: str) -> dict:
 
 def _result_from(a) -> dict:
     """A result document rebuilt from an attempt's trailers (what reusing its measurement needs)."""
-    doc = result_mod.new(a.status if a.status in result_mod.STATUSES else "crash",
-                         reason=a._one("Kgit-Reason"), device=a.device, timing=a.timing, harness=a.harness,
-                         eval_s=0.0, error=f"the same tree was measured as {a.sha[:10]} ({a.status}); "
-                                           f"`git show {a.sha[:10]}` has its error excerpt.")
+    fields = tr.to_result(a)
+    status = fields.pop("status")
+    doc = result_mod.new(status if status in result_mod.STATUSES else "crash",
+                         **{**fields, "eval_s": 0.0}, error=f"the same tree was measured as {a.sha[:10]} ({a.status}); "
+                                                             f"`git show {a.sha[:10]}` has its error excerpt.")
     if a.ok:
-        doc.update(geomean_us=a.geomean, error=None,
-                   shapes=[{"key": k, "mean_us": v} for k, v in a.times.items()])
+        doc["error"] = None
     return doc
 
 

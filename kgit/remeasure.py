@@ -11,9 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kgit.archive import measure
-from kgit.archive.repo import BASELINE_TAG, NOTES_REF
+from kgit.archive.remotes import sync  # noqa: F401  (kgit sync; the git side lives in the archive)
+from kgit.archive.repo import BASELINE_TAG
 from kgit.evaluation.backends import get_evaluator
-from kgit.errors import GitError, KgitError
+from kgit.errors import KgitError
 from kgit.workflow import best, find, resolve
 
 
@@ -76,65 +77,3 @@ def remeasure(repo, config, revs=(), *, device_tag: str | None = None, repeat: i
                              + f" on {item.record.get('device_tag') or item.record.get('device')}")
                 done.append(item)
     return done
-
-
-def sync(repo, remote: str = "origin") -> dict:
-    """Fetch the remote's refs/notes/kgit, merge it into ours (union of lines), push the result."""
-    if remote not in repo.git("remote").split() and "/" not in remote and ":" not in remote:
-        raise KgitError(f"no remote named {remote!r}; `git remote -v` lists them, `git remote add NAME URL` adds one.")
-    staging = f"refs/notes/kgit-sync/{_ref_safe(remote)}"
-    with repo.lock("sync"):
-        for _ in range(3):
-            fetched = _fetch(repo, remote, staging)
-            merged = _merge(repo, staging) if fetched else "no remote notes"
-            if not _has_ref(repo, NOTES_REF):
-                repo.git("update-ref", "-d", staging, check=False)
-                return {"remote": remote, "merged": merged, "pushed": False, "notes": 0}
-            push = repo.git("push", "--porcelain", remote, f"{NOTES_REF}:{NOTES_REF}", check=False)
-            if "[rejected]" not in push and not _push_ok(push):
-                # Not a race with another pusher: let git's own error (auth, network) through.
-                repo.git("push", "--quiet", remote, f"{NOTES_REF}:{NOTES_REF}")
-                push = repo.git("push", "--porcelain", remote, f"{NOTES_REF}:{NOTES_REF}", check=False)
-            if _push_ok(push):
-                repo.git("update-ref", "-d", staging, check=False)
-                count = len(repo.git("notes", "--ref", NOTES_REF, "list").splitlines())
-                return {"remote": remote, "merged": merged, "pushed": True, "notes": count}
-            # Someone pushed notes in between: fetch and merge again.
-        raise GitError(f"pushing {NOTES_REF} to {remote} was rejected three times; another machine keeps "
-                       f"pushing notes. Run `kgit sync {remote}` again.\n{push[-800:]}")
-
-
-def _fetch(repo, remote, staging) -> bool:
-    out = repo.git("ls-remote", remote, NOTES_REF, check=False)
-    if not out.strip():
-        return False
-    repo.git("fetch", "--quiet", "--no-tags", remote, f"+{NOTES_REF}:{staging}")
-    return True
-
-
-def _merge(repo, staging) -> str:
-    theirs = repo.git("rev-parse", staging).strip()
-    if not _has_ref(repo, NOTES_REF):
-        repo.update_ref(NOTES_REF, theirs, reason="kgit sync: notes from the remote")
-        return "took the remote's notes"
-    ours = repo.git("rev-parse", NOTES_REF).strip()
-    if ours == theirs:
-        return "already in sync"
-    # cat_sort_uniq keeps every line of both sides: each line is one measurement.
-    repo.git("notes", "--ref", NOTES_REF, "merge", "--quiet", "-s", "cat_sort_uniq", staging,
-             env=repo.identity_env())
-    return "merged"
-
-
-def _has_ref(repo, ref) -> bool:
-    return bool(repo.git("rev-parse", "--verify", "--quiet", ref, check=False).strip())
-
-
-def _push_ok(porcelain: str) -> bool:
-    # --porcelain: one line per ref, flag first: " " pushed, "=" up to date, "!" rejected.
-    lines = [line for line in porcelain.splitlines() if NOTES_REF in line and "\t" in line]
-    return bool(lines) and all(line[0] in " +=*" for line in lines)
-
-
-def _ref_safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)

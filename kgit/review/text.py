@@ -8,8 +8,12 @@ from kgit.problems import shipped
 from kgit.problems import load_task
 
 
-def _num(value, fmt="{:.1f}"):
+def num(value, fmt="{:.1f}"):
+    """A number for a table cell; "" for a missing one."""
     return "" if value is None else fmt.format(value)
+
+
+_num = num
 
 
 def _short(text: str, width: int) -> str:
