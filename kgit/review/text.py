@@ -6,6 +6,7 @@ from tabulate import tabulate
 
 from kgit.problems import shipped
 from kgit.problems import load_task
+from kgit.review import campaign as review
 
 
 def _num(value, fmt="{:.1f}"):
@@ -84,7 +85,8 @@ def attempt_text(attempt, body: str, base_times: dict, diffstat: str) -> str:
         f"device:     {attempt.device} ({attempt.timing})",
         f"geomean:    {_num(attempt.geomean, '{:.2f} us')}   vs base {_num(attempt.speedup, '{:.2f}x')}   "
         f"vs baseline {_num(attempt.speedup_baseline, '{:.2f}x')}",
-        f"model:      {attempt.model}" + (f"   cost ${attempt.cost:.4f}" if attempt.cost is not None else ""),
+        f"model:      {attempt.model}" + (f"   cost ${attempt.cost:.4f}" if attempt.cost is not None else
+                                           "   cost unpriced" if review.unpriced(attempt) else ""),
     ]
     if body.strip():
         lines += ["", body.strip()]
