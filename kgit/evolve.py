@@ -421,10 +421,10 @@ def summary_text(summary: Summary) -> str:
     if summary.models in ([], ["offline"]):
         lines.append("model use: none (offline)")
     else:
-        lines.append(f"model use: {summary.calls} call(s) to {', '.join(summary.models)}, {summary.tokens} tokens, "
-                     f"{cost_text(summary.cost, summary.unpriced_calls)}" +
-                     (f"; {summary.unpriced_calls} call(s) had no price in litellm's table, so --max-cost counts "
-                      "only the priced ones" if summary.unpriced_calls else "") +
+        lines.append(f"model use: {summary.calls} call(s) to {', '.join(summary.models)}, "
+                     f"{summary.tokens or 'no'} tokens counted, {cost_text(summary.cost, summary.unpriced_calls)}" +
+                     ("; a call without a price (a model litellm's table lacks, or the manual model) is not "
+                      "counted by --max-cost" if summary.unpriced_calls else "") +
                      (f"; {len(summary.model_failures)} call(s) got no answer" if summary.model_failures else ""))
     for reason in summary.skipped:
         lines.append(f"skipped {reason}")
