@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -353,3 +355,89 @@ def test_evolve_with_the_manual_model_end_to_end(kernel_repo):
         assert (state / f"{stem}.answer.md").exists() and (state / f"{stem}.done").exists()
     assert "unpriced" in out and "$0.0000" not in out and "offline" not in out
     assert "$0.0000" not in stderr
+
+
+def test_manual_run_interrupted_while_waiting_resumes_on_the_same_request(kernel_repo):
+    from kgit import evolve, workflow
+
+    (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"pick": 1, "attempts": 1, "knowledge": []}))
+    repo, config = workflow.load(kernel_repo)
+    config = evolve.with_overrides(config, model="manual")
+    folder = repo.state / "manual"
+    answers = {
+        "select": fake_llm.selection(repo.rev("kgit/baseline")[:10]),
+        "design": fake_llm.design(["Larger blocks per program"]),
+        "write": fake_llm.search_replace("kernel.py", "BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 2048 4096",
+                                         "BLOCK_SIZE = 2048  # kgit: tune 256 512 1024 2048 4096"),
+    }
+
+    def driver(interrupt_at):
+        def poll(seconds):
+            request = _newest(folder)
+            stage = request.name.split("-", 1)[1].split(".")[0]
+            if stage == interrupt_at:
+                raise KeyboardInterrupt  # Ctrl-C while kgit waits for this answer
+            stem = request.name[: -len(".request.md")]
+            (folder / f"{stem}.answer.md").write_text(answers[stage])
+            (folder / f"{stem}.done").touch()
+        return poll
+
+    refs_before = subprocess.run(["git", "for-each-ref"], cwd=kernel_repo, capture_output=True, text=True).stdout
+    client = llm.Client(config.llm, repo.state / "cache" / "llm", sleep=driver("design"), manual_dir=folder,
+                        progress=lambda line: None)
+    first = evolve.evolve(repo, config, client=client)
+    assert first.interrupted and first.rows == []
+    assert subprocess.run(["git", "for-each-ref"], cwd=kernel_repo, capture_output=True,
+                          text=True).stdout == refs_before  # no branch, no commit, nothing half made
+    with repo.lock("test"):
+        pass  # the lock was released
+
+    client = llm.Client(config.llm, repo.state / "cache" / "llm", sleep=driver(None), manual_dir=folder,
+                        progress=lambda line: None)
+    second = evolve.evolve(repo, config, client=client)
+    assert [r.status for r in second.rows] == ["ok"] and second.rows[0].model == "manual"
+    # The select answer came from the cache and the design request was the one left waiting.
+    assert sorted(p.name for p in folder.glob("*.request.md")) == [
+        "0001-select.request.md", "0002-design.request.md", "0003-write.request.md"]
+
+
+def test_manual_ctrl_c_stops_every_hypothesis_waiting(kernel_repo):
+    """With evolve.jobs = 2 both writers wait in threads; Ctrl-C reaches the main thread, and the
+    run's stop event ends both waits, so the run ends instead of hanging on them."""
+    from kgit import evolve, workflow
+
+    (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"pick": 2, "attempts": 1, "jobs": 2,
+                                                                     "knowledge": []}))
+    repo, config = workflow.load(kernel_repo)
+    config = evolve.with_overrides(config, model="manual")
+    folder = repo.state / "manual"
+    answers = {"select": fake_llm.selection(repo.rev("kgit/baseline")[:10]),
+               "design": fake_llm.design(["Larger blocks", "Smaller blocks"], chosen=[0, 1])}
+    sent, polls_after = [], []
+
+    def poll(seconds):
+        pending = [p for p in folder.glob("*.request.md") if not p.with_name(
+            p.name.replace(".request.md", ".done")).exists()]
+        for request in pending:
+            stage = request.name.split("-", 1)[1].split(".")[0]
+            if stage in answers:
+                stem = request.name[: -len(".request.md")]
+                (folder / f"{stem}.answer.md").write_text(answers[stage])
+                (folder / f"{stem}.done").touch()
+                return
+        if len(pending) == 2 and not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does: the main thread gets KeyboardInterrupt
+        elif sent:
+            polls_after.append(1)
+            if len(polls_after) > 2000:
+                raise AssertionError("a writer kept waiting after Ctrl-C")
+        time.sleep(0.005)
+
+    run = evolve.Run(repo, config, progress=lambda line: None)
+    run.client.manual._sleep = poll  # the driver answers between polls; the rest is the run's own client
+    summary = run.run()
+    assert summary.interrupted and sent and summary.rows == []
+    assert len(polls_after) <= 2000
+    assert sorted(p.name.split("-", 1)[1] for p in folder.glob("*.request.md")) == [
+        "design.request.md", "select.request.md", "write.request.md", "write.request.md"]

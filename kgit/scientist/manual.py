@@ -62,8 +62,8 @@ class Channel:
                 raise KeyboardInterrupt(f"the run stopped while waiting for {answer}")
             if self.timeout_s is not None and self._clock() - started >= self.timeout_s:
                 raise LLMUnavailable(f"no answer to {request} within llm.manual_timeout_s = {self.timeout_s:g} s; "
-                                     f"write {answer.name} and create {done.name}, then run kgit evolve again "
-                                     "(the same request waits on the same files).")
+                                     f"the request stays: answer it ({answer.name}, then {done.name}) and run "
+                                     "kgit evolve again, or raise llm.manual_timeout_s.")
             self._sleep(POLL_S)
         try:
             return answer.read_text(encoding="utf-8")
