@@ -10,6 +10,7 @@ import fake_llm
 from conftest import fast_config_text
 from kgit import evolve, workflow as experiments
 from kgit.review import campaign as review
+from kgit.review import html
 from kgit.review import text as report
 from kgit.scientist import llm, write
 
@@ -69,6 +70,7 @@ def test_an_unpriced_run_says_unpriced_everywhere(kernel_repo):
     assert review.experiment_rows(campaign)[0][5] == "unpriced (1 attempt without a price)"
     attempt = next(a for a in campaign.attempts if a.experiment == 1)
     assert "cost unpriced" in report.attempt_text(attempt, "", {}, "")
+    assert "unpriced (1 attempt without a price)" in html._summary(campaign)
 
 
 def test_an_offline_summary_still_says_offline():

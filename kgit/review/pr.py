@@ -25,6 +25,7 @@ from kgit.review import campaign as review
 from kgit.archive import trailers as tr
 from kgit.archive.repo import Repo, parse_branch
 from kgit.errors import KgitError
+from kgit.scientist.llm import cost_text
 
 REVIEW_PREFIX = "kgit-review/"
 _SQUASH_OF = re.compile(r"Kgit-Squash-Of: ([0-9a-f]{40})")
@@ -215,7 +216,7 @@ def pr_body(campaign, exp, bodies: dict, *, remote: str, branch: str, squashed: 
     cost = sum(a.cost or 0.0 for a in exp.attempts)
     tokens = sum(a.tokens or 0 for a in exp.attempts)
     lines += ["## Model and cost", "",
-              f"Model: {exp.models}; LLM cost {review.cost_text(cost, exp.unpriced, 3, 'attempt')} "
+              f"Model: {exp.models}; LLM cost {cost_text(cost, exp.unpriced, 3, 'attempt')} "
               f"({int(tokens)} tokens); "
               f"evaluation time {exp.eval_s:.0f} s over {len(exp.attempts)} attempt(s).", ""]
     lines += ["## Reproduce", "", "```",
