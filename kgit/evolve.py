@@ -30,7 +30,8 @@ from kgit.archive import trees
 from kgit.scientist import select as select_mod
 from kgit.scientist import write as write_mod
 from kgit.scientist.answers import Plan, Selection
-from kgit.scientist.llm import Client, Reply, cost_text
+from kgit.scientist.llm import Client, Reply
+from kgit.costs import cost_text
 
 ERROR_CHARS = 3000
 

@@ -12,7 +12,8 @@ from kgit import evolve, workflow as experiments
 from kgit.review import campaign as review
 from kgit.review import html
 from kgit.review import text as report
-from kgit.scientist import llm, write
+from kgit import costs
+from kgit.scientist import write
 
 SLOW_BLOCK = "BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 2048 4096"
 FAST_BLOCK = "BLOCK_SIZE = 2048  # kgit: tune 256 512 1024 2048 4096"
@@ -35,11 +36,11 @@ def test_writer_notes_keep_their_paragraphs_without_the_edit_blocks():
 
 
 def test_cost_text_never_shows_an_unpriced_call_as_free():
-    assert llm.cost_text(0.0123) == "$0.0123"
-    assert llm.cost_text(0.0, 0) == "$0.0000"  # priced and free (answers from the cache)
-    assert llm.cost_text(0.0, 3) == "unpriced (3 calls without a price)"
-    assert llm.cost_text(None, 1) == "unpriced (1 call without a price)"
-    assert llm.cost_text(0.5, 2, 2, "attempt") == "$0.50 + 2 attempts unpriced"
+    assert costs.cost_text(0.0123) == "$0.0123"
+    assert costs.cost_text(0.0, 0) == "$0.0000"  # priced and free (answers from the cache)
+    assert costs.cost_text(0.0, 3) == "unpriced (3 calls without a price)"
+    assert costs.cost_text(None, 1) == "unpriced (1 call without a price)"
+    assert costs.cost_text(0.5, 2, 2, "attempt") == "$0.50 + 2 attempts unpriced"
 
 
 def test_an_unpriced_run_says_unpriced_everywhere(kernel_repo):

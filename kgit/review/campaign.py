@@ -14,7 +14,7 @@ from tabulate import tabulate
 from kgit.archive import measure
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
 from kgit.errors import KgitError
-from kgit.scientist.llm import cost_text
+from kgit.costs import cost_text
 from kgit.workflow import best as best_of
 from kgit.workflow import find
 from kgit_harness import peaks as devices_mod

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kgit.review import plots
 from kgit.review import campaign as review
-from kgit.scientist.llm import cost_text
+from kgit.costs import cost_text
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1100px;

@@ -25,7 +25,7 @@ from kgit.review import campaign as review
 from kgit.archive import trailers as tr
 from kgit.archive.repo import Repo, parse_branch
 from kgit.errors import KgitError
-from kgit.scientist.llm import cost_text
+from kgit.costs import cost_text
 
 REVIEW_PREFIX = "kgit-review/"
 _SQUASH_OF = re.compile(r"Kgit-Squash-Of: ([0-9a-f]{40})")

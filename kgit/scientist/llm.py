@@ -104,17 +104,6 @@ def setup_problem(error: BaseException) -> str | None:
     return None
 
 
-def cost_text(cost: float | None, unpriced: int = 0, digits: int = 4, unit: str = "call") -> str:
-    """A cost as shown to people: priced calls in dollars; calls without a price are said to be
-    unpriced, never shown as $0."""
-    if not unpriced:
-        return f"${cost or 0:.{digits}f}"
-    many = f"{unpriced} {unit}{'' if unpriced == 1 else 's'}"
-    if not cost:
-        return f"unpriced ({many} without a price)"
-    return f"${cost:.{digits}f} + {many} unpriced"
-
-
 def _one_line(text: str, limit: int = 400) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
