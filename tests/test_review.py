@@ -14,7 +14,7 @@ from kgit import workflow as ex
 from kgit.review import plots, html as report_html, campaign as review
 from kgit.archive.repo import Repo
 from kgit.errors import ConfigError
-from kgit_harness import problem as problem_mod
+from kgit import problems as problem_mod
 from kgit_harness.result import geomean
 
 

@@ -63,7 +63,8 @@ def _gone(text: str, within_s: float = 10.0) -> bool:
 PARENT = textwrap.dedent('''
     import json, sys
     from pathlib import Path
-    from kgit import config, evaluate
+    from kgit import config
+    from kgit.evaluation import child as evaluate
     cfg = config.parse(Path(sys.argv[1]).read_text())
     doc = evaluate.run_child(Path(sys.argv[2]), Path(sys.argv[3]), cfg, Path(sys.argv[4]))
     print(json.dumps(doc))
