@@ -10,7 +10,7 @@ import fake_llm
 from conftest import fast_config_text
 from kgit import evolve, workflow as experiments
 from kgit.review import campaign as review
-from kgit.review import html
+from kgit.review import html, pr
 from kgit.review import text as report
 from kgit import costs
 from kgit.scientist import write
@@ -72,6 +72,9 @@ def test_an_unpriced_run_says_unpriced_everywhere(kernel_repo):
     attempt = next(a for a in campaign.attempts if a.experiment == 1)
     assert "cost unpriced" in report.attempt_text(attempt, "", {}, "")
     assert "unpriced (1 attempt without a price)" in html._summary(campaign)
+    body = pr.pr_body(campaign, campaign.experiments[1], {}, remote="origin", branch="kgit-review/1-x",
+                      squashed="0" * 40, stack=[], base_branch="main")
+    assert "LLM cost unpriced (1 attempt without a price)" in body and "$0.000" not in body
 
 
 def test_an_offline_summary_still_says_offline():
