@@ -182,8 +182,10 @@ class Run:
                 self.hypothesis(tag, selection, plan, shared, len(plans))
         else:
             with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kgit-hypothesis") as pool:
-                futures = [pool.submit(self.hypothesis, tag, selection, p, shared, len(plans)) for p in plans]
                 try:
+                    # Submitting inside the try: a Ctrl-C between two submits must set the stop
+                    # event too, or the pool would wait forever on a writer waiting for its answer.
+                    futures = [pool.submit(self.hypothesis, tag, selection, p, shared, len(plans)) for p in plans]
                     for f in futures:
                         f.result()
                 except BaseException:

@@ -292,27 +292,34 @@ def test_manual_model_needs_a_repository_folder(tmp_path):
         client.ask("select", [{"role": "user", "content": "hi"}])
 
 
-def _drive_manual_run(proc, state, answers, seen):
+def _drive_manual_run(proc, state, answers, seen, failures):
     """Answer each request `kgit evolve --model manual` announces on stderr, as an agent would."""
-    announce = re.compile(r"write the answer to (\S+), then create (\S+)$")
-    for line in proc.stderr:
-        seen.append(line.rstrip("\n"))
-        found = announce.search(line.rstrip("\n"))
-        if not found:
-            continue
-        answer, done = Path(found.group(1)), Path(found.group(2))
-        request = _newest(answer.parent)
-        assert request.name.endswith(".request.md") and answer.parent == state
-        stage = request.name.split("-", 1)[1].split(".")[0]
-        messages = manual.parse_request(request.read_text())
-        assert messages and messages[-1]["role"] == "user"
-        tmp = answer.with_name(".partial")
-        tmp.write_text(answers[stage])
-        tmp.rename(answer)
-        done.touch()
+    announce = re.compile(r"manual model: (\w+) request (\S+)$")
+    handin = re.compile(r"write the answer to (\S+), then create (\S+)$")
+    try:
+        request = None
+        for line in proc.stderr:
+            seen.append(line.rstrip("\n"))
+            if found := announce.search(seen[-1]):
+                request = Path(found.group(2))
+                continue
+            if not (found := handin.search(seen[-1])):
+                continue
+            answer, done = Path(found.group(1)), Path(found.group(2))
+            assert request is not None and _newest(state) == request  # the request is the newest file
+            assert answer.parent == state and answer.is_absolute()
+            stage = request.name.split("-", 1)[1].split(".")[0]
+            messages = manual.parse_request(request.read_text())
+            assert messages and messages[-1]["role"] == "user"
+            answer.write_text(answers[stage][:20])  # a slow writer: half an answer first
+            answer.write_text(answers[stage])
+            done.touch()
+    except BaseException as e:  # noqa: BLE001 - reported by the test, and the run must not wait forever
+        failures.append(repr(e))
+        proc.kill()
 
 
-def test_evolve_with_the_manual_model_end_to_end(kernel_repo):
+def test_evolve_with_the_manual_model_end_to_end(kernel_repo, tmp_path):
     """`kgit evolve --model manual -n 1` in a subprocess, answered from a thread through the files."""
     (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"pick": 1, "attempts": 1, "knowledge": []}))
     baseline = subprocess.run(["git", "rev-parse", "kgit/baseline"], cwd=kernel_repo, capture_output=True,
@@ -325,20 +332,21 @@ def test_evolve_with_the_manual_model_end_to_end(kernel_repo):
                                          "BLOCK_SIZE = 2048  # kgit: tune 256 512 1024 2048 4096", note=notes),
     }
     state = (kernel_repo / ".git" / "kgit" / "manual").resolve()
-    proc = subprocess.Popen([sys.executable, "-m", "kgit", "evolve", "--model", "manual", "-n", "1"],
-                            cwd=kernel_repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen = []
-    driver = threading.Thread(target=_drive_manual_run, args=(proc, state, answers, seen), daemon=True)
-    driver.start()
-    try:
-        out = proc.stdout.read()
-        proc.wait(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    seen, failures = [], []
+    with open(tmp_path / "stdout.txt", "w") as stdout:
+        proc = subprocess.Popen([sys.executable, "-m", "kgit", "evolve", "--model", "manual", "-n", "1"],
+                                cwd=kernel_repo, stdout=stdout, stderr=subprocess.PIPE, text=True)
+        driver = threading.Thread(target=_drive_manual_run, args=(proc, state, answers, seen, failures), daemon=True)
+        driver.start()
+        try:
+            proc.wait(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     driver.join(timeout=60)
+    out = (tmp_path / "stdout.txt").read_text()
     stderr = "\n".join(seen)
-    assert proc.returncode == 0, out + stderr
+    assert not failures and proc.returncode == 0, (failures, out + stderr)
 
     def git(*args):
         return subprocess.run(["git", *args], cwd=kernel_repo, capture_output=True, text=True, check=True).stdout
@@ -396,9 +404,10 @@ def test_manual_run_interrupted_while_waiting_resumes_on_the_same_request(kernel
                         progress=lambda line: None)
     second = evolve.evolve(repo, config, client=client)
     assert [r.status for r in second.rows] == ["ok"] and second.rows[0].model == "manual"
-    # The select answer came from the cache and the design request was the one left waiting.
-    assert sorted(p.name for p in folder.glob("*.request.md")) == [
-        "0001-select.request.md", "0002-design.request.md", "0003-write.request.md"]
+    # Earlier answers came from the cache, and the design request was the one left waiting:
+    # one request per stage in all (select may be skipped when only the baseline exists).
+    stages = [p.name.split("-", 1)[1] for p in sorted(folder.glob("*.request.md"))]
+    assert stages[-2:] == ["design.request.md", "write.request.md"] and len(stages) == len(set(stages))
 
 
 def test_manual_ctrl_c_stops_every_hypothesis_waiting(kernel_repo):
@@ -439,5 +448,5 @@ def test_manual_ctrl_c_stops_every_hypothesis_waiting(kernel_repo):
     summary = run.run()
     assert summary.interrupted and sent and summary.rows == []
     assert len(polls_after) <= 2000
-    assert sorted(p.name.split("-", 1)[1] for p in folder.glob("*.request.md")) == [
-        "design.request.md", "select.request.md", "write.request.md", "write.request.md"]
+    stages = [p.name.split("-", 1)[1] for p in sorted(folder.glob("*.request.md"))]
+    assert stages[-3:] == ["design.request.md", "write.request.md", "write.request.md"]

@@ -80,7 +80,7 @@ class Channel:
             waiting = self._earlier(key)
             if waiting is not None:
                 if not answer_paths(waiting)[1].exists():
-                    os.utime(waiting)  # it is the request to answer now, so it is the newest file again
+                    self._make_newest(waiting)  # it is the request to answer now
                 return waiting.resolve()
             number = max((int(m.group(1)) for p in self.folder.iterdir() if (m := _NAME.match(p.name))),
                          default=0) + 1
@@ -88,7 +88,18 @@ class Channel:
             tmp = self.folder / f".{path.name}.tmp"
             tmp.write_text(render(stage, messages, key, path), encoding="utf-8")
             os.replace(tmp, path)  # a reader never sees half a request
+            self._make_newest(path)
             return path.resolve()
+
+    def _make_newest(self, path: Path):
+        """Give `path` a modification time later than every other file's in the folder.
+
+        File times come from a coarse kernel clock, so a request written right after the
+        previous answer's marker can carry the very same time; `ls -t` would then tie.
+        """
+        others = [p.stat().st_mtime_ns for p in self.folder.iterdir() if p != path and p.is_file()]
+        now = max(time.time_ns(), max(others, default=0) + 1)
+        os.utime(path, ns=(now, now))
 
     def _earlier(self, key: str) -> Path | None:
         """The request file already written for `key`, if any."""
