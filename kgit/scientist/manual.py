@@ -71,8 +71,8 @@ class Channel:
             # A marker without an answer is an empty answer: kgit re-asks with the error, as for any bad answer.
             return ""
         except (OSError, UnicodeDecodeError) as e:
-            raise LLMError(f"cannot read the answer {answer}: {e}. Write it as UTF-8 text and create "
-                           f"{done.name} again.") from None
+            raise LLMError(f"cannot read the answer {answer}: {e}. Write it again as UTF-8 text and run "
+                           "kgit evolve again: the request stays, and its answer is read then.") from None
 
     def _request_file(self, stage: str, messages: list[dict], key: str) -> Path:
         with self._lock:
