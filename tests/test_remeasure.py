@@ -13,6 +13,7 @@ from kgit.archive import measure
 from kgit import remeasure as rm
 from kgit.archive.repo import BASELINE_TAG, NOTES_REF, Repo
 from kgit.errors import GitError, KgitError
+from kgit.review import text as report
 from kgit_harness import result as result_mod
 
 from conftest import fast_config_text, git
@@ -162,6 +163,9 @@ def test_a_failed_remeasurement_keeps_its_reason_and_error_excerpt(kernel_repo):
     excerpt = record["error_excerpt"]
     assert excerpt.endswith("ValueError: grid too large for H200") and len(excerpt) == rm.ERROR_EXCERPT_CHARS
     assert "persistent grid launched" in lines[0] and "rejected" in lines[0]
+    baseline = next(a for a in repo.read() if a.is_baseline)
+    shown = report.attempt_text(baseline, "", {}, "")
+    assert "remeasured: NVIDIA H200: rejected (persistent grid launched more programs" in shown
     # A correct re-measurement carries neither.
     ok = rm.remeasure(repo, config, ["kgit/baseline"], evaluator=FakeEvaluator([9.0]))
     assert "reason" not in ok[0].record and "error_excerpt" not in ok[0].record

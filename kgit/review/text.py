@@ -88,6 +88,10 @@ def attempt_text(attempt, body: str, base_times: dict, diffstat: str) -> str:
         f"model:      {attempt.model}" + (f"   cost ${attempt.cost:.4f}" if attempt.cost is not None else
                                            "   cost unpriced" if review.unpriced(attempt) else ""),
     ]
+    for note in attempt.notes:  # re-measurements; a failed one shows its reason (the excerpt is in the note)
+        figure = f"{note['geomean_us']:.2f} us" if note.get("geomean_us") else note.get("status") or "?"
+        lines.append(f"remeasured: {note.get('device_tag') or note.get('device') or 'unknown'}: {figure}"
+                     + (f" ({note['reason']})" if note.get("reason") else ""))
     if body.strip():
         lines += ["", body.strip()]
     if attempt.times:
