@@ -174,7 +174,8 @@ class Run:
                                  "mark more values (docs/tunables.md) or use an LLM (--model)")
             self._line(tag, "design", "design", "search space exhausted")
             return False
-        self._line(tag, "design", "design", f"{len(plans)} plan(s): " + "; ".join(p.title for p in plans))
+        self._line(tag, "design", "design", f"{len(plans)} plan(s): " + "; ".join(
+            p.title + (f" (from {p.base[:10]})" if p.base and p.base != selection.base else "") for p in plans))
         shared = replies + design_replies
         jobs = max(1, min(self.config.evolve.jobs, len(plans)))
         if jobs == 1:
@@ -229,7 +230,7 @@ class Run:
                 replies += _share(shared, shares)
             self._account([reply] if reply else [])
             parent = state["parent"]
-            self._line(tag, "write", "write", f"{plan.title}, attempt {attempt}: " +
+            self._line(tag, "write", "write", f"{plan.title} (base {base[:10]}), attempt {attempt}: " +
                        ("evaluating" if new_files is not None else "the edits did not apply"))
             result, tree, reused = self._result(parent, new_files, edit_error)
             notes = [write_mod.notes(reply.text) if reply else "",
@@ -282,8 +283,9 @@ class Run:
         cost, tokens = _totals(replies)
         with self.commit_lock:
             if state["branch"] is None:
-                number = experiments.next_experiment(self.repo, self.repo.read())
-                state["branch"] = f"kgit/{number}-{tr.slugify(plan.title)}"
+                attempts = self.repo.read()
+                number = experiments.next_experiment(self.repo, attempts)
+                state["branch"] = f"kgit/{number}-{tr.slugify(plan.title)}{_base_suffix(attempts, state['parent'])}"
                 self.repo.create_branch(state["branch"], state["parent"], plan.title, reference)
             outcome = experiments.commit_attempt(
                 self.repo, self.config, branch=state["branch"], tree=tree, parent=state["parent"], result=result,
@@ -334,6 +336,13 @@ class Run:
         if write == "offline" and design != "offline":
             raise KgitError(f"llm.write_model is offline but the designer is {design}: the offline writer only "
                             "implements the offline designer's plans. Set both to a model, or both to offline.")
+
+
+def _base_suffix(attempts, base: str) -> str:
+    """"-on-N" when the experiment starts from experiment N: the same change tried from
+    different bases (the offline strategist's habit) then gets different branch names."""
+    found = experiments.find(attempts, base)
+    return f"-on-{found.experiment}" if found is not None and found.experiment > 0 else ""
 
 
 def _share(replies: list[Reply], shares: int) -> list[Reply]:

@@ -16,7 +16,7 @@ from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
 from kgit.errors import KgitError
 from kgit.costs import cost_text
 from kgit.workflow import best as best_of
-from kgit.workflow import find
+from kgit.workflow import find, resolve
 from kgit_harness import peaks as devices_mod
 from kgit import problems as problem_mod
 from kgit_harness.result import geomean
@@ -271,7 +271,7 @@ def compare(repo: Repo, rev_a: str, rev_b: str) -> dict:
 
 
 def _attempt(repo: Repo, attempts: list, rev: str) -> Attempt:
-    sha = repo.rev(rev)
+    sha = resolve(repo, rev, attempts)
     found = find(attempts, sha)
     if found is None:
         raise KgitError(f"{rev} ({sha[:10]}) is not a kgit attempt; `kgit log` lists the attempts.")
@@ -303,7 +303,7 @@ def lineage_text(chain: list[Attempt]) -> str:
     rows = [[a.experiment, a.attempt, a.sha[:10], a.status, _num(a.geomean), _num(a.speedup, "{:.2f}x"),
              _num(a.speedup_baseline, "{:.2f}x"), a.device, short(a.hypothesis, 60)] for a in chain]
     return tabulate(rows, headers=["exp", "att", "sha", "status", "geomean us", "vs base", "vs baseline",
-                                   "measured on", "hypothesis"], tablefmt="plain")
+                                   "measured on", "hypothesis"], tablefmt="simple")
 
 
 # -- the markdown report ---------------------------------------------------------------------

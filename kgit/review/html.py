@@ -43,6 +43,25 @@ def write(repo, task, out: Path, title: str | None = None) -> Path:
     return out
 
 
+def open_in_browser(path: Path) -> bool:
+    """Open the report in the default browser; False (and nothing run) where there is none.
+
+    A Linux machine without a display (a GPU server over ssh) has no browser to show a
+    page: xdg-open would only print why each of its methods failed, and Python's
+    webbrowser would start a text browser inside the terminal.
+    """
+    import os
+    import sys
+    import webbrowser
+
+    if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        return False
+    try:
+        return webbrowser.open(Path(path).resolve().as_uri())
+    except webbrowser.Error:
+        return False
+
+
 def render(campaign, title: str) -> str:
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,11 +71,25 @@ class Reply:
 def litellm_module():
     """litellm, imported on first use with its bundled price table and no telemetry."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    ignore_readonly_warnings()
     import litellm
 
     litellm.telemetry = False
     litellm.suppress_debug_info = True
     return litellm
+
+
+def ignore_readonly_warnings():
+    """Silence pydantic's warning about litellm's `ReadOnly` TypedDict items.
+
+    pydantic warns once per type when it first builds its schema, and litellm builds
+    them lazily inside its calls (a provider module imported on first completion), so
+    a filter at import is not enough: this runs before every call too, since a
+    caller's `warnings.catch_warnings` (pytest's, per test) drops filters on exit. The
+    warning concerns litellm's own types; neither kgit nor its user can act on it.
+    """
+    warnings.filterwarnings("ignore", message=r".*using the `ReadOnly` qualifier", category=UserWarning,
+                            module=r"pydantic\.")
 
 
 def classify(error: BaseException) -> str | None:
@@ -163,6 +178,7 @@ class Client:
         completion = self._completion or litellm.completion
         kwargs = {k: v for k, v in request.items() if v is not None}
         kwargs.update(timeout=self.config.timeout_s, num_retries=0)
+        ignore_readonly_warnings()
         model = request["model"]
         tries = self.config.retries + 1
         for attempt in range(self.config.retries + 1):
