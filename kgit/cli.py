@@ -277,16 +277,20 @@ def show(rev, as_json):
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the attempt as JSON (as in `kgit log --json`).")
 def best(as_json):
-    """The best correct attempt so far (highest speedup over the baseline)."""
+    """The best correct attempt so far, by the rule it prints (docs/evolve.md)."""
+    from kgit.archive import figures
+
     repo, _ = ex.load()
-    attempt = ex.best(repo.read())
+    attempts = repo.read()
+    attempt = ex.best(attempts)
     if attempt is None:
         raise KgitError("no correct attempt in the archive yet; run `kgit init` or `kgit record`.")
     if as_json:
-        _emit_json(attempt.to_json())
+        _emit_json({**attempt.to_json(), "rule": figures.rule(attempts)})
     else:
         click.echo(f"{attempt.sha}  {attempt.branch}  {attempt.geomean:.2f} us  "
                    f"{attempt.speedup_baseline or 1:.2f}x vs baseline  {attempt.hypothesis}")
+        click.echo(f"rule: {figures.rule(attempts)}")
 
 
 @cli.command()

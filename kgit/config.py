@@ -34,6 +34,12 @@ class EvaluatorConfig:
     # YAML reads a bare `off` as false, so false is accepted as "off".
     sandbox: typing.Union[str, bool] = "auto"
     max_memory_gb: typing.Optional[float] = None
+    # The size-capped tmpfs that is the candidate's writable scratch (namespaces only).
+    scratch_gb: float = 1.0
+    # Processes and threads one evaluation may run at once; None: 256 + 2 per CPU.
+    max_processes: typing.Optional[int] = None
+    # Evaluations that may share one GPU at once (backend local), across kgit processes.
+    per_gpu: int = 1
 
     def validate(self, where):
         _choice(where + ".backend", self.backend, ("local", "ray", "command"))
@@ -52,6 +58,11 @@ class EvaluatorConfig:
         _choice(where + ".sandbox", self.sandbox, ("auto", "strict", "off"))
         if self.max_memory_gb is not None:
             _positive(where + ".max_memory_gb", self.max_memory_gb)
+        _positive(where + ".scratch_gb", self.scratch_gb)
+        if self.max_processes is not None:
+            _positive(where + ".max_processes", self.max_processes)
+        if isinstance(self.per_gpu, bool) or not isinstance(self.per_gpu, int) or self.per_gpu < 1:
+            raise ConfigError(f"{where}.per_gpu must be a whole number of evaluations, 1 or more, not {self.per_gpu!r}.")
 
 
 @dataclass

@@ -4,17 +4,19 @@ that `evolve` shares with `record`.
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kgit import config as config_mod
 from kgit.evaluation import child as evaluate
-from kgit.archive import measure
+from kgit.archive import cause, figures, measure
 from kgit.archive import trailers as tr
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo, parse_branch, run_git
 from kgit.errors import EvaluationFailed, KgitError, NotAKernelRepo
 from kgit import problems as problem_mod
+from kgit.scientist.protocol import is_offline
 
 GITIGNORE_LINES = ["__pycache__/", "*.pyc"]
 # Experiments between two `Repo.maintain()` runs (ref packing and commit-graph).
@@ -89,9 +91,18 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
             where = "" if gpu_driver_present() else " (no GPU here: in the Triton CPU interpreter)"
             progress(f"measuring the {task.name} baseline{where}...")
         doc = evaluate.evaluate_tree(repo.root, config, state_dir=repo.state / "scratch")
+        if doc["status"] == "unsupported":
+            raise EvaluationFailed(f"the problem {task.name} is {tr.subject('', 'unsupported', None, None, doc.get('reason'))[2:]}; "
+                                   f"no kernel was judged:\n{_tail(doc.get('error') or '', 1500)}\nNothing was committed; "
+                                   "run `kgit init` on a machine that has what it needs, or edit the problem.", doc)
+        missing = re.search(r"ModuleNotFoundError: No module named '([^'.]+)", doc.get("error") or "")
+        if doc["status"] == "compile-error" and missing:
+            raise EvaluationFailed(f"the baseline kernel needs the Python module {missing.group(1)}, which is not "
+                                   f"installed here:\n{_tail(doc.get('error') or '', 1500)}\nNothing was committed; "
+                                   f"install it, or write {kernel_name} without it, and run `kgit init --force`.", doc)
         if doc["status"] != "ok":
             raise EvaluationFailed(f"the baseline kernel did not pass ({doc['status']}): "
-                                   f"{(doc.get('error') or '')[:1500]}\nNothing was committed. {kernel_name} is "
+                                   f"{_tail(doc.get('error') or '', 1500)}\nNothing was committed. {kernel_name} is "
                                    "the problem's own kernel, so fix it where it came from (the problem folder "
                                    "or the imported files) and run the same `kgit init` with --force, which "
                                    f"writes {config.problem}/, {kernel_name} and .kgit.yaml again.", doc)
@@ -110,6 +121,11 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
         repo.git("tag", "-f", BASELINE_TAG, sha)
         repo.sync_index()
     return Outcome(sha=sha, result=doc, speedup=1.0, speedup_baseline=1.0)
+
+
+def _tail(text: str, limit: int) -> str:
+    """At most `limit` characters of an error, its end kept: a traceback's last line says what failed."""
+    return text if len(text) <= limit else "...\n" + text[-limit:].split("\n", 1)[-1]
 
 
 def _check_overwrites(root: Path, names: list[str], force: bool):
@@ -145,11 +161,9 @@ def load(path=".") -> tuple[Repo, config_mod.Config]:
 
 
 def best(attempts: list[Attempt]) -> Attempt | None:
-    """The best correct attempt: highest speedup over the baseline, then lowest geomean."""
-    ok = [a for a in attempts if a.ok]
-    if not ok:
-        return None
-    return max(ok, key=lambda a: (a.speedup_baseline or 0.0, -(a.geomean or float("inf"))))
+    """The best correct attempt by the one ranking rule of kgit/archive/figures.py (docs/evolve.md):
+    the fastest on the GPU that measured the most attempts, or, with no GPU timings, the most recent."""
+    return figures.best(attempts)
 
 
 def find(attempts: list[Attempt], sha: str) -> Attempt | None:
@@ -298,7 +312,7 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
     if speedup_baseline is not None:
         trailers.append(("Kgit-Speedup-Baseline", f"{speedup_baseline:.3f}"))
     trailers.append(("Kgit-Model", model))
-    if cost is not None or model not in ("human", "offline"):
+    if cost is not None or not (model == "human" or is_offline(model)):
         trailers.append(("Kgit-Cost-USD", "unknown" if cost is None else f"{cost:.4f}"))
     if tokens is not None:
         trailers.append(("Kgit-Tokens", int(tokens)))
@@ -306,8 +320,18 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
     paragraphs = [f"Hypothesis: {info['hypothesis']}", plan, f"Notes: {notes}" if notes else ""]
     if not ok and result.get("error"):
         paragraphs.append("Error excerpt:\n" + _indent(result["error"][-2500:]))
-    message = tr.Message(tr.subject(slug, result["status"], speedup, result.get("geomean_us"), result.get("reason")),
-                         paragraphs, trailers).render(ok=ok)
+    judged = None
+    if ok:
+        base_attempt = find(attempts, info["base"])
+        judged = figures.verdict(speedup, result.get("timing"), result.get("device"), figures.result_noise(result),
+                                 figures.measurement_noise(base_attempt, base_m) if base_attempt else (base_m or {}).get("noise"),
+                                 figures.repeatability(attempts, result.get("device"), result.get("harness")))
+        subject = (f"{slug}: {judged.subject_part()}" if judged.word == "interpreter" else
+                   f"{slug}: {judged.subject_part()} vs base (geomean {result['geomean_us']:.1f} us)")
+    else:
+        subject = tr.subject(slug, result["status"], speedup, result.get("geomean_us"), result.get("reason"))
+    # Only a real speedup may carry the lowercase word, so `git log --grep speedup` lists exactly those.
+    message = tr.Message(subject, paragraphs, trailers).render(ok=bool(judged and judged.claimed))
     sha = repo.commit_tree(tree, [parent], message, author=author)
     repo.update_ref(f"refs/heads/{branch}", sha, parent, reason=f"kgit attempt {number}.{index}")
     return Outcome(sha=sha, result=result, speedup=speedup, speedup_baseline=speedup_baseline,
@@ -321,7 +345,9 @@ def result_trailers(doc: dict) -> list:
     out += [("Kgit-Device", doc.get("device") or "unknown"), ("Kgit-Timing", doc.get("timing") or "none")]
     if doc["status"] == "ok":
         out.append(("Kgit-Geomean-us", f"{doc['geomean_us']:.3f}"))
+        out += figures.noise_trailer(doc)
         out += [("Kgit-Time-us", f"{key} {value:.3f}") for key, value in measure.result_times(doc).items()]
+    out += cause.trailer(doc)
     out += [("Kgit-Harness", doc.get("harness") or ""), ("Kgit-Eval-s", f"{doc.get('eval_s') or 0:.1f}")]
     return out
 
@@ -337,6 +363,7 @@ def _reference_measurement(repo, config, attempts, sha, result) -> dict | None:
     if doc["status"] != "ok":
         return None
     record_ = measure.note_record(doc, tag="re-timed as a base")
+    record_["noise"] = figures.result_noise(doc)
     repo.add_note(sha, record_)
     return record_
 

@@ -48,16 +48,15 @@ def test_an_unpriced_run_says_unpriced_everywhere(kernel_repo):
     repo, config = experiments.load(kernel_repo)
     notes = "Twice the elements per program.\n\nA speedup is likely on the large shapes."
     fake = fake_llm.FakeLLM([
-        ("select", fake_llm.selection(repo.rev("kgit/baseline")[:10])),
         ("design", fake_llm.design(["Larger blocks per program"])),
         ("write", fake_llm.search_replace("kernel.py", SLOW_BLOCK, FAST_BLOCK, note=notes)),
     ], model="openai/local-model", cost=None)
     lines = []
     summary = evolve.evolve(repo, config, client=fake, progress=lines.append)
-    assert [r.status for r in summary.rows] == ["ok"] and summary.unpriced_calls == 3
-    assert all("unpriced" in line and "$0" not in line for line in lines), lines
+    assert [r.status for r in summary.rows] == ["ok"] and summary.unpriced_calls == 2
+    assert all("$0" not in line for line in lines) and any("unpriced" in line for line in lines), lines
     text = evolve.summary_text(summary)
-    assert "3 call(s) to openai/local-model, 360 tokens counted, unpriced (3 calls without a price)" in text
+    assert "2 call(s) to openai/local-model, 240 tokens counted, unpriced (2 calls without a price)" in text
     assert "$0.0" not in text and "offline" not in text
 
     body = git(kernel_repo, "log", "-1", "--format=%B", "--branches=kgit/*")

@@ -148,7 +148,7 @@ def test_evolve_through_a_local_openai_compatible_server(kernel_repo, run_kgit, 
     baseline = subprocess.run(["git", "rev-parse", "kgit/baseline"], cwd=kernel_repo, capture_output=True,
                               text=True, check=True).stdout.strip()
     server = ScriptedServer([
-        fake_llm.selection(baseline[:10]),
+        # No select request: only the baseline exists, so the choice is forced.
         fake_llm.design(["Larger blocks per program"]),
         fake_llm.search_replace("kernel.py", "BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 2048 4096",
                                 "BLOCK_SIZE = 2048  # kgit: tune 256 512 1024 2048 4096"),
@@ -161,10 +161,10 @@ def test_evolve_through_a_local_openai_compatible_server(kernel_repo, run_kgit, 
     finally:
         server.shutdown()
     assert result.exit_code == 0, result.output
-    assert [r["path"] for r in server.requests] == ["/v1/chat/completions"] * 3
+    assert [r["path"] for r in server.requests] == ["/v1/chat/completions"] * 2
     assert server.requests[0]["body"]["model"] == "test-model"
     # The model has no price: every figure says unpriced, none says $0.
-    assert "3 call(s) to openai/test-model, 225 tokens counted, unpriced (3 calls without a price)" in result.stdout
+    assert "2 call(s) to openai/test-model, 150 tokens counted, unpriced (2 calls without a price)" in result.stdout
     assert "unpriced (1 call without a price) so far" in result.stderr
     assert "$0.0" not in result.output and "offline" not in result.output
 
@@ -173,12 +173,12 @@ def test_evolve_through_a_local_openai_compatible_server(kernel_repo, run_kgit, 
 
     message = git("log", "-1", "--format=%B", "--branches=kgit/*")
     assert "Kgit-Status: ok" in message and "Kgit-Model: openai/test-model" in message
-    assert "Kgit-Cost-USD: unknown" in message and "Kgit-Tokens: 225" in message
+    assert "Kgit-Cost-USD: unknown" in message and "Kgit-Tokens: 150" in message
     # The key went to the server (that is its job) and nowhere else.
     assert server.requests[0]["auth"] == f"Bearer {SECRET}"
     assert SECRET not in git("log", "--all", "--format=%B") + result.output
     cache = list((kernel_repo / ".git" / "kgit" / "cache" / "llm").rglob("*.json"))
-    assert len(cache) == 3 and all(SECRET not in p.read_text() for p in cache)
+    assert len(cache) == 2 and all(SECRET not in p.read_text() for p in cache)
 
 
 # -- the manual model: requests and answers as files ------------------------------------

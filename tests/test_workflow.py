@@ -121,9 +121,9 @@ def test_try_record_ok_and_failing_attempts(kernel_repo, run_kgit):
     assert first["timing"] == "interpreter" and first["device"] == "cpu"
     assert first["author"] == "Test Person"  # a person's attempt carries their identity
 
-    # `git log --all --grep speedup` lists exactly the timed, correct attempts.
+    # `git log --all --grep speedup` lists exactly the real speedups: an interpreter timing is none.
     listed = git(kernel_repo, "log", "--all", "--grep", "speedup", "--format=%H").split()
-    assert listed == [first["sha"]]
+    assert listed == [] and "correct (not timed on a GPU)" in first["subject"]
     body = git(kernel_repo, "log", "-1", "--format=%B", second["sha"])
     assert "speedup" not in body and "Error excerpt" in body and "differ beyond" in body
     assert "Kgit-Status: incorrect" in body

@@ -45,8 +45,7 @@ class Experiment:
 
     @property
     def best(self) -> Attempt | None:
-        ok = [a for a in self.attempts if a.ok]
-        return max(ok, key=lambda a: (a.speedup or 0.0, -a.geomean)) if ok else None
+        return best_of(self.attempts)
 
     @property
     def cost(self) -> float:
@@ -97,6 +96,7 @@ class Campaign:
     baseline_times: dict  # the baseline's per-shape times on that device (us), {} if never measured there
     baseline_geomean: float | None
     references: dict = field(default_factory=dict)  # label -> geomean us on `device`
+    notebook: list = field(default_factory=list)  # the designer's current lessons (kgit/archive/notebook.py)
 
     @property
     def totals(self) -> dict:
@@ -137,7 +137,7 @@ def here(path=".") -> tuple[Repo, object]:
 
 
 def to_json(campaign: Campaign) -> dict:
-    return {**campaign.totals, "references_us": campaign.references,
+    return {**campaign.totals, "references_us": campaign.references, "notebook": campaign.notebook,
             "best_path": [a.sha for a in campaign.best_path],
             "experiments": [{"number": e.number, "branch": e.branch, "hypothesis": e.hypothesis, "parent": e.parent,
                              "status": e.status, "outcome": e.outcome, "attempts": len(e.attempts),
@@ -147,8 +147,12 @@ def to_json(campaign: Campaign) -> dict:
 
 def load(repo: Repo, task=None) -> Campaign:
     """The campaign of `repo`'s archive; `task` (a harness Task) adds its reference lines."""
+    from kgit.archive import notebook
+
     attempts = repo.read()
-    return from_attempts(attempts, _baseline(repo, attempts), task)
+    campaign = from_attempts(attempts, _baseline(repo, attempts), task)
+    campaign.notebook = notebook.lessons(repo)
+    return campaign
 
 
 def from_attempts(attempts: list, baseline: Attempt, task=None) -> Campaign:
@@ -353,6 +357,8 @@ def markdown(campaign: Campaign, title: str) -> str:
     lines += ["", "## Hypotheses", ""]
     rows = [[n, short(h, 70).replace("|", "/"), p, o, k, c, m] for n, h, p, o, k, c, m in experiment_rows(campaign)]
     lines.append(tabulate(rows, headers=EXPERIMENT_HEADERS, tablefmt="github") if rows else "No experiments yet.")
+    if campaign.notebook:
+        lines += ["", "## Lab notebook (the designer's lessons so far)", ""] + [f"- {item}" for item in campaign.notebook]
     return "\n".join(lines) + "\n"
 
 

@@ -73,9 +73,16 @@ def render(campaign, title: str) -> str:
         f"<h1>kgit report: {escape(title)}</h1>",
         f'<p class="sub">generated {when} from the archive of {len(campaign.attempts)} commits</p>',
         _summary(campaign), _progress(campaign), _lineage(campaign), _shapes(campaign),
-        _references(campaign), _hypotheses(campaign), "</body></html>",
+        _references(campaign), _hypotheses(campaign), _notebook(campaign), "</body></html>",
     ]
     return "\n".join(p for p in parts if p)
+
+
+def _notebook(c) -> str:
+    if not c.notebook:
+        return ""
+    items = "".join(f"<li>{escape(item)}</li>" for item in c.notebook)
+    return f'<section id="notebook"><h2>Lab notebook</h2><p>The designer\'s lessons so far.</p><ul>{items}</ul></section>'
 
 
 def _img(png: bytes, alt: str) -> str:

@@ -28,6 +28,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from kgit import secrets
 from kgit.errors import LLMError, LLMUnavailable
 from kgit.scientist import manual
 
@@ -52,8 +53,6 @@ FATAL = {
     "RejectedRequestError", "SensitiveDataRouteException", "UnprocessableEntityError",
     "UnsupportedEndpointError", "UnsupportedParamsError", "VectorStoreSearchError",
 }
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.I)
-_BEARER = re.compile(r"(?i)(bearer\s+|api[_-]?key[\"'=:\s]+)[\w.-]{8,}")
 # How providers word a missing key (litellm wraps some of these as retryable 500s).
 _NO_KEY = re.compile(r"(?i)missing (\w+ )?(credentials|api[ _-]?key)|api_key client option must be set|"
                      r"no api[ _-]?key (is )?(set|provided|found)")
@@ -125,11 +124,8 @@ def _one_line(text: str, limit: int = 400) -> str:
 
 
 def redact(text: str) -> str:
-    """The text without any secret from the environment or anything shaped like a bearer key."""
-    for name, value in os.environ.items():
-        if _SECRET_NAME.search(name) and len(value) >= 8:
-            text = text.replace(value, "[redacted]")
-    return _BEARER.sub(lambda m: m.group(1) + "[redacted]", text)
+    """The text without any secret from the environment or anything shaped like a key (kgit/secrets.py)."""
+    return secrets.redact_text(text)
 
 
 class Client:
@@ -152,8 +148,10 @@ class Client:
         return self.config.model_for(stage)
 
     def request(self, stage: str, messages: list[dict]) -> dict:
-        return {"model": self.model(stage), "api_base": self.config.api_base, "messages": messages,
-                "temperature": self.config.temperature}
+        from kgit.scientist import caching  # stable-prefix marks -> the provider's prompt caching
+
+        return {"model": self.model(stage), "api_base": self.config.api_base,
+                "messages": caching.prepare(self.model(stage), messages), "temperature": self.config.temperature}
 
     def ask(self, stage: str, messages: list[dict]) -> Reply:
         request = self.request(stage, messages)
