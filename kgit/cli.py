@@ -297,7 +297,8 @@ def best(as_json):
 @cli.command()
 @click.option("-n", "--iterations", type=click.IntRange(min=1),
               help="Iterations to run, each a select-design-write round (default: evolve.iterations).")
-@click.option("--model", help='litellm model string for every stage, or "offline" (default: llm.model).')
+@click.option("--model", help='litellm model string for every stage, "offline", or "manual" (you answer through '
+                              'files; docs/evolve.md) (default: llm.model).')
 @click.option("--api-base", help="Base URL of an OpenAI-compatible or local server (default: llm.api_base).")
 @click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), help="Stop once priced model calls cost this much (USD).")
 @click.option("--jobs", "-j", type=click.IntRange(min=1),
@@ -325,7 +326,9 @@ def evolve(iterations, model, api_base, max_cost, jobs, dry_run, as_json):
         return
     summary = evolve_mod.evolve(repo, config, progress=_progress)
     if as_json:
-        _emit_json({"stop": summary.stop, "cost_usd": summary.cost, "tokens": summary.tokens,
+        # cost_usd is null when no call had a price: unknown, not free.
+        _emit_json({"stop": summary.stop, "tokens": summary.tokens, "unpriced_calls": summary.unpriced_calls,
+                    "cost_usd": None if summary.unpriced_calls and not summary.cost else summary.cost,
                     "attempts": [vars(r) for r in summary.rows]})
     else:
         click.echo(evolve_mod.summary_text(summary))

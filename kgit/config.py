@@ -91,11 +91,14 @@ class LLMConfig:
     timeout_s: float = 300
     retries: int = 4
     cache: bool = True
+    manual_timeout_s: typing.Optional[float] = None
 
     def validate(self, where):
         if not self.model.strip():
             raise ConfigError(f"{where}.model is empty: use a litellm model string or \"offline\".")
         _positive(where + ".timeout_s", self.timeout_s)
+        if self.manual_timeout_s is not None:
+            _positive(where + ".manual_timeout_s", self.manual_timeout_s)
         if self.retries < 0:
             raise ConfigError(f"{where}.retries must be 0 or more, not {self.retries}.")
 

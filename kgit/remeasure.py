@@ -17,6 +17,8 @@ from kgit.evaluation.backends import get_evaluator
 from kgit.errors import KgitError
 from kgit.workflow import best, find, resolve
 
+ERROR_EXCERPT_CHARS = 2000
+
 
 @dataclass
 class Remeasured:
@@ -60,7 +62,7 @@ def remeasure(repo, config, revs=(), *, device_tag: str | None = None, repeat: i
 
         def one(sha):
             doc = evaluator(sha)
-            record = measure.note_record(doc, tag="remeasure")
+            record = failure_fields(doc) | measure.note_record(doc, tag="remeasure")
             if device_tag:
                 record["device_tag"] = device_tag
             return Remeasured(sha, record, doc)
@@ -73,7 +75,25 @@ def remeasure(repo, config, revs=(), *, device_tag: str | None = None, repeat: i
                 repo.add_note(item.sha, item.record)
                 if progress:
                     progress(f"{item.sha[:10]}: {item.result['status']}"
+                             + (f" ({item.record['reason']})" if item.record.get("reason") else "")
                              + (f", {item.record['geomean_us']:.2f} us" if item.record.get("geomean_us") else "")
                              + f" on {item.record.get('device_tag') or item.record.get('device')}")
                 done.append(item)
     return done
+
+
+def failure_fields(doc: dict) -> dict:
+    """What a failed re-measurement keeps besides its status: the one-line reason and the end of the error.
+
+    A note is one JSON line, so the excerpt is bounded; the whole error is the evaluator's
+    to log. Correct results keep neither.
+    """
+    if doc.get("status") == "ok":
+        return {}
+    out = {}
+    if doc.get("reason"):
+        out["reason"] = " ".join(str(doc["reason"]).split())
+    error = (doc.get("error") or "").strip()
+    if error:
+        out["error_excerpt"] = error[-ERROR_EXCERPT_CHARS:]
+    return out

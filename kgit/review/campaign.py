@@ -14,12 +14,18 @@ from tabulate import tabulate
 from kgit.archive import measure
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
 from kgit.errors import KgitError
+from kgit.costs import cost_text
 from kgit.review.text import num as _num
 from kgit.workflow import best as best_of
 from kgit.workflow import find, resolve
 from kgit_harness import peaks as devices_mod
 from kgit import problems as problem_mod
 from kgit_harness.result import geomean
+
+
+def unpriced(attempt: Attempt) -> bool:
+    """The attempt's model calls had no price (`Kgit-Cost-USD: unknown`)."""
+    return attempt.trailers.get("Kgit-Cost-USD", [""])[-1] == "unknown"
 
 
 @dataclass
@@ -45,6 +51,15 @@ class Experiment:
     @property
     def cost(self) -> float:
         return sum(a.cost or 0.0 for a in self.attempts)
+
+    @property
+    def unpriced(self) -> int:
+        """Attempts whose model calls had no price: their cost is unknown, not zero."""
+        return sum(unpriced(a) for a in self.attempts)
+
+    @property
+    def cost_label(self) -> str:
+        return cost_text(self.cost, self.unpriced, 3, "attempt") if self.cost or self.unpriced else "-"
 
     @property
     def eval_s(self) -> float:
@@ -92,7 +107,7 @@ class Campaign:
         return {
             "experiments": len(self.experiments), "attempts": len(tried), "correct": len(ok),
             "success_rate": len(ok) / len(tried) if tried else None,
-            "cost_usd": sum(priced), "gpu_s": sum(a.eval_s or 0.0 for a in self.attempts),
+            "cost_usd": sum(priced), "unpriced_attempts": sum(unpriced(a) for a in tried), "gpu_s": sum(a.eval_s or 0.0 for a in self.attempts),
             "best_speedup": self.best.speedup_baseline or 1.0, "best_geomean_us": self.best.geomean,
             "best_sha": self.best.sha, "device": self.device,
         }
@@ -303,7 +318,7 @@ def experiment_rows(campaign: Campaign) -> list[list]:
     for e in campaign.experiments.values():
         parent = "-" if e.parent is None else ("baseline" if e.parent == 0 else f"#{e.parent}")
         rows.append([e.number, e.hypothesis, parent, e.outcome, len(e.attempts),
-                     f"${e.cost:.3f}" if e.cost else "-", e.models])
+                     e.cost_label, e.models])
     return rows
 
 
@@ -315,7 +330,7 @@ def summary_lines(campaign: Campaign) -> list[str]:
     rate = "-" if t["success_rate"] is None else f"{t['success_rate']:.0%}"
     return [
         f"{t['experiments']} experiments, {t['attempts']} attempts, {t['correct']} correct ({rate})",
-        f"LLM cost ${t['cost_usd']:.2f}; evaluation time {t['gpu_s'] / 60:.1f} min",
+        f"LLM cost {cost_text(t['cost_usd'], t['unpriced_attempts'], 2, 'attempt')}; evaluation time {t['gpu_s'] / 60:.1f} min",
         f"best: {t['best_sha'][:10]} {campaign.best.branch or 'baseline'}, {_us(t['best_geomean_us'])}, "
         f"{t['best_speedup']:.2f}x vs baseline on {t['device']}",
     ]

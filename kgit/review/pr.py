@@ -29,6 +29,7 @@ from kgit.archive import remotes
 from kgit.archive.refs import ExperimentRef
 from kgit.archive.repo import Repo
 from kgit.errors import KgitError
+from kgit.costs import cost_text
 
 REVIEW_PREFIX = "kgit-review/"
 _SQUASH_OF = re.compile(r"Kgit-Squash-Of: ([0-9a-f]{40})")
@@ -268,7 +269,8 @@ def pr_body(campaign, exp, bodies: dict, *, remote: str, branch: str, squashed: 
     cost = sum(a.cost or 0.0 for a in exp.attempts)
     tokens = sum(a.tokens or 0 for a in exp.attempts)
     lines += ["## Model and cost", "",
-              f"Model: {exp.models}; LLM cost ${cost:.3f} ({int(tokens)} tokens); "
+              f"Model: {exp.models}; LLM cost {cost_text(cost, exp.unpriced, 3, 'attempt')} "
+              f"({int(tokens)} tokens); "
               f"evaluation time {exp.eval_s:.0f} s over {len(exp.attempts)} attempt(s).", ""]
     lines += ["## Reproduce", "", "```",
               f"git fetch {remote} {branch}",
