@@ -13,3 +13,8 @@ def cost_text(cost: float | None, unpriced: int = 0, digits: int = 4, unit: str 
     if not cost:
         return f"unpriced ({many} without a price)"
     return f"${cost:.{digits}f} + {many} unpriced"
+
+
+def unpriced(attempt) -> bool:
+    """The attempt's model calls had no price (`Kgit-Cost-USD: unknown`)."""
+    return attempt.trailers.get("Kgit-Cost-USD", [""])[-1] == "unknown"

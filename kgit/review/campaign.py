@@ -14,18 +14,13 @@ from tabulate import tabulate
 from kgit.archive import measure
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
 from kgit.errors import KgitError
-from kgit.costs import cost_text
+from kgit.costs import cost_text, unpriced
 from kgit.review.text import num as _num
 from kgit.workflow import best as best_of
 from kgit.workflow import find, resolve
 from kgit_harness import peaks as devices_mod
 from kgit import problems as problem_mod
 from kgit_harness.result import geomean
-
-
-def unpriced(attempt: Attempt) -> bool:
-    """The attempt's model calls had no price (`Kgit-Cost-USD: unknown`)."""
-    return attempt.trailers.get("Kgit-Cost-USD", [""])[-1] == "unknown"
 
 
 @dataclass

@@ -6,7 +6,7 @@ from tabulate import tabulate
 
 from kgit.problems import shipped
 from kgit.problems import load_task
-from kgit.review import campaign as review
+from kgit.costs import unpriced
 
 
 def num(value, fmt="{:.1f}"):
@@ -96,7 +96,7 @@ def attempt_text(attempt, body: str, base_times: dict, diffstat: str) -> str:
         f"geomean:    {_num(attempt.geomean, '{:.2f} us')}   vs base {_num(attempt.speedup, '{:.2f}x')}   "
         f"vs baseline {_num(attempt.speedup_baseline, '{:.2f}x')}",
         f"model:      {attempt.model}" + (f"   cost ${attempt.cost:.4f}" if attempt.cost is not None else
-                                           "   cost unpriced" if review.unpriced(attempt) else ""),
+                                           "   cost unpriced" if unpriced(attempt) else ""),
     ]
     for note in attempt.notes:  # re-measurements; a failed one shows its reason (the excerpt is in the note)
         figure = f"{note['geomean_us']:.2f} us" if note.get("geomean_us") else note.get("status") or "?"
