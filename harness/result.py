@@ -24,6 +24,9 @@ def new(status: str = "crash", **fields) -> dict:
         # Added within kgit.result/1 (readers must tolerate its absence): whether the
         # speed-of-light guard ran, with which peaks, and why not when it did not.
         "speed_of_light": None,
+        # Added within kgit.result/1: the candidate's kernels cross-compiled for the build
+        # targets (harness/targets.py), candidate-reported; None when none were declared.
+        "targets": None,
     }
     doc.update(fields)
     return doc

@@ -82,6 +82,15 @@ def check_names(names) -> list[str]:
     return names
 
 
+def key_of_name(name: str) -> str:
+    """The target as a git trailer key part: sm_90a -> sm-90a (keys allow letters, digits, "-")."""
+    return name.replace("_", "-")
+
+
+def name_of_key(part: str) -> str:
+    return next((n for n in KNOWN if key_of_name(n) == part), part)
+
+
 def gpu_target(name: str):
     from triton.backends.compiler import GPUTarget
 

@@ -120,8 +120,19 @@ class Config:
     timing: TimingConfig = field(default_factory=TimingConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
     evolve: EvolveConfig = field(default_factory=EvolveConfig)
+    # Build targets every candidate is cross-compiled for (docs/targets.md); null: the
+    # problem's declared ones. require_targets makes a failed build a failing status.
+    targets: typing.Optional[list] = None
+    require_targets: bool = False
 
     def validate(self, where):
+        if self.targets is not None:
+            from kgit_harness.targets import check_names
+
+            try:
+                check_names(self.targets)
+            except ValueError as e:
+                raise ConfigError(f"{where}targets: {e}.") from None
         parts = pathlib.PurePosixPath(self.problem).parts
         if not parts or self.problem.startswith(("/", "\\")) or ".." in parts or parts[0] == ".git":
             raise ConfigError(f"{where}problem must name a folder inside the repository, such as \"problem\", "

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kgit import config as config_mod
-from kgit.evaluation import child as evaluate
+from kgit.evaluation import buildfacts, child as evaluate
 from kgit.archive import measure
 from kgit.archive import trailers as tr
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo, parse_branch, run_git
@@ -206,6 +206,7 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
                    author: str | None, model: str, cost: float | None = None, tokens: int | None = None,
                    extra_trailers: list | None = None) -> Outcome:
     """Commit one attempt on `branch` (whose tip must be `parent`) with its result; the lock is held."""
+    buildfacts.apply_policy(result, config)  # require_targets (issue 14): in place, so evolve sees it too
     attempts = repo.read()
     info = experiment_info(repo, attempts, branch)
     number = info["number"]
@@ -258,6 +259,7 @@ def result_trailers(doc: dict) -> list:
         out.append(("Kgit-Geomean-us", f"{doc['geomean_us']:.3f}"))
         out += [("Kgit-Time-us", f"{key} {value:.3f}") for key, value in measure.result_times(doc).items()]
     out += [("Kgit-Harness", doc.get("harness") or ""), ("Kgit-Eval-s", f"{doc.get('eval_s') or 0:.1f}")]
+    out += buildfacts.trailers(doc)  # Kgit-Target-<name> (issue 14, docs/targets.md)
     return out
 
 

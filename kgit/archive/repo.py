@@ -118,6 +118,14 @@ class Attempt:
     eval_s = property(lambda self: self._float("Kgit-Eval-s"))
 
     @property
+    def targets(self) -> dict[str, str]:
+        """{build target: its Kgit-Target-<name> trailer}, e.g. {"gfx942": "builds; vgpr 128, ..."}."""
+        from kgit_harness.targets import name_of_key
+
+        return {name_of_key(key[len("Kgit-Target-"):]): values[-1] for key, values in self.trailers.items()
+                if key.startswith("Kgit-Target-") and values}
+
+    @property
     def ok(self) -> bool:
         return self.status == "ok" and self.geomean is not None
 
@@ -151,6 +159,7 @@ class Attempt:
             "times_us": self.times, "model": self.model, "cost_usd": self.cost,
             "tokens": self.tokens, "eval_s": self.eval_s, "author": self.author,
             "time": self.time, "subject": self.subject, "notes": self.notes,
+            "targets": self.targets,
         }
 
 

@@ -117,6 +117,7 @@ def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, dev
         "problem_dir": str(problem_dir), "candidate_dir": str(candidate_dir),
         "timing": asdict(config.timing), "secret_seed": secrets.randbelow(2**31),
         "sandbox": isolation.child_settings(scratch, config.evaluator.timeout_s, config.evaluator.max_memory_gb),
+        "targets": config.targets,  # None: the problem's declared build targets (docs/targets.md)
     }
     result_r, result_w = os.pipe()
     # The child watches the read end; when kgit dies, however it dies, the kernel closes
