@@ -117,7 +117,7 @@ def load_task(problem_dir: Path) -> Task:
         flops=data.get("flops"), bytes=data.get("bytes"),
         forbidden=[str(f) for f in data.get("forbidden") or []],
         references=_check_references(path, data.get("references") or {}),
-        targets=_check_targets(path, data.get("targets", DEFAULT_TARGETS)),
+        targets=_check_targets(path, data.get("targets", list(DEFAULT_TARGETS))),
     )
 
 

@@ -157,16 +157,15 @@ def _evaluate(spec, task, on_gpu, torch, doc) -> dict:
 
     secret = int(spec.get("secret_seed", 0))
     tests = []
-    # [kgit targets, issue 14] The checks' launches are captured and cross-compiled for the
-    # build targets after them (untrusted side: this imports and compiles candidate code).
-    with build_targets.capture() as launches:
+    # [kgit targets, issue 14] The checks' launches are captured, then cross-compiled for the
+    # build targets into doc["targets"] (untrusted side: this compiles candidate code).
+    names = task.targets if spec.get("targets") is None else spec["targets"]
+    with build_targets.facts_into(doc, names):
         for shape in task.shapes("tests", on_gpu):
             # The published seed and one derived from the secret: outputs memorised for the
             # published inputs fail the second.
             for seed in (int(shape.get("seed", 0)), checking.mix_seed(shape.get("seed", 0), secret, 7)):
                 tests.append(_check_shape(task, reference, candidate, shape, seed, torch))
-    names = task.targets if spec.get("targets") is None else spec["targets"]
-    doc["targets"] = build_targets.build_facts(launches, names) if names else None
     # [end kgit targets]
     failed = [t for t in tests if not t["ok"]]
     if failed:

@@ -70,7 +70,9 @@ _OCP = {v: k for k, v in _FNUZ.items()}
 _FNUZ_TARGETS = ("gfx942", "gfx90a")
 # Distinct specializations compiled per kernel; the rest are counted, not compiled.
 MAX_VARIANTS = 4
-COMPILE_TIMEOUT_S = 300
+# A target whose compiles take longer gives no facts, so that one absurd kernel costs
+# a bounded share of the evaluation's time limit.
+COMPILE_TIMEOUT_S = 120
 
 
 def check_names(names) -> list[str]:
@@ -221,6 +223,27 @@ def capture():
             setattr(cls, attr, original)
 
 
+@contextlib.contextmanager
+def facts_into(doc: dict, names):
+    """Capture the launches made in the block, then put their build facts in doc["targets"].
+
+    The facts are built however the block ends short of an interrupt (a kernel that fails
+    on this machine may still build for the targets, and that is worth saying); with no
+    target names, nothing is captured and doc["targets"] is None.
+    """
+    if not names:
+        doc["targets"] = None
+        yield None
+        return
+    with capture() as launches:
+        try:
+            yield launches
+        except Exception:
+            doc["targets"] = build_facts(launches, names)
+            raise
+    doc["targets"] = build_facts(launches, names)
+
+
 # ---------------------------------------------------------------- compile
 
 
@@ -342,11 +365,14 @@ def _compile_variant(variant: Variant, name: str) -> dict:
     src = ASTSource(jit, signature, constexprs, attrs)
     if name in AMD:
         kernel = triton.compile(src, target=target, options=options.__dict__)
-        return amd_facts(kernel.asm["amdgcn"], kernel.metadata, name)
-    log = _PtxasLog()
-    with log:
-        kernel = triton.compile(src, target=target, options=options.__dict__)
-    return nvidia_facts(log.text or _ptxas_again(kernel, name), kernel.metadata, name)
+        facts = amd_facts(kernel.asm["amdgcn"], kernel.metadata, name)
+    else:
+        log = _PtxasLog()
+        with log:
+            kernel = triton.compile(src, target=target, options=options.__dict__)
+        facts = nvidia_facts(log.text or _ptxas_again(kernel, name), kernel.metadata, name)
+    facts["signature"] = {k: v for k, v in signature.items() if v != "constexpr"}
+    return facts
 
 
 class _PtxasLog:
@@ -420,7 +446,11 @@ def amd_facts(asm: str, metadata, name: str) -> dict:
     else:
         by_lds = limits["max_waves_per_simd"]
     occupancy = min(by_lds, compiler_occupancy) if compiler_occupancy is not None else by_lds
+    # Triton checks the LDS size only when it loads the kernel on a GPU; say it here.
+    too_big = lds > limits["lds_per_cu"]
     return {
+        "fits": not too_big,
+        "why": f"needs {_size(lds)} of LDS per workgroup; {name} has {_size(limits['lds_per_cu'])}" if too_big else None,
         "kernel": metadata.name, "num_warps": num_warps, "num_stages": metadata.num_stages,
         "vgpr": _grab(r"^\s*; NumVgprs:\s*(\d+)", asm), "agpr": _grab(r"^\s*; NumAgprs:\s*(\d+)", asm),
         "sgpr": _grab(r"^\s*; (?:Total)?NumSgprs:\s*(\d+)", asm),
@@ -444,10 +474,14 @@ def nvidia_facts(ptxas_log: str, metadata, name: str) -> dict:
     by_smem = limits["smem_per_sm"] // (shared + limits["smem_reserved_per_block"])
     # Registers are allocated per warp in units of 256.
     by_regs = (limits["regs_per_sm"] // (num_warps * 256 * math.ceil(regs * 32 / 256))) if regs else by_warps
-    occupancy = min(by_warps, by_smem, by_regs, limits["max_blocks_per_sm"])
+    occupancy = max(0, min(by_warps, by_smem, by_regs, limits["max_blocks_per_sm"]))
+    per_block = limits["smem_per_sm"] - limits["smem_reserved_per_block"]
+    too_big = shared > per_block
     return {
+        "fits": not too_big,
+        "why": f"needs {_size(shared)} of shared memory per block; {name} allows {_size(per_block)}" if too_big else None,
         "kernel": metadata.name, "num_warps": num_warps, "num_stages": metadata.num_stages,
-        "registers": regs, "shared_bytes": shared, "shared_limit": limits["smem_per_sm"] - limits["smem_reserved_per_block"],
+        "registers": regs, "shared_bytes": shared, "shared_limit": per_block,
         "spill_bytes": spill_stores + spill_loads, "spill_stores": spill_stores, "spill_loads": spill_loads,
         "stack_bytes": _grab(r"(\d+) bytes stack frame", ptxas_log, 0),
         "occupancy": occupancy, "occupancy_unit": "blocks/SM",
@@ -492,6 +526,9 @@ def _build_target(launches: Launches, name: str) -> dict:
         facts.update(options=_jsonable(variant.options), launches=variant.launches,
                      compile_s=round(time.perf_counter() - started, 3))
         kernels.append(facts)
+        if not facts["fits"]:
+            errors.append({"kernel": variant.kernel, "error": f"does not fit: {facts['why']}",
+                           "options": facts["options"]})
     return {"builds": not errors and bool(kernels), "error": errors[0]["error"] if errors else None,
             "kernels": kernels, "failures": errors, "not_compiled": skipped}
 
