@@ -102,8 +102,12 @@ class EvolveConfig:
     jobs: int = 1
     knowledge: list = field(default_factory=lambda: ["triton", "hopper", "cdna3", "fp8_gemm"])
     archive_tokens: int = 6000
+    # Profile the best attempt of each iteration with this hardware profiler (docs/targets.md).
+    profile: typing.Optional[str] = None
 
     def validate(self, where):
+        if self.profile is not None:
+            _choice(where + ".profile", self.profile, ("ncu", "rocprofv3", "auto"))
         for name in ("iterations", "pick", "attempts", "jobs", "archive_tokens"):
             _positive(f"{where}.{name}", getattr(self, name))
         for name in ("max_cost_usd", "max_wall_s"):

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from kgit.evaluation import backends
+from kgit.evaluation import backends, buildfacts
+from kgit.evaluation import profile as profile_mod
 from kgit import workflow as experiments
 from kgit.archive import trailers as tr
 from kgit.archive.repo import Repo
@@ -179,6 +180,8 @@ class Run:
                     # other hypotheses at their next attempt instead of letting them run on.
                     self.stopping.set()
                     raise
+        if self.config.evolve.profile:  # issue 14: hardware counters of the best attempt so far
+            self._line(tag, "profile", "design", profile_mod.after_iteration(self.repo, self.config))
         return True
 
     def _design(self, attempts, selection: Selection):
@@ -204,7 +207,8 @@ class Run:
                 return
             unanswered = False
             try:
-                new_files, edit_error, reply = self._write(plan, files, reference_files, error, attempt)
+                new_files, edit_error, reply = self._write(plan, files, reference_files, error, attempt,
+                                                           state["parent"])
             except LLMUnavailable as e:
                 # Recorded like edits that did not apply (an empty commit carrying the error);
                 # this hypothesis stops, the run goes on.
@@ -231,14 +235,16 @@ class Run:
             error = _feedback(result)
             state["parent"] = sha
 
-    def _write(self, plan, files, reference_files, error, attempt):
+    def _write(self, plan, files, reference_files, error, attempt, parent=None):
         if self.client.model("write") == "offline":
             return offline.write(files, plan), None, None
+        targets = buildfacts.base_facts(self.repo.read(), parent)  # issue 14: the base's (or last try's) build facts
         if attempt == 1:
-            text = write_mod.first_prompt(self.repo.root, self.task_text, plan, files, reference_files, self.editable)
+            text = write_mod.first_prompt(self.repo.root, self.task_text, plan, files, reference_files, self.editable,
+                                          targets)
         else:
             text = write_mod.fix_prompt(self.repo.root, self.task_text, plan, files, error, attempt,
-                                        self.config.evolve.attempts, self.editable)
+                                        self.config.evolve.attempts, self.editable, targets)
         return write_mod.implement(self.client, text, files, self.editable)
 
     def _result(self, parent: str, new_files, edit_error) -> tuple[dict, str, str]:

@@ -61,6 +61,17 @@ def short(targets: dict[str, str]) -> str:
     return "; ".join(cells)
 
 
+def base_facts(attempts, sha: str | None) -> str:
+    """The $targets text of a prompt: the build facts and latest profile of attempt `sha`."""
+    from kgit.evaluation import profile
+
+    attempt = next((a for a in attempts if a.sha == sha), None)
+    if attempt is None:
+        return prompt_lines({})
+    record = profile.latest(attempt)
+    return prompt_lines(attempt.targets, profile.lines(record) if record else None)
+
+
 def prompt_lines(targets: dict[str, str], profile: list[str] | None = None) -> str:
     """What the designer and writer read about the base: build facts per target, and the
     hardware-counter lines of its profile when one was taken."""

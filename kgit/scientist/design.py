@@ -7,6 +7,7 @@ history and decides.
 
 from __future__ import annotations
 
+from kgit.evaluation import buildfacts
 from kgit.scientist import prompts
 from kgit.scientist.answers import ask_json, design
 
@@ -40,7 +41,7 @@ def history(attempts, limit: int = HISTORY_CHARS) -> str:
 def prompt(repo_root, task_text, base_sha, reason, base_files, attempts, knowledge_text, pick) -> str:
     return prompts.render("design", repo_root, task=task_text, base=base_sha[:10], reason=reason,
                           base_code=prompts.code_block(base_files), history=history(attempts),
-                          knowledge=knowledge_text, pick=pick)
+                          knowledge=knowledge_text, pick=pick, targets=buildfacts.base_facts(attempts, base_sha))
 
 
 def plans(client, prompt_text: str, pick: int):

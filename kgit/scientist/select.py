@@ -8,6 +8,7 @@ first, until the budget is spent.
 from __future__ import annotations
 
 from kgit.archive import measure
+from kgit.evaluation import buildfacts
 from kgit.scientist import prompts
 from kgit.scientist.answers import Selection, ask_json, selection
 
@@ -22,6 +23,8 @@ def row(a) -> str:
     hypothesis = " ".join(a.hypothesis.split())[:140]
     line = (f"{a.sha[:10]} | {a.experiment}.{a.attempt} | {(a.base or '-')[:10]} | {a.status} | {geomean} | "
             f"{vs} | {times or '-'} | {hypothesis}")
+    if a.targets:  # build facts per target GPU (issue 14)
+        line += " | targets: " + buildfacts.short(a.targets)
     if a.raw_notes:  # re-measured: the latest geomean per device and the spread of repeats
         per_device = measure.by_device(a)
         if len(per_device) > 1 or any(d["n"] > 1 for d in per_device.values()):

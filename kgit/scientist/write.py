@@ -18,16 +18,17 @@ def regions_note(files: dict[str, str]) -> str:
             "keep the marker lines.")
 
 
-def first_prompt(repo_root, task_text, plan, base_files, reference_files, editable) -> str:
+def first_prompt(repo_root, task_text, plan, base_files, reference_files, editable, targets: str = "") -> str:
     reference = prompts.code_block(reference_files) if reference_files else "(none)"
     return prompts.render("write", repo_root, task=task_text, plan=plan.text(), base_code=prompts.code_block(base_files),
-                          reference_code=reference, editable=", ".join(editable), regions=regions_note(base_files))
+                          reference_code=reference, editable=", ".join(editable), regions=regions_note(base_files),
+                          targets=targets or "No build facts were recorded for this kernel.")
 
 
-def fix_prompt(repo_root, task_text, plan, files, error, attempt, attempts, editable) -> str:
+def fix_prompt(repo_root, task_text, plan, files, error, attempt, attempts, editable, targets: str = "") -> str:
     return prompts.render("fix", repo_root, task=task_text, plan=plan.text(), code=prompts.code_block(files),
                           error=error, attempt=attempt, attempts=attempts, editable=", ".join(editable),
-                          regions=regions_note(files))
+                          regions=regions_note(files), targets=targets or "No build facts were recorded for it.")
 
 
 def notes(answer: str) -> str:
