@@ -213,6 +213,10 @@ def test_the_attempt_shows_its_targets_in_show_and_log(softmax_repo, run_kgit):
     assert logged[0]["targets"] == baseline.targets
     devices = run_kgit(softmax_repo, "log", "--devices").output
     assert "build targets" in devices and "gfx942 vgpr " in devices
+    from kgit.review import campaign, html
+
+    page = html.render(campaign.load(repo, None), "softmax")
+    assert '<section id="targets"><h2>Build targets</h2>' in page and baseline.targets["sm_90a"] in page
 
 
 def test_prompt_lines_name_the_hardware_and_the_failures():
