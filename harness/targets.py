@@ -225,23 +225,35 @@ def capture():
 
 @contextlib.contextmanager
 def facts_into(doc: dict, names):
-    """Capture the launches made in the block, then put their build facts in doc["targets"].
+    """Capture the launches made in the block, then start compiling them for the targets;
+    `collect_into(doc)` later puts the build facts in doc["targets"].
 
-    The facts are built however the block ends short of an interrupt (a kernel that fails
-    on this machine may still build for the targets, and that is worth saying); with no
-    target names, nothing is captured and doc["targets"] is None.
+    The compiles start however the block ends short of an interrupt (a kernel that fails
+    on this machine may still build for the targets, and that is worth saying), and run in
+    other processes while the evaluation goes on (the timing). With no target names,
+    nothing is captured and doc["targets"] is None.
     """
+    doc["targets"] = None
     if not names:
-        doc["targets"] = None
         yield None
         return
     with capture() as launches:
         try:
             yield launches
         except Exception:
-            doc["targets"] = build_facts(launches, names)
+            _pending[id(doc)] = start_build(launches, names)
             raise
-    doc["targets"] = build_facts(launches, names)
+    _pending[id(doc)] = start_build(launches, names)
+
+
+def collect_into(doc: dict) -> None:
+    """Wait for the compiles `facts_into` started for `doc`, and record their facts in it."""
+    pending = _pending.pop(id(doc), None)
+    if pending is not None:
+        doc["targets"] = pending.finish()
+
+
+_pending: dict = {}
 
 
 # ---------------------------------------------------------------- compile
@@ -563,14 +575,18 @@ def _fork(work) -> tuple[int, int]:
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: answer, then leave without running the parent's cleanup
-        os.close(read_fd)
         try:
-            answer = json.dumps(work(), default=repr).encode()
-        except BaseException as e:  # noqa: BLE001 - reported to the parent as the answer
-            answer = json.dumps({"crash": f"{type(e).__name__}: {e}"[:2000]}).encode()
-        with os.fdopen(write_fd, "wb") as out:
-            out.write(answer)
-        os._exit(0)
+            os.close(read_fd)
+            try:
+                answer = json.dumps(work(), default=repr).encode()
+            except BaseException as e:  # noqa: BLE001 - reported to the parent as the answer
+                answer = json.dumps({"crash": f"{type(e).__name__}: {e}"[:2000]}).encode()
+            with os.fdopen(write_fd, "wb") as out:
+                out.write(answer)
+        finally:
+            # Whatever happened (the parent gone, the pipe broken), the child never returns
+            # into the parent's code.
+            os._exit(0)
     os.close(write_fd)
     return pid, read_fd
 
@@ -615,33 +631,57 @@ def _collect(children: dict, timeout_s: float) -> dict:
 def build_facts(launches: Launches, names, timeout_s: float = COMPILE_TIMEOUT_S) -> dict:
     """The result document's `targets` entry: per target, whether the captured kernels
     build and what each costs. Targets compile side by side, one forked child each."""
-    import triton
+    return start_build(launches, names, timeout_s).finish()
 
+
+def start_build(launches: Launches, names, timeout_s: float = COMPILE_TIMEOUT_S) -> "Build":
+    """Fork the compile children (from the calling thread, one per target) and return at once."""
     names = check_names(names)
-    started = time.perf_counter()
-    doc = {"reported_by": "candidate", "triton": triton.__version__,
-           "cache_dir": os.environ.get("TRITON_CACHE_DIR"), "launches": launches.total,
-           "variants": len(launches.variants), "unreadable": [f"{k}: {why}" for k, why in launches.unreadable],
-           "results": {}, "compile_s": None}
-    if not launches.variants:
-        why = ("no Triton kernel was launched" if not launches.unreadable
-               else "no Triton launch could be read: " + launches.unreadable[0][1])
-        doc["results"] = {n: {"builds": None, "error": why, "kernels": [], "failures": [], "not_compiled": 0}
-                          for n in names}
-        doc["compile_s"] = 0.0
+    build = Build(launches, names, timeout_s, time.perf_counter())
+    if launches.variants:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        build.children = {n: _fork(lambda n=n: _build_target(launches, n)) for n in names}
+    return build
+
+
+@dataclass
+class Build:
+    """Compiles under way in forked children; `finish()` waits for them and makes the entry."""
+
+    launches: Launches
+    names: list
+    timeout_s: float
+    started: float
+    children: dict = field(default_factory=dict)
+
+    def finish(self) -> dict:
+        import triton
+
+        launches = self.launches
+        waited = time.perf_counter()
+        doc = {"reported_by": "candidate", "triton": triton.__version__,
+               "cache_dir": os.environ.get("TRITON_CACHE_DIR"), "launches": launches.total,
+               "variants": len(launches.variants), "unreadable": [f"{k}: {why}" for k, why in launches.unreadable],
+               "results": {}, "compile_s": 0.0, "waited_s": 0.0}
+        if not self.children:
+            why = ("no Triton kernel was launched" if not launches.unreadable
+                   else "no Triton launch could be read: " + launches.unreadable[0][1])
+            doc["results"] = {n: {"builds": None, "error": why, "kernels": [], "failures": [], "not_compiled": 0}
+                              for n in self.names}
+            return doc
+        left = max(1.0, self.timeout_s - (waited - self.started))
+        answers = _collect(self.children, left)
+        for n in self.names:
+            answer = answers[n]
+            if "crash" in answer:
+                answer = {"builds": None, "error": f"not built: {answer['crash']}", "kernels": [], "failures": [],
+                          "not_compiled": 0}
+            doc["results"][n] = answer
+        done = time.perf_counter()
+        # compile_s: from the fork to the last answer; waited_s: what the evaluation waited for them.
+        doc["compile_s"], doc["waited_s"] = round(done - self.started, 3), round(done - waited, 3)
         return doc
-    # Forked from this (main) thread, one child per target: they compile side by side.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    answers = _collect({n: _fork(lambda n=n: _build_target(launches, n)) for n in names}, timeout_s)
-    for n in names:
-        answer = answers[n]
-        if "crash" in answer:
-            answer = {"builds": None, "error": f"not built: {answer['crash']}", "kernels": [], "failures": [],
-                      "not_compiled": 0}
-        doc["results"][n] = answer
-    doc["compile_s"] = round(time.perf_counter() - started, 3)
-    return doc
 
 
 # ---------------------------------------------------------------- summaries

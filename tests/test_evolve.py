@@ -268,7 +268,7 @@ def test_offline_evolve_on_the_gpu(kernel_repo):
 # -- prompts: templates, overrides, knowledge, the archive table -------------------------
 def test_templates_render_and_repo_overrides_win(kernel_repo):
     text = prompts.render("fix", None, task="T", plan="P", error="E", code="C", attempt=2, attempts=3,
-                          editable="kernel.py", regions="")
+                          editable="kernel.py", regions="", targets="")
     assert "attempt 2 of 3" in text and "$" not in text
     (kernel_repo / "prompts").mkdir()
     (kernel_repo / "prompts" / "select.md").write_text("Pick from $archive, or $nonsense.\n")

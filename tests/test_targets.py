@@ -84,7 +84,7 @@ def test_inline_ptx_builds_for_hopper_only_and_says_why(monkeypatch):
     kernel = _load(DATA / "ptx_only.py", monkeypatch)
     with targets.capture() as launches:
         with pytest.raises(Exception, match="inline_asm"):  # the interpreter cannot run asm
-            kernel.custom_kernel(torch.arange(300, dtype=torch.int32))
+            kernel.custom_kernel(torch.randn(300))
     doc = targets.build_facts(launches, BOTH)
     amd, nv = doc["results"]["gfx942"], doc["results"]["sm_90a"]
     assert nv["builds"] is True
@@ -114,8 +114,8 @@ def test_capture_of_compiled_jit_functions_reads_the_real_specialization(monkeyp
     from triton.runtime.jit import JITFunction
 
     assert isinstance(kernel._copy_bits, JITFunction)
-    x = torch.arange(256, dtype=torch.int32)
-    y = torch.empty_like(x)
+    x = torch.randn(256)
+    y = torch.empty(256, dtype=torch.int32)
     with targets.capture() as launches:
         for n in (256, 1):  # no GPU: each launch fails after the capture saw it
             with pytest.raises(Exception):
@@ -125,7 +125,7 @@ def test_capture_of_compiled_jit_functions_reads_the_real_specialization(monkeyp
     assert first.options == {"num_warps": 2}
     # n=256 is divisible by 16; n=1 becomes a constant, as Triton specializes it.
     assert first.specialization["cuda"][2] == ("i32", "D") and second.specialization["cuda"][2][0] == "constexpr"
-    assert first.specialization["hip"][0][0] == "*i32"
+    assert first.specialization["hip"][0][0] == "*fp32" and first.specialization["hip"][1][0] == "*i32"
     # Outside the block nothing is recorded any more, and run is Triton's own again.
     assert not getattr(JITFunction.run, "_kgit_capture", False)
 
@@ -217,6 +217,18 @@ def test_the_attempt_shows_its_targets_in_show_and_log(softmax_repo, run_kgit):
 
     page = html.render(campaign.load(repo, None), "softmax")
     assert '<section id="targets"><h2>Build targets</h2>' in page and baseline.targets["sm_90a"] in page
+
+
+def test_an_attempt_that_fails_here_still_says_where_it_builds(softmax_repo, run_kgit):
+    """Inline PTX cannot run in the CPU interpreter (runtime-error), and does not build for MI300."""
+    assert run_kgit(softmax_repo, "try", "copy the bits through inline PTX").exit_code == 0
+    (softmax_repo / "kernel.py").write_text((DATA / "ptx_only.py").read_text())
+    run_kgit(softmax_repo, "record")
+    attempt = next(a for a in Repo(softmax_repo).read() if not a.is_baseline)
+    assert attempt.status == "runtime-error"
+    assert attempt.targets["gfx942"].startswith("fails: ") and "invalid instruction" in attempt.targets["gfx942"]
+    assert attempt.targets["sm_90a"].startswith("builds; regs ")
+    assert "target:     gfx942 fails: " in run_kgit(softmax_repo, "show").output
 
 
 def test_prompt_lines_name_the_hardware_and_the_failures():
