@@ -197,6 +197,7 @@ def _wrap_bench(original):
         finally:
             _state.tuning -= 1
 
+    bench._kgit_capture = True
     return bench
 
 

@@ -130,6 +130,18 @@ def test_capture_of_compiled_jit_functions_reads_the_real_specialization(monkeyp
     assert not getattr(JITFunction.run, "_kgit_capture", False)
 
 
+def test_an_autotuner_counts_only_the_configuration_it_runs(monkeypatch):
+    kernel = _load(DATA / "autotuned.py", monkeypatch)
+    with targets.capture() as launches:
+        kernel.custom_kernel(torch.randn(1000))
+    tuner = kernel._copy
+    assert len(tuner.configs) == 2 and launches.total == 1
+    (variant,) = launches.variants
+    chosen = tuner.best_config
+    assert variant.options["num_warps"] == chosen.num_warps
+    assert variant.specialization["cuda"][-1] == ("constexpr", chosen.kwargs["BLOCK"])
+
+
 def test_no_launch_gives_unknown_not_a_failure():
     with targets.capture() as launches:
         pass
