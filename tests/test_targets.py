@@ -130,10 +130,12 @@ def test_capture_of_compiled_jit_functions_reads_the_real_specialization(monkeyp
     assert not getattr(JITFunction.run, "_kgit_capture", False)
 
 
+@pytest.mark.gpu
 def test_an_autotuner_counts_only_the_configuration_it_runs(monkeypatch):
-    kernel = _load(DATA / "autotuned.py", monkeypatch)
+    # The autotuner needs a GPU to time its configurations (the interpreter has no benchmarker).
+    kernel = _load(DATA / "autotuned.py", monkeypatch, interpret=False)
     with targets.capture() as launches:
-        kernel.custom_kernel(torch.randn(1000))
+        kernel.custom_kernel(torch.randn(1000, device="cuda"))
     tuner = kernel._copy
     assert len(tuner.configs) == 2 and launches.total == 1
     (variant,) = launches.variants
