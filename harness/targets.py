@@ -642,7 +642,11 @@ def start_build(launches: Launches, names, timeout_s: float = COMPILE_TIMEOUT_S)
     if launches.variants:
         sys.stdout.flush()
         sys.stderr.flush()
-        build.children = {n: _fork(lambda n=n: _build_target(launches, n)) for n in names}
+        for n in names:
+            try:
+                build.children[n] = _fork(lambda n=n: _build_target(launches, n))
+            except OSError as e:  # a process limit: no facts for this target, the evaluation goes on
+                build.refused[n] = f"no compile process could be started ({e})"
     return build
 
 
@@ -655,6 +659,7 @@ class Build:
     timeout_s: float
     started: float
     children: dict = field(default_factory=dict)
+    refused: dict = field(default_factory=dict)  # target -> why its child could not start
 
     def finish(self) -> dict:
         import triton
@@ -665,7 +670,7 @@ class Build:
                "cache_dir": os.environ.get("TRITON_CACHE_DIR"), "launches": launches.total,
                "variants": len(launches.variants), "unreadable": [f"{k}: {why}" for k, why in launches.unreadable],
                "results": {}, "compile_s": 0.0, "waited_s": 0.0}
-        if not self.children:
+        if not self.children and not self.refused:
             why = ("no Triton kernel was launched" if not launches.unreadable
                    else "no Triton launch could be read: " + launches.unreadable[0][1])
             doc["results"] = {n: {"builds": None, "error": why, "kernels": [], "failures": [], "not_compiled": 0}
@@ -673,6 +678,7 @@ class Build:
             return doc
         left = max(1.0, self.timeout_s - (waited - self.started))
         answers = _collect(self.children, left)
+        answers.update({n: {"crash": why} for n, why in self.refused.items()})
         for n in self.names:
             answer = answers[n]
             if "crash" in answer:

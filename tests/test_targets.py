@@ -32,21 +32,22 @@ def _load(path: Path, monkeypatch, interpret: bool = True):
     return module
 
 
-def _shipped(name, monkeypatch):
-    folder = problem.shipped()[name]
-    return _load(folder / "kernel.py", monkeypatch), _load(folder / "reference.py", monkeypatch)
+def _probe(kernel: Path, data: str, **kwargs) -> dict:
+    """Capture and build facts in a fresh interpreter process (tests/targets_probe.py)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(Path(__file__).parent / "targets_probe.py"), str(kernel), data,
+                           json.dumps(kwargs)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
 def fp8_facts():
-    mp = pytest.MonkeyPatch()
-    try:
-        kernel, reference = _shipped("fp8_blockscale_gemm", mp)
-        with targets.capture() as launches:
-            kernel.custom_kernel(reference.generate_input(m=64, n=576, k=256, seed=1))
-        return targets.build_facts(launches, BOTH)
-    finally:
-        mp.undo()
+    folder = problem.shipped()["fp8_blockscale_gemm"]
+    probe = _probe(folder / "kernel.py", "reference.generate_input(m=64, n=576, k=256, seed=1)")
+    assert probe["host_error"] is None
+    return probe["targets"]
 
 
 def test_fp8_baseline_builds_for_mi300_and_hopper_with_the_targets_own_fp8(fp8_facts):
@@ -66,11 +67,10 @@ def test_fp8_baseline_builds_for_mi300_and_hopper_with_the_targets_own_fp8(fp8_f
     assert targets.trailer_value(amd).startswith(f"builds; vgpr {k_amd['vgpr']}, lds ")
 
 
-def test_softmax_baseline_builds_for_both_targets(monkeypatch):
-    kernel, reference = _shipped("softmax", monkeypatch)
-    with targets.capture() as launches:
-        kernel.custom_kernel(reference.generate_input(rows=8, cols=1000, seed=3))
-    doc = targets.build_facts(launches, BOTH)
+def test_softmax_baseline_builds_for_both_targets():
+    probe = _probe(problem.shipped()["softmax"] / "kernel.py", "reference.generate_input(rows=8, cols=1000, seed=3)")
+    assert probe["host_error"] is None
+    doc = probe["targets"]
     for name in BOTH:
         result = doc["results"][name]
         assert result["builds"] is True, result["error"]
@@ -80,12 +80,10 @@ def test_softmax_baseline_builds_for_both_targets(monkeypatch):
         assert result["kernels"][0]["options"] == {"num_warps": 4, "num_stages": 1}
 
 
-def test_inline_ptx_builds_for_hopper_only_and_says_why(monkeypatch):
-    kernel = _load(DATA / "ptx_only.py", monkeypatch)
-    with targets.capture() as launches:
-        with pytest.raises(Exception, match="inline_asm"):  # the interpreter cannot run asm
-            kernel.custom_kernel(torch.randn(300))
-    doc = targets.build_facts(launches, BOTH)
+def test_inline_ptx_builds_for_hopper_only_and_says_why():
+    probe = _probe(DATA / "ptx_only.py", "torch.randn(300)")
+    assert "inline_asm" in probe["host_error"]  # the interpreter cannot run asm
+    doc = probe["targets"]
     amd, nv = doc["results"]["gfx942"], doc["results"]["sm_90a"]
     assert nv["builds"] is True
     assert amd["builds"] is False and "invalid instruction" in amd["error"]
@@ -93,12 +91,10 @@ def test_inline_ptx_builds_for_hopper_only_and_says_why(monkeypatch):
     assert targets.failing(doc, BOTH) == ["gfx942"]
 
 
-def test_absurd_tile_reports_lds_and_shared_memory_overflow(monkeypatch):
-    kernel = _load(DATA / "huge_tile.py", monkeypatch)
-    a, b = torch.randn(16, 16).half(), torch.randn(16, 16).half()
-    with targets.capture() as launches:
-        kernel.custom_kernel((a, b))
-    doc = targets.build_facts(launches, BOTH)
+def test_absurd_tile_reports_lds_and_shared_memory_overflow():
+    probe = _probe(DATA / "huge_tile.py", "(torch.randn(16, 16).half(), torch.randn(16, 16).half())")
+    assert probe["host_error"] is None
+    doc = probe["targets"]
     amd, nv = doc["results"]["gfx942"], doc["results"]["sm_90a"]
     assert amd["builds"] is False and "of LDS per workgroup; gfx942 has 64 KiB" in amd["error"]
     assert amd["kernels"][0]["lds_bytes"] > 65536 and amd["kernels"][0]["occupancy"] == 0
@@ -161,6 +157,22 @@ def test_a_compiler_that_dies_costs_its_target_only():
     answers = targets._collect(children, timeout_s=60)
     assert answers["dies"] == {"crash": "the compiler died (signal 9)"}
     assert answers["answers"] == {"builds": True}
+
+
+def test_a_refused_fork_costs_the_facts_not_the_evaluation(monkeypatch):
+    kernel = _load(DATA / "ptx_only.py", monkeypatch, interpret=False)
+    with targets.capture() as launches:
+        with pytest.raises(Exception):  # no GPU: the launch fails after the capture saw it
+            kernel.custom_kernel(torch.randn(8))
+
+    def refuse(work):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(targets, "_fork", refuse)
+    doc = targets.build_facts(launches, BOTH)
+    for name in BOTH:
+        assert doc["results"][name]["builds"] is None
+        assert "no compile process could be started" in doc["results"][name]["error"]
 
 
 def test_a_compile_that_overruns_is_killed():
