@@ -2,6 +2,7 @@
 `.kgit.yaml` inside the kgit package (kgit/shipped.py finds them there)."""
 
 import shutil
+import warnings
 from pathlib import Path
 
 from setuptools import setup
@@ -19,4 +20,8 @@ class BuildWithShippedFiles(build_py):
         shutil.copy2(HERE / ".kgit.yaml", target / ".kgit.yaml")
 
 
+# An editable install (scripts/venv.sh) ends with setuptools' "Editable installation"
+# notice, a banner of asterisks that only says not to delete the checkout; it is
+# information, not a problem, and it buries the line that says the install worked.
+warnings.filterwarnings("ignore", message="Editable installation")
 setup(cmdclass={"build_py": BuildWithShippedFiles})

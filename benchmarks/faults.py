@@ -86,7 +86,10 @@ def prepare_record(repo: Path):
     r = Repo(repo)
     experiments.start(r, f"block size {random.choice(BLOCKS)} trial {random.getrandbits(24):x}", checkout=True)
     kernel = repo / "kernel.py"
-    text = re.sub(r"BLOCK_SIZE = \d+", f"BLOCK_SIZE = {random.choice(BLOCKS)}", kernel.read_text())
+    current = re.search(r"BLOCK_SIZE = (\d+)", kernel.read_text()).group(1)
+    # A value other than the base's: `kgit record` refuses an unchanged kernel.
+    value = random.choice([b for b in BLOCKS if b != current])
+    text = re.sub(r"BLOCK_SIZE = \d+", f"BLOCK_SIZE = {value}", kernel.read_text())
     kernel.write_text(text)
 
 
@@ -247,7 +250,7 @@ def main():
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    print(f"sandbox here: {json.dumps(__import__("kgit.evaluation.sandbox", fromlist=["describe"]).describe())}", file=sys.stderr)
+    print(f"sandbox here: {json.dumps(__import__('kgit.evaluation.sandbox', fromlist=['describe']).describe())}", file=sys.stderr)
     kills = run_kills(args.trials, args.gpu, args.seed)
     faults = run_fault_classes(args.gpu)
     overhead = sandbox_overhead(args.overhead, args.gpu) if args.overhead else {}

@@ -103,6 +103,7 @@ def harness_start_s(repetitions=3) -> float:
     times = []
     for _ in range(repetitions):
         start = time.perf_counter()
+        # One process's imports; an evaluation runs two (the judge's overlaps the runner's).
         subprocess.run([sys.executable, "-I", "-B", "-c", "import torch, triton, kgit_harness.runner"],
                        env=env, check=True)
         times.append(time.perf_counter() - start)
@@ -142,6 +143,10 @@ def main():
     summary = evolve.evolve(repo, config, client=client)
     wall = time.perf_counter() - start
     n = len(summary.rows)
+    if n == 0:
+        # Every per-attempt figure below divides by the attempt count: say why there is none.
+        sys.exit(f"no attempt was made, so there is nothing to divide by (evolve stopped: {summary.stop}). "
+                 f"Run `kgit log` in {root} to see the baseline's result.")
     statuses = ", ".join(r.status for r in summary.rows)
     accounted = sum(prof.totals.values())
     prof.totals["other (python, threads, result handling)"] = wall - accounted
@@ -152,8 +157,9 @@ def main():
           f"{repo.read()[0].device}; timing: {'default' if args.gpu_timing else 'fast (CPU)'}")
     print(tabulate(rows, headers=["stage", "ms / attempt", "share"], tablefmt="simple"))
     child = prof.totals["harness child (start + checks + timing)"] / n
-    print(f"\nharness start alone (python -I + torch + triton imports): {start_s * 1000:.0f} ms, "
-          f"{start_s / child:.0%} of the harness child's time")
+    share = f"{start_s / child:.0%} of the harness child's time" if child > 0 else \
+        "no harness child ran (every attempt reused an earlier result)"
+    print(f"\nharness start alone (python -I + torch + triton imports): {start_s * 1000:.0f} ms, {share}")
     overhead = wall / n - child + start_s
     print(f"outside the model and the kernel: {overhead * 1000:.0f} ms per attempt "
           "(everything but the harness child, plus the child's start)")

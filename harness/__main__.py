@@ -1,33 +1,24 @@
-"""Child start-up: confine this process, then run the harness.
+"""Entry point: `python -I -B -m kgit_harness judge ...` or `... runner ...`.
 
-The confinement (dying with kgit, resource limits, read-only filesystem, no
-capabilities) is applied here, before torch or the candidate is imported, so nothing
-the candidate does runs with more than what is left. What held is reported on the
-result pipe as a first line, ahead of the result document.
+kgit starts the judge (harness/judge.py), the trusted side that decides the result; the
+judge starts the runner (harness/runner.py), where the candidate's code runs. The runner
+confines itself (harness/confine.py) before torch or the candidate is imported.
 """
 
-import faulthandler
-import json
-import os
 import sys
-
-from kgit_harness import confine
-from kgit_harness.runner import main
 
 
 def _start() -> int:
     argv = sys.argv[1:]
-    spec_path = argv[argv.index("--spec") + 1]
-    result_fd = int(argv[argv.index("--result-fd") + 1])
-    with open(spec_path, encoding="utf-8") as f:
-        spec = json.load(f)
-    # The spec holds the secret seed; the candidate runs in this folder, so the file goes.
-    os.unlink(spec_path)
-    # A segfault or abort then leaves the Python stack in stderr: the excerpt the writer sees.
-    faulthandler.enable()
-    report = confine.apply(spec)
-    os.write(result_fd, (json.dumps({"kgit_confine": report}) + "\n").encode())
-    return main(argv, spec=spec)
+    role = argv[0] if argv else ""
+    if role == "judge":
+        from kgit_harness.judge import main
+    elif role == "runner":
+        from kgit_harness.runner import main
+    else:
+        print("usage: python -I -B -m kgit_harness {judge --spec SPEC --result-fd FD | runner ...}", file=sys.stderr)
+        return 2
+    return main(argv[1:])
 
 
 sys.exit(_start())

@@ -75,7 +75,8 @@ def watch_lifeline(fd: int, own_group: bool):
 
 
 # -- resource limits ------------------------------------------------------------------
-def set_limits(cpu_s: int | None, nofile: int, fsize: int, data_bytes: int | None) -> list[str]:
+def set_limits(cpu_s: int | None, nofile: int, fsize: int, data_bytes: int | None,
+               nproc: int | None = None) -> list[str]:
     """Lower the hard limits so the candidate cannot raise them again; return what was set."""
     applied = []
 
@@ -94,7 +95,29 @@ def set_limits(cpu_s: int | None, nofile: int, fsize: int, data_bytes: int | Non
         lower(resource.RLIMIT_CPU, "cpu_s", cpu_s)
     if data_bytes:
         lower(resource.RLIMIT_DATA, "data", data_bytes)
+    if nproc:
+        # Counted per user namespace (Linux 5.14+): every process and thread in ours,
+        # and nothing outside it; apply() checks the kernel before asking for it.
+        lower(resource.RLIMIT_NPROC, "nproc", nproc)
     return applied
+
+
+def join_cgroup(folder: str):
+    """Move this process (and so everything it starts) into the cgroup at `folder`."""
+    with open(os.path.join(folder, "cgroup.procs"), "w") as f:
+        f.write("0")  # "0": the writing process, whatever its number in our PID namespace
+    # The candidate runs as the files' owner: without this it could raise pids.max or
+    # move itself out, also on GPU hosts where the rest of the filesystem stays writable.
+    _mount_setattr("/sys/fs/cgroup", recursive=True, set_=MOUNT_ATTR_RDONLY)
+
+
+def nproc_counts_per_namespace() -> bool:
+    """Since Linux 5.14 RLIMIT_NPROC counts the processes of a user namespace; before, all of the user's."""
+    try:
+        major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (5, 14)
 
 
 # -- filesystem -----------------------------------------------------------------------
@@ -110,26 +133,123 @@ def _mount_setattr(path: str, recursive: bool, set_=0, clear=0):
     _check(ret, f"mount_setattr({path})")
 
 
+def _bind(source: str, target: str):
+    _check(libc().mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None), f"bind mount {target}")
+
+
 def _bind_self(path: str):
     _check(libc().mount(path.encode(), path.encode(), None, MS_BIND | MS_REC, None), f"bind mount {path}")
 
 
-def read_only_except(writable: str, read_only: list[str]):
-    """Make every mount read-only except `writable` and a fresh /dev/shm.
+MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_RDONLY = 2, 4, 32, 1
+HIDE_BYTES = 1 << 20  # the empty tmpfs over a hidden folder holds only the paths mounted back
 
-    Needs a private mount namespace (the parent starts us in one). The folders in
-    `read_only` (the problem, the spec) stay read-only even though they sit inside
-    `writable`.
-    """
-    _bind_self(writable)
-    _mount_setattr("/", recursive=True, set_=MOUNT_ATTR_RDONLY)
-    _mount_setattr(writable, recursive=False, clear=MOUNT_ATTR_RDONLY)
-    for path in read_only:
-        _bind_self(path)
+
+def _mount(source, target: str, fstype, flags: int, data):
+    enc = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
+    _check(libc().mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+
+
+def _tmpfs(target: str, size: int, mode: str):
+    _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(size)},mode={mode}")
+
+
+def _make_read_only(path: str):
+    """Read-only for the mount at `path` alone (its own mount flags kept)."""
+    try:
         _mount_setattr(path, recursive=False, set_=MOUNT_ATTR_RDONLY)
+    except OSError as e:
+        if e.errno != errno.ENOSYS:
+            raise
+        # Before Linux 5.12: a remount must repeat the flags the mount already has.
+        kept = os.statvfs(path).f_flag & (MS_NOSUID | MS_NODEV | 8 | 1024 | 2048 | 4096)
+        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept, None)
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def runtime_paths() -> list[str]:
+    """Folders this interpreter still reads after confinement: Python, its packages, the
+    harness, the CUDA/ROCm toolkits. A hidden folder holding one gets it mounted back."""
+    found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(os.path.abspath(__file__))]
+    found += [p for p in sys.path if p]
+    found += [os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "HIP_PATH")]
+    found += os.environ.get("LD_LIBRARY_PATH", "").split(":")
+    found += [os.path.dirname(os.environ.get(v, "")) for v in ("TRITON_PTXAS_PATH", "TRITON_HIP_LLD_PATH")]
+    return sorted({os.path.realpath(p) for p in found if p and os.path.isdir(p)})
+
+
+def private_view(scratch: str, keep: list[str], hide: list[str], scratch_bytes: int | None,
+                 runtime: list[str]) -> tuple[list[str], list[str]]:
+    """Build the candidate's view of the filesystem in this (private) mount namespace.
+
+    - each folder in `hide` is covered by an empty, read-only tmpfs: not read-only,
+      gone. Folders of `runtime` inside it are mounted back read-only at their place;
+    - the scratch becomes a fresh tmpfs of `scratch_bytes` (writing past it fails with
+      ENOSPC), and the folders of `keep` that sit inside it (the candidate, the problem)
+      are mounted back read-only.
+
+    The mounts back come from descriptors opened before anything was covered; they are
+    closed before returning. Returns the folders hidden, and what was not hidden and why.
+    """
+    scratch = os.path.realpath(scratch)
+    keep = [os.path.realpath(p) for p in keep if p and os.path.isdir(p)]
+    refused, hidden = [], []
+    for folder in sorted({os.path.realpath(h) for h in hide if os.path.isdir(h)}, key=len):
+        if any(_inside(folder, h) for h in hidden) or _inside(folder, scratch):
+            continue  # covered already
+        holder = next((r for r in runtime if _inside(folder, r)), None)
+        if holder:
+            refused.append(f"{folder} is not hidden: the Python environment or toolkit in {holder} lives there")
+            continue
+        hidden.append(folder)
+    back = {p for p in runtime + keep if any(_inside(p, h) for h in hidden) or _inside(p, scratch) and p != scratch}
+    back = sorted(back, key=len)
+    back = [p for i, p in enumerate(back) if not any(_inside(p, q) for q in back[:i])]
+    fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for p in back}
+    # Parents before children: the folder a mount goes into must already be in the new view.
+    steps = sorted([(h, "hide") for h in hidden] + [(p, "back") for p in back]
+                   + ([(scratch, "scratch")] if scratch_bytes else []), key=lambda step: len(step[0]))
+    try:
+        for path, what in steps:
+            os.makedirs(path, exist_ok=True)
+            if what == "hide":
+                _tmpfs(path, HIDE_BYTES, "0755")
+            elif what == "scratch":
+                _tmpfs(path, scratch_bytes, "0700")
+            else:
+                _bind(f"/proc/self/fd/{fds[path]}", path)
+                _make_read_only(path)
+        for path in hidden:
+            _make_read_only(path)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    os.chdir(scratch)  # the old working directory is the folder under the new tmpfs
+    return hidden, refused
+
+
+def private_shm(size: int):
+    """A fresh, empty /dev/shm: POSIX shared memory neither outlives the evaluation nor is shared."""
     if os.path.isdir("/dev/shm"):
-        # Shared memory is a common scratch space; give the candidate its own, empty one.
-        _check(libc().mount(b"tmpfs", b"/dev/shm", b"tmpfs", 0, b"size=1g"), "mount tmpfs on /dev/shm")
+        _tmpfs("/dev/shm", size, "1777")
+
+
+def read_only_except(writable: list[str]):
+    """Make every mount read-only except the mounts at `writable` (the scratch, /dev/shm).
+
+    Mounts below a writable one (the candidate and problem folders mounted back)
+    keep their own read-only flag.
+    """
+    for path in writable:
+        if not os.path.ismount(path):
+            _bind_self(path)  # a mount of its own, so it can stay writable
+    _mount_setattr("/", recursive=True, set_=MOUNT_ATTR_RDONLY)
+    for path in writable:
+        _mount_setattr(path, recursive=False, clear=MOUNT_ATTR_RDONLY)
 
 
 def drop_capabilities():
@@ -157,6 +277,11 @@ def apply(spec: dict) -> dict:
     want = spec.get("sandbox") or {}
     applied, missing = [], []
 
+    if want.get("trusted_init"):
+        if os.getppid() == 1:
+            applied.append("trusted init as PID 1 (the namespace ends when kgit's lifeline closes)")
+        else:
+            missing.append("trusted init (the harness is not the child of PID 1)")
     lifeline = spec.get("lifeline_fd")
     if lifeline is not None:
         watch_lifeline(int(lifeline), own_group=not want.get("pid_namespace"))
@@ -169,19 +294,54 @@ def apply(spec: dict) -> dict:
             applied.append("parent-death signal")
         except OSError as e:
             missing.append(f"parent-death signal ({e.strerror})")
+    if want.get("ipc_namespace"):
+        applied.append("private IPC namespace")
 
+    if want.get("pids_cgroup"):
+        try:
+            join_cgroup(want["pids_cgroup"])
+            applied.append(f"pids cgroup (pids.max={open(want['pids_cgroup'] + '/pids.max').read().strip()})")
+        except OSError as e:
+            missing.append(f"pids cgroup ({e.strerror or e})")
+    nproc = want.get("nproc")
+    if want.get("pid_namespace") and not nproc and not want.get("pids_cgroup"):
+        missing.append("process-count limit (root is exempt from RLIMIT_NPROC and no pids cgroup is writable)")
+    if nproc and not nproc_counts_per_namespace():
+        missing.append(f"process-count limit (Linux {os.uname().release} counts all of the user's processes)")
+        nproc = None
     try:
         limits = set_limits(want.get("cpu_s"), int(want.get("nofile", 4096)),
-                            int(want.get("fsize", 4 << 30)), want.get("data_bytes"))
+                            int(want.get("fsize", 4 << 30)), want.get("data_bytes"), nproc)
         applied.append("limits " + " ".join(limits))
     except (OSError, ValueError) as e:
         missing.append(f"resource limits ({e})")
 
-    if want.get("read_only"):
+    if want.get("pid_namespace"):
         scratch = want["scratch"]
-        keep = [p for p in (spec.get("problem_dir"),) if p]
+        keep = [spec.get("candidate_dir"), spec.get("helpers_dir")]
+        hide = list(want.get("hide") or [])
+        if want.get("hide_problem"):
+            hide.append(spec.get("problem_dir"))
+        else:
+            keep.append(spec.get("problem_dir"))
         try:
-            read_only_except(scratch, keep)
+            hidden, refused = private_view(scratch, [p for p in keep if p], [h for h in hide if h],
+                                           want.get("scratch_bytes"), runtime_paths())
+            if want.get("scratch_bytes"):
+                applied.append(f"scratch is a tmpfs of {want['scratch_bytes']} bytes")
+            if hidden:
+                applied.append("hidden: " + ", ".join(hidden))
+            missing.extend(refused)
+        except OSError as e:
+            missing.append(f"private filesystem view: hidden folders, size-capped scratch ({e.strerror or e})")
+        try:
+            private_shm(int(want.get("shm_bytes") or 1 << 30))
+            applied.append("private /dev/shm")
+        except OSError as e:
+            missing.append(f"private /dev/shm ({e.strerror or e})")
+    if want.get("read_only"):
+        try:
+            read_only_except([p for p in (want["scratch"], "/dev/shm") if os.path.isdir(p)])
             applied.append("read-only filesystem except the scratch folder")
         except OSError as e:
             missing.append(f"read-only filesystem ({e.strerror or e})")

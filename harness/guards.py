@@ -3,7 +3,9 @@
 The static policy reads the source; these watch what the code does, which catches
 what a source check cannot see (names built from strings, objects found through gc):
 
-- the problem's forbidden library ops, through a TorchFunctionMode;
+- the problem's forbidden library ops, through a TorchFunctionMode (the Python names)
+  and a TorchDispatchMode (the ATen ops they lower to, so aliases such as
+  `torch._softmax`, `torch.ops.aten._softmax` or `torch.linalg.matmul` are caught too);
 - calls into the reference, through tripwires swapped into its functions;
 - threads started by the candidate (work deferred past the end of a timed call), gc
   object hunting and network access, through an audit hook (sys.addaudithook: the
@@ -11,7 +13,9 @@ what a source check cannot see (names built from strings, objects found through 
   removed); plus a check for threads left running;
 - a CUDA stream switched and not restored.
 
-A guard that trips records the violation in a flag the candidate cannot catch away
+These are policy, not security: code in the same process can undo any of them (the
+sandbox and the judge/runner boundary are what hold against that). A guard that trips
+records the violation in a flag the candidate cannot catch away
 (it may swallow the exception, not the record), and the runner turns the first
 violation into `rejected (<rule>)`.
 """
@@ -50,6 +54,8 @@ class Guards:
         self.violation: tuple[str, str] | None = None
         self._ops = _resolve(forbidden)
         self._mode = _op_mode(torch, self) if self._ops else None
+        self._aten = aten_ops(torch, forbidden)
+        self._dispatch_mode = _aten_mode(torch, self) if self._aten else None
         self._threads = set()
         self._stream = None
         self._tripwire = _Tripwire(reference, self) if reference is not None else None
@@ -128,12 +134,21 @@ class _Armed:
             g._stream = g.torch.cuda.current_stream()
         if g._mode is not None:
             g._mode.__enter__()
+        if g._dispatch_mode is not None:
+            g._dispatch_mode.__enter__()
         _armed[0] = g
         return g
 
     def __exit__(self, *exc):
         g = self.g
         _armed[0] = None
+        if g._dispatch_mode is not None:
+            depth = g.torch._C._len_torch_dispatch_stack()
+            on_top = depth > 0 and g.torch._C._get_dispatch_stack_at(depth - 1) is g._dispatch_mode
+            if not on_top and g.violation is None:
+                g.violation = ("op guard removed", "the kernel removed the harness's TorchDispatchMode")
+            if on_top:
+                g._dispatch_mode.__exit__(*exc)
         if g._mode is not None:
             # A candidate that popped our mode off the stack has disabled the op guard.
             depth = g.torch._C._len_torch_function_stack()
@@ -190,6 +205,124 @@ def _op_mode(torch, guards):
             return func(*args, **(kwargs or {}))
 
     return ForbiddenOps()
+
+
+# The ATen ops a forbidden name lowers to, by the name's last part. A family is
+# forbidden whole: torch.matmul on 3-D inputs becomes bmm, with a bias addmm, so
+# forbidding "a matmul" means every matrix-product op. Names not listed here are
+# traced once (called on a small tensor under a recording mode).
+_MATRIX_PRODUCTS = frozenset({"mm", "bmm", "addmm", "addbmm", "baddbmm", "mv", "addmv", "dot", "vdot", "matmul",
+                              "_scaled_mm", "_int_mm", "linear", "_addmm_activation"})
+ATEN_FAMILIES = {
+    **{name: _MATRIX_PRODUCTS for name in ("matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "einsum",
+                                            "tensordot", "linear", "_scaled_mm", "mv", "dot", "inner")},
+    "softmax": frozenset({"softmax", "_softmax", "_safe_softmax"}),
+    "log_softmax": frozenset({"log_softmax", "_log_softmax"}),
+}
+# Ops that only rearrange or allocate; a traced call that shows them forbids nothing by them.
+_PLUMBING = frozenset({"view", "_unsafe_view", "reshape", "expand", "permute", "t", "transpose", "select", "slice",
+                       "unsqueeze", "squeeze", "clone", "contiguous", "detach", "alias", "as_strided", "copy",
+                       "_to_copy", "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "fill", "lift_fresh"})
+
+
+def aten_base(func) -> str:
+    """"aten::add_.Tensor" -> "add": the op's name without namespace, overload or in-place mark."""
+    name = func._schema.name.split("::", 1)[-1]
+    return name[:-1] if name.endswith("_") and not name.endswith("__") else name
+
+
+def aten_ops(torch, forbidden: list[str]) -> dict:
+    """{ATen base name: the forbidden name it stands for} for the problem's forbidden names."""
+    found = {}
+    for name in forbidden:
+        last = name.rsplit(".", 1)[-1]
+        bases = ATEN_FAMILIES.get(last) or ATEN_FAMILIES.get(last.rstrip("_")) or _trace(torch, name)
+        for base in bases:
+            found.setdefault(base, name)
+    return found
+
+
+def _trace(torch, name: str) -> set:
+    """The non-plumbing ATen ops one call of `name` reaches, on small CPU tensors."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    fn = next(iter(_resolve([name])), None)
+    if fn is None or not callable(fn) or not _takes_tensors(torch, name):
+        return set()  # not a tensor op (a config call, a stream): nothing to trace, nothing to call
+    seen = set()
+
+    @_without_dynamo_import
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.add(aten_base(func))
+            return func(*args, **(kwargs or {}))
+
+    x = torch.ones(4, 4)
+    for args in ((x, x), (x, -1), (x,)):
+        seen.clear()
+        try:
+            with Recorder():
+                fn(*args)
+        except Exception:  # noqa: BLE001 - a signature that does not fit; try the next one
+            continue
+        ops = seen - _PLUMBING
+        if ops:
+            return ops
+    return set()
+
+
+def _without_dynamo_import(mode_cls):
+    """Spare the first dispatch the import of torch._dynamo (seconds on a loaded CPU host).
+
+    torch wraps every TorchDispatchMode's __torch_dispatch__ so that dynamo never traces
+    it, importing torch._dynamo at the first call to do so. Until something else (a
+    candidate's torch.compile) has imported dynamo there is nothing to keep out, so the
+    plain function runs; afterwards the wrapper gets dynamo's real `disable` as usual.
+    """
+    raw = getattr(mode_cls.__dict__.get("__torch_dispatch__"), "__wrapped__", None)
+    if raw is None:
+        return mode_cls  # a torch without the lazy wrapper: nothing to spare
+
+    def call(*args, **kwargs):
+        if "torch._dynamo" in sys.modules:
+            import torch._dynamo
+
+            disabled = torch._dynamo.disable(raw)
+            setattr(raw, "__dynamo_disable", disabled)
+            return disabled(*args, **kwargs)
+        return raw(*args, **kwargs)
+
+    setattr(raw, "__dynamo_disable", call)
+    return mode_cls
+
+
+# Namespaces of tensor ops: only names in these are traced by calling them.
+_TENSOR_OP_PREFIXES = ("torch.Tensor.", "torch.nn.functional.", "torch.linalg.", "torch.special.", "torch.fft.")
+
+
+def _takes_tensors(torch, name: str) -> bool:
+    """Is `name` a tensor op (safe to call on a small tensor), not a config call or a stream?"""
+    if name.startswith(_TENSOR_OP_PREFIXES):
+        return True
+    head, _, last = name.rpartition(".")
+    return head == "torch" and hasattr(torch._C._VariableFunctions, last)
+
+
+def _aten_mode(torch, guards):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ops = guards._aten
+
+    @_without_dynamo_import
+    class ForbiddenAtenOps(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = ops.get(aten_base(func))
+            if name is not None:
+                guards.trip(f"forbidden by the problem: {name}",
+                            f"the kernel reached {name} at run time, as the ATen op {func._schema.name}")
+            return func(*args, **(kwargs or {}))
+
+    return ForbiddenAtenOps()
 
 
 def _hashable(obj) -> bool:

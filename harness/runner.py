@@ -1,41 +1,44 @@
-"""The child side of an evaluation: check the candidate, then time it.
+"""The runner: the untrusted side of an evaluation, where the candidate's code runs.
 
-Run as `python -I -B -m kgit_harness --spec SPEC --result-fd FD`. The result goes to
-FD as one JSON document; stdout and stderr belong to the candidate and are only
-captured, never parsed.
+Started by the judge as `python -I -B -m kgit_harness runner --channel-fd N --lifeline-fd M`
+(wrapped in the sandbox prefix kgit chose). It holds the candidate folder, the channel
+and the task facts it needs (editable files, forbidden ops, the output index); never the
+problem folder, the reference, the seeds, expected outputs or the result channel. It
+confines itself, imports the candidate under the runtime guards and then calls it on
+inputs the judge placed in shared memory, copying each returned tensor into the judge's
+output buffer outside the timed region. Everything it reports is checked by the judge;
+the guards here are defence in depth (docs/harness.md says what each still catches).
 """
 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import importlib.util
-import json
 import os
+import socket
 import sys
-import time
 import traceback
-import uuid
 from pathlib import Path
 
-from kgit_harness import checking, peaks as devices, policy, problem, timing
-from kgit_harness import targets as build_targets
-from kgit_harness import result as result_mod
+from kgit_harness import channel, confine, shared, timing
 from kgit_harness.guards import Guards
-
-# Captured before any candidate code exists, so patching the module attribute later
-# does not change the clock the harness reads.
-_perf_counter = time.perf_counter
 
 
 class Verdict(Exception):
-    """Ends an evaluation early with a status; raised inside the runner only."""
+    """Ends a request with a failure the runner reports; the judge decides what it means."""
 
     def __init__(self, status, error, reason=None):
         super().__init__(error)
         self.status, self.error, self.reason = status, error, reason
 
+    def message(self) -> dict:
+        if self.status == "rejected":
+            return {"op": "violation", "rule": self.reason or "rejected", "detail": self.error[:4000]}
+        return {"op": "error", "status": self.status, "error": self.error[-4000:]}
 
-def _excerpt(exc: BaseException, limit: int = 4000) -> str:
+
+def excerpt(exc: BaseException, limit: int = 4000) -> str:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return text[-limit:]
 
@@ -47,53 +50,11 @@ def _is_compile_error(exc: BaseException) -> bool:
     return any("triton.compiler" in n or "CompilationError" in n for n in names)
 
 
-def _load_module(path: Path, name: str, hidden: bool):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        if hidden:
-            # The reference stays reachable through our own variable only.
-            sys.modules.pop(name, None)
-    return module
-
-
-def run(spec: dict) -> dict:
-    started = _perf_counter()
-    doc = result_mod.new("crash")
-    import torch
-
-    on_gpu = torch.cuda.is_available()
-    if not on_gpu:
-        # Must be set before triton.jit decorates anything in the candidate.
-        os.environ["TRITON_INTERPRET"] = "1"
-    doc["device"] = torch.cuda.get_device_name() if on_gpu else "cpu"
-    doc["timing"] = "events" if on_gpu else "interpreter"
-    doc["versions"] = timing.versions(torch)
-
-    task = problem.load_task(Path(spec["problem_dir"]))
-    doc["ranking"] = task.ranking
-    try:
-        doc.update(_evaluate(spec, task, on_gpu, torch, doc))
-    except Verdict as v:
-        doc.update(status=v.status, error=v.error, reason=v.reason)
-    build_targets.collect_into(doc)  # [kgit targets] the build facts started after the checks
-    doc["eval_s"] = round(_perf_counter() - started, 3)
-    return doc
-
-
 class Candidate:
     """The candidate's kernel, called only through the runtime guards."""
 
     def __init__(self, kernel, guards, clock):
         self.kernel, self.guards, self.clock = kernel, guards, clock
-
-    def call(self, data):
-        """One guarded call, outside any timed region."""
-        with self.guarded():
-            return self.kernel(data)
 
     @contextlib.contextmanager
     def guarded(self):
@@ -110,7 +71,7 @@ class Candidate:
         except BaseException as e:  # noqa: BLE001 - a failing kernel is a result, not a harness error
             self.verify()
             status = "compile-error" if _is_compile_error(e) else "runtime-error"
-            raise Verdict(status, _excerpt(e)) from None
+            raise Verdict(status, excerpt(e)) from None
 
     def verify(self):
         """After a call (outside any timed region): did a guard trip, or a timer change?"""
@@ -123,126 +84,179 @@ class Candidate:
             raise Verdict("rejected", f"the candidate replaced {', '.join(changed)}", reason="patched timers")
 
 
-def _evaluate(spec, task, on_gpu, torch, doc) -> dict:
-    candidate_dir = Path(spec["candidate_dir"])
-    sources = {f: (candidate_dir / f).read_text(encoding="utf-8", errors="replace")
-               for f in task.files if (candidate_dir / f).exists()}
-    if not sources:
-        raise Verdict("compile-error", f"none of the editable files {task.files} exist in the candidate")
-    violation = policy.check(sources, task.forbidden)
-    if violation:
-        rule, detail = violation
-        raise Verdict("rejected", detail, reason=rule)
-
-    module = _load_module(Path(spec["problem_dir"]) / "reference.py", f"_kgit_ref_{uuid.uuid4().hex}", hidden=True)
-    guards = Guards(torch, task.forbidden, module)
-    reference = guards.reference_proxy(module)
-    del module  # from here on the real functions run only through reference_call
-    clock = timing.Clock(torch, on_gpu)
-    guards.arm_reference()
-    guards.snapshot_threads()
-
-    sys.path.insert(0, str(candidate_dir))
-    try:
-        with guards.armed():
-            loaded = _load_module(candidate_dir / task.files[0], "kernel_under_test", hidden=False)
-    except BaseException as e:  # noqa: BLE001 - anything the import does is the candidate's failure
-        if guards.violation:
-            raise Verdict("rejected", guards.violation[1], reason=guards.violation[0]) from None
-        raise Verdict("compile-error", _excerpt(e)) from None
-    kernel = getattr(loaded, "custom_kernel", None)
-    if not callable(kernel):
-        raise Verdict("compile-error", f"{task.files[0]} defines no custom_kernel(data) function")
-    candidate = Candidate(kernel, guards, clock)
-    candidate.verify()
-
-    secret = int(spec.get("secret_seed", 0))
-    tests = []
-    # [kgit targets, issue 14] The checks' launches are captured, then cross-compiled for the
-    # build targets while the timing runs (untrusted side: this compiles candidate code).
-    names = task.targets if spec.get("targets") is None else spec["targets"]
-    with build_targets.facts_into(doc, names):
-        for shape in task.shapes("tests", on_gpu):
-            # The published seed and one derived from the secret: outputs memorised for the
-            # published inputs fail the second.
-            for seed in (int(shape.get("seed", 0)), checking.mix_seed(shape.get("seed", 0), secret, 7)):
-                tests.append(_check_shape(task, reference, candidate, shape, seed, torch))
-    # [end kgit targets]
-    failed = [t for t in tests if not t["ok"]]
-    if failed:
-        return {"status": "incorrect", "tests": tests,
-                "error": "\n".join(f"{t['key']} (seed {t['seed']}): {t['message']}" for t in failed)[:4000]}
-
-    shapes = []
-    for shape in task.shapes("benchmarks", on_gpu):
-        runs = timing.measure(task, reference, candidate, shape, secret, clock, spec["timing"], torch)
-        entry = {"key": problem.shape_key(shape), "shape": {k: v for k, v in shape.items() if k != "seed"}, **runs}
-        shapes.append(entry)
-        if entry.get("error"):
-            return {"status": "incorrect", "tests": tests, "shapes": shapes,
-                    "error": f"{entry['key']}: {entry['error']}"[:4000]}
-        why = timing.escaped(entry)
-        if why:
-            doc.update(tests=tests, shapes=shapes)
-            raise Verdict("rejected", f"{entry['key']}: {why}", reason="work escaped the timing events")
-    candidate.verify()
-    sol = _speed_of_light(spec, task, shapes, on_gpu, torch)
-    if sol.pop("verdict", None):
-        doc.update(tests=tests, shapes=shapes, speed_of_light=sol)
-        raise Verdict("rejected", sol["why"], reason="faster than physically possible")
-    geo = result_mod.geomean(s[task.ranking + "_us"] for s in shapes)
-    if geo is None:
-        raise Verdict("runtime-error", "a benchmark shape timed at zero or less; the timer saw no work, "
-                      "so there is no geometric mean to rank by")
-    return {"status": "ok", "tests": tests, "shapes": shapes, "geomean_us": geo, "speed_of_light": sol}
+def _load_module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-def _speed_of_light(spec, task, shapes, on_gpu, torch) -> dict:
-    if not on_gpu:
-        return {"checked": False, "why": "not checked: interpreter timings are host time on the CPU, not a GPU's"}
-    if spec.get("device_peaks"):
-        peak = devices.from_override(spec["device_peaks"])
-    else:
-        peak = devices.lookup(torch.cuda.get_device_name()) or devices.measure(torch)
-    info = {"checked": True, "peak": peak.to_dict(), "margin": devices.MARGIN, "why": "within physical limits"}
-    verdict = devices.judge(task, shapes, peak)
-    if verdict:
-        info.update(why=verdict, verdict=True)
-    return info
+def deliver(torch, out, target) -> str | None:
+    """Copy what the kernel returned into the judge's buffer; why it cannot be, or None."""
+    if isinstance(target, (tuple, list)):
+        if not isinstance(out, (tuple, list)) or len(out) != len(target):
+            return f"expected a sequence of {len(target)} outputs, got {type(out).__name__}"
+        for i, (o, t) in enumerate(zip(out, target)):
+            why = deliver(torch, o, t)
+            if why:
+                return f"output {i}: {why}"
+        return None
+    if not isinstance(out, torch.Tensor):
+        return f"expected a tensor, got {type(out).__name__}"
+    if type(out) is not torch.Tensor:
+        # A subclass can compute its values when they are read, after timing ended.
+        return f"returned a {type(out).__name__}, a torch.Tensor subclass; return a plain tensor"
+    if out.shape != target.shape:
+        return f"shape {tuple(out.shape)} != expected {tuple(target.shape)}"
+    if out.dtype != target.dtype:
+        return f"dtype {out.dtype} != expected {target.dtype}"
+    if out.device != target.device:
+        return f"device {out.device} != expected {target.device}"
+    same = out.data_ptr() == target.data_ptr() and out.stride() == target.stride()
+    if not same:
+        target.copy_(out)
+    return None
 
 
-def _check_shape(task, reference, candidate, shape, seed, torch) -> dict:
-    key = problem.shape_key(shape)
-    data = checking.make_input(reference, shape, seed)
-    pristine = checking.clone(data)
-    checking.poison(data, task.output)
-    out = candidate.call(data)
-    checking.sync(torch)
-    candidate.verify()
-    # The expected output is computed inside compare, only now that the call returned.
-    ok, message = checking.inputs_unchanged(pristine, data, task.output)
-    if ok:
-        ok, message = checking.compare(task, reference, pristine, out)
-    return {"key": key, "seed": seed, "ok": ok, "message": message}
+class Session:
+    """Serves the judge's requests until it says bye or the channel closes."""
+
+    def __init__(self, sock, setup: dict, torch, on_gpu: bool):
+        self.sock, self.setup, self.torch, self.on_gpu = sock, setup, torch, on_gpu
+        self.output = setup.get("output")
+        self.shapes: dict = {}
+        self.candidate: Candidate | None = None
+
+    def serve(self) -> int:
+        while True:
+            try:
+                message, fds = channel.recv(self.sock, accept_fds=True)
+            except channel.Closed:
+                return 0
+            op = message["op"]
+            if op == "bye":
+                return 0
+            try:
+                reply = getattr(self, "op_" + op)(message, fds)
+            except Verdict as v:
+                reply = v.message()
+            channel.send(self.sock, reply)
+
+    # -- requests ------------------------------------------------------------------
+    def op_load(self, message, fds) -> dict:
+        torch, setup = self.torch, self.setup
+        candidate_dir = Path(setup["candidate_dir"])
+        guards = Guards(torch, list(setup.get("forbidden") or []), None)
+        clock = timing.Clock(torch, self.on_gpu)
+        guards.snapshot_threads()
+        if setup.get("helpers_dir"):
+            sys.path.insert(0, str(setup["helpers_dir"]))  # the problem's helpers the judge copied
+        sys.path.insert(0, str(candidate_dir))
+        try:
+            with guards.armed():
+                loaded = _load_module(candidate_dir / setup["files"][0], "kernel_under_test")
+        except BaseException as e:  # noqa: BLE001 - anything the import does is the candidate's failure
+            if guards.violation:
+                raise Verdict("rejected", guards.violation[1], reason=guards.violation[0]) from None
+            raise Verdict("compile-error", excerpt(e)) from None
+        kernel = getattr(loaded, "custom_kernel", None)
+        if not callable(kernel):
+            raise Verdict("compile-error", f"{setup['files'][0]} defines no custom_kernel(data) function")
+        self.candidate = Candidate(kernel, guards, clock)
+        self.candidate.verify()
+        return {"op": "done"}
+
+    def op_shape(self, message, fds) -> dict:
+        arena, keep = shared.attach(self.torch, message["arena"], fds)
+        slots = []
+        for slot in message["slots"]:
+            data = shared.view(self.torch, arena, slot["input"])
+            out = shared.view(self.torch, arena, slot["output"]) if slot.get("output") else None
+            slots.append((data, out))
+        self.shapes[message["id"]] = (slots, arena, keep)
+        return {"op": "done"}
+
+    def op_forget(self, message, fds) -> dict:
+        self.shapes.pop(message["id"], None)
+        return {"op": "done"}
+
+    def _target(self, data, out):
+        return out if out is not None else data[self.output]
+
+    def op_call(self, message, fds) -> dict:
+        """One call; timed with events (GPU) or the host clock (CPU) when asked."""
+        slots = self.shapes[message["id"]][0]
+        data, out_buffer = slots[int(message["slot"])]
+        cand = self.candidate
+        if message.get("empty"):
+            # The judge's measure of its own round trip: everything but the kernel.
+            self._sync()
+            return {"op": "done", "us": 0.0, "host_us": 0.0, "output": None}
+        if message.get("timed"):
+            out, us, host_us = cand.clock.time_call(lambda: cand.kernel(data), cand.guarded())
+        else:
+            with cand.guarded():
+                out = cand.kernel(data)
+            us = host_us = 0.0
+        cand.verify()
+        copied = cand.clock.perf_counter()
+        why = deliver(self.torch, out, self._target(data, out_buffer))
+        if message.get("timed"):
+            # Back-to-back calls pay for the copy-out too: part of the host time the judge allows.
+            host_us += (cand.clock.perf_counter() - copied) * 1e6
+        self._sync()
+        cand.verify()
+        return {"op": "done", "us": us, "host_us": host_us, "output": why}
+
+    def op_batch(self, message, fds) -> dict:
+        """Back-to-back calls without flushes, ended by a device-wide synchronize."""
+        slots = self.shapes[message["id"]][0]
+        chosen = [slots[int(i)] for i in message["slots"]]
+        cand = self.candidate
+        results = []
+        if not message.get("empty"):
+            with cand.guarded():
+                for data, _ in chosen:
+                    results.append(cand.kernel(data))
+            cand.verify()
+        whys = [deliver(self.torch, out, self._target(data, buf)) for out, (data, buf) in zip(results, chosen)]
+        self._sync()
+        cand.verify()
+        return {"op": "done", "output": next((w for w in whys if w), None)}
+
+    def _sync(self):
+        if self.on_gpu:
+            self.torch.cuda.synchronize()
 
 
-def main(argv=None, spec: dict | None = None) -> int:
+def main(argv=None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m kgit_harness")
-    parser.add_argument("--spec", required=True)
-    parser.add_argument("--result-fd", type=int, required=True)
+    parser = argparse.ArgumentParser(prog="python -m kgit_harness runner")
+    parser.add_argument("--channel-fd", type=int, required=True)
+    parser.add_argument("--lifeline-fd", type=int)
     args = parser.parse_args(argv)
-    if spec is None:
-        spec = json.loads(Path(args.spec).read_text())
-    out = os.fdopen(args.result_fd, "w")
-    try:
-        doc = run(spec)
-    except Verdict as v:
-        doc = result_mod.new(v.status, error=v.error, reason=v.reason)
-    except BaseException as e:  # noqa: BLE001 - report, then exit non-zero
-        doc = result_mod.new("crash", error="harness failure:\n" + _excerpt(e))
-    out.write(json.dumps(doc))
-    out.flush()
-    out.close()
-    return 0
+    sock = socket.socket(fileno=args.channel_fd)
+    setup, _ = channel.recv(sock)
+    channel.expect(setup, "setup")
+    # A segfault or abort then leaves the Python stack in stderr: the excerpt the writer sees.
+    faulthandler.enable()
+    # The folders the view keeps (the candidate, the problem helpers the judge copied)
+    # and the problem folder it hides: paths only, the runner reads none of the problem.
+    report = confine.apply({"sandbox": setup.get("sandbox") or {}, "lifeline_fd": args.lifeline_fd,
+                            "candidate_dir": setup.get("candidate_dir"), "helpers_dir": setup.get("helpers_dir"),
+                            "problem_dir": setup.get("problem_dir")})
+    import torch
+
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu:
+        # Must be set before triton.jit decorates anything in the candidate.
+        os.environ["TRITON_INTERPRET"] = "1"
+    channel.send(sock, {"op": "ready", "confine": report, "on_gpu": on_gpu})
+    code = Session(sock, setup, torch, on_gpu).serve()
+    # Interpreter shutdown with torch and triton loaded takes up to seconds, and nothing
+    # here needs it: the judge has every answer already.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,10 +1,12 @@
-"""Timing: device events on a GPU, the host clock in the CPU interpreter.
+"""Timing: the runner's device events on a GPU, the judge's clock in the CPU interpreter.
 
-Every repetition gets fresh inputs (so a cache keyed on input identity serves stale
-results), a poisoned output, and a flushed L2. A random sample of the timed outputs
-plus the last one are re-checked after timing against inputs regenerated from their
-seeds, so a kernel that is right once and wrong later fails. See docs/harness.md for
-why the end event is recorded right after the call and how escaped work is caught.
+`Clock` runs in the runner: it times one call between device events, after an L2 flush
+and a GPU hold. `measure` runs in the judge: every repetition gets a freshly generated
+input and a poisoned output, the judge copies every output before the next request,
+and a random sample of the timed outputs plus the last one are re-checked against the
+judge's private inputs after timing, so a kernel that is right once and wrong later
+fails. On a GPU the runner's event figures count only while the judge's own clock over
+back-to-back calls agrees with them (`disagrees`). See docs/harness.md.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from kgit_harness import checking
 # Infinity Cache and is 4x the H100/H200 L2.
 FLUSH_BYTES = 256 * 1024 * 1024
 RECHECKED = 3
-# Host-clock cross-check: back-to-back calls ended by a device-wide synchronize must
-# not take much longer per call than the events (or the host's own launch time) say.
-# 1.5x absorbs the variance of tiny kernels; the slack absorbs the final synchronize.
+# Judge-clock cross-check: back-to-back calls, timed by the judge until it holds their
+# outputs, must not take much longer per call than the runner's events say. 1.5x absorbs
+# the variance of tiny kernels; the slack absorbs launch time that back-to-back calls
+# cannot hide (a host-bound kernel) and the final synchronize.
 ESCAPE_RATIO = 1.5
 ESCAPE_SLACK_US = 20.0
 BATCH_BYTES = 4 << 30
@@ -113,19 +116,15 @@ class Clock:
         self.host_us = (h1 - entered) * 1e6
         return out, self.start.elapsed_time(self.end) * 1e3, (h1 - h0) * 1e6
 
-    def host_batch(self, call, inputs, region) -> float:
-        """Host microseconds per call for back-to-back calls ended by a device-wide synchronize."""
-        self.synchronize()
-        h0 = self.perf_counter()
-        with region:
-            for data in inputs:
-                call(data)
-        self.synchronize()
-        return (self.perf_counter() - h0) * 1e6 / len(inputs)
 
+def measure(task, reference, shape, secret, settings, on_gpu, torch, new_slots) -> dict:
+    """Time one shape through the runner (judge side); the statistics, plus `error` if a check failed.
 
-def measure(task, reference, candidate, shape, secret, clock, settings, torch) -> dict:
-    """Time one shape; returns the statistics, or them plus `error` if a re-check failed."""
+    `new_slots(sample, count)` gives the shape's shared arena (judge.Slots). Each
+    repetition gets a freshly generated input and a poisoned output; the judge copies
+    every output before it looks at the next, so which repetitions are re-checked is
+    decided privately and the runner cannot tell.
+    """
     warmup, min_reps = int(settings["warmup"]), int(settings["min_reps"])
     target_rse, max_time = float(settings["target_rse"]), float(settings["max_time_s"])
     base_seed = int(shape.get("seed", 0))
@@ -133,26 +132,49 @@ def measure(task, reference, candidate, shape, secret, clock, settings, torch) -
     def seed(i):
         return checking.mix_seed(base_seed, secret, i)
 
-    for i in range(warmup):
-        candidate.call(checking.make_input(reference, shape, seed(1000 + i)))
-        candidate.verify()
-    checking.sync(torch)
+    first = checking.make_input(reference, shape, seed(0))
+    batch = _batch_count(first) if on_gpu else 0
+    slots = new_slots(first, 1 + batch)
+    try:
+        return _measure(task, reference, slots, shape, seed, first, batch, on_gpu, torch,
+                        warmup, min_reps, target_rse, max_time, secret ^ (base_seed << 1))
+    finally:
+        slots.close()
 
-    kept = Reservoir(RECHECKED, random.Random(secret ^ (base_seed << 1)))
-    times, host_call = [], []
-    spent_start = clock.perf_counter()
+
+def _measure(task, reference, slots, shape, seed, first, batch, on_gpu, torch,
+             warmup, min_reps, target_rse, max_time, rng_seed) -> dict:
+    clock = time.perf_counter
+    for i in range(warmup):
+        slots.fill(0, checking.make_input(reference, shape, seed(1000 + i)))
+        slots.call(0, timed=False)
+    round_trip = _round_trip_us(slots, clock)
+
+    kept = Reservoir(RECHECKED, random.Random(rng_seed))
+    times, judge_times, host_call = [], [], []
+    spent_start = clock()
     i = 0
     while True:
-        data = checking.make_input(reference, shape, seed(i))
-        checking.poison(data, task.output)
-        out, t, host = clock.time_call(lambda: candidate.kernel(data), candidate.guarded())
-        candidate.verify()
-        times.append(t)
-        host_call.append(host)
-        kept.offer(lambda: (i, checking.clone(out), data))
-        last = (i, out, data)
+        private = first if i == 0 else checking.make_input(reference, shape, seed(i))
+        slots.fill(0, private)
+        t0 = clock()
+        reply = slots.call(0, timed=True)
+        out = slots.take(0)
+        judge_us = (clock() - t0) * 1e6 - round_trip
+        if reply["output"]:
+            return {"error": f"timed repetition {i}: {reply['output']}", **_stats(times or [0.0])}
+        ok, message = checking.inputs_unchanged(private, slots.data(0), task.output)
+        if not ok:
+            return {"error": f"timed repetition {i}: {message}", **_stats(times or [0.0])}
+        # On a GPU the runner's events are the figure (checked against the judge's clock
+        # below); in the CPU interpreter the judge's own clock over the call is.
+        times.append(reply["us"] if on_gpu else judge_us)
+        judge_times.append(judge_us)
+        host_call.append(reply["host_us"])
+        kept.offer(lambda: (i, out, private))
+        last = (i, out, private)
         i += 1
-        spent = clock.perf_counter() - spent_start
+        spent = clock() - spent_start
         if i >= min_reps and (_rse(times) < target_rse or spent > max_time):
             break
     kept = kept.items
@@ -160,20 +182,66 @@ def measure(task, reference, candidate, shape, secret, clock, settings, torch) -
         kept.append(last)  # a kernel that decays over time is caught by its last call
 
     stats = _stats(times)
+    stats["clock"] = "events" if on_gpu else "judge"
+    stats["judge_call_us"] = statistics.fmean(judge_times)
     stats["host_call_us"] = statistics.fmean(host_call)
     stats["rechecked"] = len(kept)
-    for rep, out, data in kept:
-        pristine = checking.make_input(reference, shape, seed(rep))
-        ok, message = checking.inputs_unchanged(pristine, data, task.output)
-        if ok:
-            ok, message = checking.compare(task, reference, pristine, out)
+    for rep, out, private in kept:
+        ok, message = checking.compare(task, reference, private, out)
         if not ok:
             return {"error": f"timed repetition {rep} gave a wrong result: {message}", **stats}
-    if clock.on_gpu:
-        inputs = _batch_inputs(reference, shape, seed, torch)
-        stats["host_batch_us"] = clock.host_batch(candidate.kernel, inputs, candidate.guarded())
-        candidate.verify()
+    if on_gpu:
+        error = _judge_batch(task, reference, slots, shape, seed, batch, clock, stats)
+        if error:
+            return {"error": error, **stats}
     return stats
+
+
+def _round_trip_us(slots, clock, repeats: int = 5) -> float:
+    """The judge's cost of one request with no kernel call: sent, answered, output copied."""
+    times = []
+    for _ in range(repeats):
+        t0 = clock()
+        slots.call(0, timed=False, empty=True)
+        slots.take(0)
+        times.append((clock() - t0) * 1e6)
+    return statistics.median(times)
+
+
+def _judge_batch(task, reference, slots, shape, seed, batch, clock, stats) -> str | None:
+    """The judge's clock over back-to-back calls; `host_batch_us` per call, or why an output was wrong.
+
+    Timed from the judge's request until it holds its copy of every output, minus the
+    same round trip with no calls made, so work that escaped the runner's events (a side
+    stream, a forged figure, work after a premature `done`) shows up here.
+    """
+    chosen = list(range(1, 1 + batch))
+    inputs = []
+    for j in chosen:
+        private = checking.make_input(reference, shape, seed(2000 + j))
+        slots.fill(j, private)
+        inputs.append(private)
+    empty = []
+    for _ in range(3):
+        t0 = clock()
+        slots.batch(chosen, empty=True)
+        [slots.take(j) for j in chosen]
+        checking.sync(slots.torch)
+        empty.append((clock() - t0) * 1e6)
+    t0 = clock()
+    reply = slots.batch(chosen)
+    outs = [slots.take(j) for j in chosen]
+    checking.sync(slots.torch)
+    stats["host_batch_us"] = max((clock() - t0) * 1e6 - statistics.median(empty), 0.0) / len(chosen)
+    if reply["output"]:
+        return f"a back-to-back call: {reply['output']}"
+    for j, private, out in zip(chosen, inputs, outs):
+        ok, message = checking.inputs_unchanged(private, slots.data(j), task.output)
+        if ok:
+            ok, message = checking.compare(task, reference, private, out)
+        if not ok:
+            return f"a back-to-back call gave a wrong result: {message}"
+    return None
 
 
 class Reservoir:
@@ -196,24 +264,35 @@ class Reservoir:
             self.items.append(make())
 
 
-def escaped(stats: dict) -> str | None:
-    """Why the host clock says work escaped the timing events, or None."""
+DISAGREE_REASON = "timings disagree with the judge's clock"
+
+
+def disagrees(stats: dict) -> str | None:
+    """Why the judge's clock rejects the runner's event timings, or None.
+
+    Back-to-back calls, timed by the judge, may take at most ESCAPE_RATIO x the larger
+    of the event mean and the host time the runner says it spent in a call (copy-out
+    included), plus ESCAPE_SLACK_US. The host term is the runner's own figure: without
+    it every honest shape shorter than its guarded launch (60-150 us on the H200) would
+    be rejected, and with it a runner that forges both figures escapes this check down
+    to the speed-of-light floor (docs/harness.md says so plainly).
+    """
     batch = stats.get("host_batch_us")
     if batch is None:
         return None
-    bound = ESCAPE_RATIO * max(stats["mean_us"], stats["host_call_us"]) + ESCAPE_SLACK_US
+    host = stats.get("host_call_us") or 0.0
+    bound = ESCAPE_RATIO * max(stats["mean_us"], host) + ESCAPE_SLACK_US
     if batch > bound:
-        return (f"back-to-back calls took {batch:.1f} us each by the host clock, but the timing events "
-                f"measured {stats['mean_us']:.1f} us (and the host spent {stats['host_call_us']:.1f} us in the call): "
-                "work ran outside the timed stream or after the call returned")
+        return (f"back-to-back calls took {batch:.1f} us each by the judge's clock, but the runner's timing "
+                f"events measured {stats['mean_us']:.1f} us and its host {host:.1f} us a call (the bound is "
+                f"{ESCAPE_RATIO:g} x the larger + {ESCAPE_SLACK_US:g} us): work ran outside the timed stream, "
+                "after the call returned, or the figures were forged")
     return None
 
 
-def _batch_inputs(reference, shape, seed, torch):
-    first = checking.make_input(reference, shape, seed(2000))
+def _batch_count(first) -> int:
     size = sum(t.numel() * t.element_size() for t in _tensors(first)) or 1
-    count = max(2, min(BATCH_MAX, BATCH_BYTES // size))
-    return [first] + [checking.make_input(reference, shape, seed(2000 + j)) for j in range(1, count)]
+    return max(2, min(BATCH_MAX, BATCH_BYTES // size))
 
 
 def _tensors(data):
@@ -244,12 +323,14 @@ def _stats(times) -> dict:
 
 
 def versions(torch) -> dict:
-    info = {"python": platform.python_version(), "torch": torch.__version__}
-    try:
-        import triton
+    from importlib import metadata
 
-        info["triton"] = triton.__version__
-    except Exception:  # noqa: BLE001 - triton is optional for pure-torch candidates
+    info = {"python": platform.python_version(), "torch": torch.__version__}
+    # Read from the installed metadata: the judge never needs triton itself, and
+    # importing it costs about a second.
+    try:
+        info["triton"] = metadata.version("triton")
+    except metadata.PackageNotFoundError:  # triton is optional for pure-torch candidates
         info["triton"] = None
     if torch.cuda.is_available():
         info["cuda"] = torch.version.cuda

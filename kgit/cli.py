@@ -43,10 +43,16 @@ def cli():
     """kgit optimizes GPU kernels and keeps every experiment in git.
 
     \b
-    Start:    kgit init mykernel --problem softmax
+    Start:    kgit problems; kgit init mykernel --problem softmax; cd mykernel
+    Run:      kgit evolve -n 3     (offline strategist; --model PROVIDER/MODEL for an LLM)
     Manual:   kgit try "HYPOTHESIS"; edit kernel.py; kgit record
     Review:   kgit log, kgit show REV, kgit best, git log --all --grep speedup
     Share:    kgit report --open, kgit diff A B, kgit lineage REV, kgit pr N
+    \b
+    Every command but init, problems and eval-candidate runs inside a kernel
+    repository. A REV is a sha, a branch (kgit/3-...), a tag (kgit/baseline) or an
+    experiment number N: experiment N's best correct attempt, or its last attempt
+    if none is correct.
     """
 
 
@@ -58,8 +64,9 @@ def problems():
 
 @cli.command()
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--problem", "-p", help="Shipped problem to start from (see `kgit problems`).")
-@click.option("--force", is_flag=True, help="Overwrite an existing kernel repository's problem, kernel and config.")
+@click.option("--problem", "-p", metavar="NAME", help="Shipped problem to start from (see `kgit problems`).")
+@click.option("--force", is_flag=True, help="Overwrite the files init writes (problem/, the kernel, .kgit.yaml) if they exist, "
+              "and commit a new baseline.")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="Use this .kgit.yaml instead of the commented default.")
 @click.option("--json", "as_json", is_flag=True, help="Print the baseline result as JSON.")
@@ -68,10 +75,11 @@ def problems():
 @click.option("--from-kernelbench", "kernelbench", type=click.Path(path_type=Path),
               help="Import a KernelBench problem file (Model, get_inputs, get_init_inputs).")
 def init(directory, problem, force, config_file, as_json, gpumode, kernelbench):
-    """Make DIRECTORY a kernel repository and commit its measured baseline.
+    """Make DIRECTORY (default: here) a kernel repository and commit its measured baseline.
 
     Copies the problem to problem/, the baseline kernel to kernel.py, writes .kgit.yaml,
-    measures the baseline and commits it, tagged kgit/baseline. The problem is a shipped
+    measures the baseline and commits it, tagged kgit/baseline. It refuses to overwrite
+    any of those files that already exist unless --force. The problem is a shipped
     one (--problem), or imported: --from-gpumode takes a GPU MODE problem folder and its
     submission.py becomes kernel.py; --from-kernelbench takes a KernelBench file and
     kernel.py starts as ModelNew, a copy of Model (docs/problems.md).
@@ -80,30 +88,33 @@ def init(directory, problem, force, config_file, as_json, gpumode, kernelbench):
     if len(sources) != 1:
         raise click.UsageError("say which problem to start from, once: --problem NAME (see `kgit problems`), "
                                "--from-gpumode FOLDER or --from-kernelbench FILE.")
-    from kgit.evaluation.sandbox import gpu_driver_present
-
-    where = "" if gpu_driver_present() else " (no GPU here: in the Triton CPU interpreter)"
-    _progress(f"measuring the {sources[0]} baseline{where}...")
     text = config_file.read_text(encoding="utf-8") if config_file else None
+    options = {"force": force, "config_text": text, "progress": _progress}
     if gpumode:
-        outcome = importers.init_from_gpumode(directory, gpumode, force=force, config_text=text)
+        outcome = importers.init_from_gpumode(directory, gpumode, **options)
     elif kernelbench:
-        outcome = importers.init_from_kernelbench(directory, kernelbench, force=force, config_text=text)
+        outcome = importers.init_from_kernelbench(directory, kernelbench, **options)
     else:
-        outcome = ex.init(directory, problem, force=force, config_text=text)
+        outcome = ex.init(directory, problem, **options)
     if as_json:
         _emit_json({"sha": outcome.sha, "result": outcome.result})
         return
     click.echo(report.result_summary(outcome.result))
     click.echo(f"\nbaseline committed as {outcome.sha[:10]} and tagged kgit/baseline.")
-    click.echo('next: kgit try "HYPOTHESIS", edit kernel.py, kgit record')
+    where = "" if directory.resolve() == Path.cwd().resolve() else f"cd {directory}; "
+    click.echo(f'next: {where}kgit evolve -n 3, or by hand: kgit try "HYPOTHESIS", edit the kernel, kgit record')
 
 
 @cli.command("try")
 @click.argument("hypothesis")
-@click.option("--base", help="Revision to start from (default: the best attempt so far).")
+@click.option("--base", metavar="REV", help="Revision to start from: a sha, branch or tag, or an experiment number "
+              "(its best correct attempt) (default: the best attempt so far).")
 def try_(hypothesis, base):
-    """Start experiment N on branch kgit/<N>-<slug> and check it out."""
+    """Start the next experiment on branch kgit/<N>-<slug> and check it out.
+
+    HYPOTHESIS says what you expect to change and why; it names the branch and is kept
+    in every attempt's commit. Then edit the kernel and run `kgit record`.
+    """
     repo, _ = ex.load()
     branch, base_sha = ex.start(repo, hypothesis, base)
     click.echo(f"on {branch} (base {base_sha[:10]}). Edit the kernel, then run `kgit record`.")
@@ -111,15 +122,18 @@ def try_(hypothesis, base):
 
 @cli.command()
 @click.option("-m", "--message", "notes", default="", help="Notes to keep in the attempt's commit body.")
+@click.option("--allow-unchanged", is_flag=True,
+              help="Record even if the kernel equals this experiment's last attempt or base "
+              "(to time a commit again without a new one, use `kgit remeasure REV`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def record(notes, as_json):
+def record(notes, allow_unchanged, as_json):
     """Evaluate the work tree and commit it as the next attempt of this experiment.
 
     Failed attempts are committed too (exit code 3), so the archive remembers them.
+    A work tree with no change since the last attempt (or the base) is refused.
     """
     repo, config = ex.load()
-    _progress("evaluating the work tree...")
-    outcome = ex.record(repo, config, notes)
+    outcome = ex.record(repo, config, notes, allow_unchanged=allow_unchanged, progress=_progress)
     if as_json:
         _emit_json({"sha": outcome.sha, "speedup": outcome.speedup, "result": outcome.result})
     else:
@@ -134,10 +148,16 @@ def record(notes, as_json):
 @click.argument("rev", default="HEAD")
 @click.option("--json", "as_json", is_flag=True, help="Print the harness's result document.")
 def eval_(rev, as_json):
-    """Evaluate REV in a throwaway worktree; your work tree is not touched."""
+    """Evaluate REV (default HEAD) in a throwaway worktree; your work tree is not touched.
+
+    REV is a sha, a branch or a tag; a number N means experiment N's best correct
+    attempt, or its last attempt if none is correct.
+    Nothing is committed; `kgit remeasure` keeps the result as a note.
+    """
     repo, config = ex.load()
-    _progress(f"evaluating {rev} in a throwaway worktree...")
-    result = ex.evaluate_rev(repo, config, repo.rev(rev))
+    sha = ex.resolve(repo, rev)
+    _progress(f"evaluating {rev} ({sha[:10]}) in a throwaway worktree...")
+    result = ex.evaluate_rev(repo, config, sha)
     if as_json:
         _emit_json(result)
     else:
@@ -165,12 +185,17 @@ def profile(rev, profiler, as_json):
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per attempt, with full shas; "
-              "`devices` holds the latest timing per device and the spread of repeated measurements.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON array with an object per attempt (full "
+              "shas); each object's `devices` holds the latest timing per device and the spread of repeated "
+              "measurements.")
 @click.option("--devices", "per_device", is_flag=True,
               help="One row per attempt and device: latest geomean, measurements, min, max, spread.")
 def log(as_json, per_device):
-    """The archive: every attempt of every experiment."""
+    """The archive: every attempt of every experiment.
+
+    "vs base" is the speedup over the attempt's base (what its experiment started
+    from), "vs baseline" over kgit/baseline; above 1 is faster.
+    """
     from kgit.archive import measure
 
     repo, _ = ex.load()
@@ -195,7 +220,9 @@ def log(as_json, per_device):
 def remeasure(revs, device_tag, repeat, every, as_json):
     """Evaluate attempts again and keep the results as git notes (refs/notes/kgit).
 
-    REVS default to the baseline and the best attempt. Commits are never rewritten;
+    REVS default to the baseline and the best attempt; each is a sha, a branch or a tag,
+    or a number N: experiment N's best correct attempt, or its last attempt if none is
+    correct. Commits are never rewritten;
     `kgit log --devices` shows the latest timing per device and the spread, and
     `kgit sync` shares the notes with a remote.
     """
@@ -212,7 +239,7 @@ def remeasure(revs, device_tag, repeat, every, as_json):
 
 @cli.command()
 @click.argument("remote", default="origin")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print what was merged and pushed as JSON.")
 def sync(remote, as_json):
     """Fetch REMOTE's measurement notes, merge them with yours, and push the union.
 
@@ -249,9 +276,14 @@ def eval_candidate(folder):
 
 @cli.command()
 @click.argument("rev", default="HEAD")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the attempt, its message body, its base's "
+              "per-shape times and the diff stat as JSON.")
 def show(rev, as_json):
-    """One attempt: hypothesis, notes, per-shape timings against its base, diff stat."""
+    """One attempt (default HEAD): hypothesis, notes, per-shape timings against its base, diff stat.
+
+    REV is a sha, a branch or a tag; a number N means experiment N's best correct
+    attempt, or its last attempt if none is correct.
+    """
     repo, _ = ex.load()
     attempt, body, base_times, diffstat = ex.describe(repo, rev)
     if as_json:
@@ -261,22 +293,27 @@ def show(rev, as_json):
 
 
 @cli.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the attempt as JSON (as in `kgit log --json`).")
 def best(as_json):
-    """The best correct attempt so far (highest speedup over the baseline)."""
+    """The best correct attempt so far, by the rule it prints (docs/evolve.md)."""
+    from kgit.archive import figures
+
     repo, _ = ex.load()
-    attempt = ex.best(repo.read())
+    attempts = repo.read()
+    attempt = ex.best(attempts)
     if attempt is None:
         raise KgitError("no correct attempt in the archive yet; run `kgit init` or `kgit record`.")
     if as_json:
-        _emit_json(attempt.to_json())
+        _emit_json({**attempt.to_json(), "rule": figures.rule(attempts)})
     else:
         click.echo(f"{attempt.sha}  {attempt.branch}  {attempt.geomean:.2f} us  "
                    f"{attempt.speedup_baseline or 1:.2f}x vs baseline  {attempt.hypothesis}")
+        click.echo(f"rule: {figures.rule(attempts)}")
 
 
 @cli.command()
-@click.option("-n", "--iterations", type=click.IntRange(min=1), help="Iterations to run (default: evolve.iterations).")
+@click.option("-n", "--iterations", type=click.IntRange(min=1),
+              help="Iterations to run, each a select-design-write round (default: evolve.iterations).")
 @click.option("--model", help='litellm model string for every stage, or "offline" (default: llm.model).')
 @click.option("--api-base", help="Base URL of an OpenAI-compatible or local server (default: llm.api_base).")
 @click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), help="Stop once priced model calls cost this much (USD).")
@@ -291,6 +328,8 @@ def evolve(iterations, model, api_base, max_cost, jobs, dry_run, as_json):
     Every writer attempt becomes a commit on a branch kgit/<N>-<slug>; failures too.
     Runs out of the box with the offline strategist (tunable parameters, no model);
     with a model: kgit evolve --model anthropic/claude-sonnet-4-5 -n 3
+    (the provider's key in its usual variable, e.g. ANTHROPIC_API_KEY).
+    Defaults come from .kgit.yaml (the evolve: and llm: keys).
     Rerunning resumes: numbering continues, measured trees are not measured again.
     Ctrl-C stops cleanly; commits made so far are kept. See docs/evolve.md.
     """
@@ -338,15 +377,18 @@ def report_(output, open_it, markdown, as_json):
         return
     path = report_html.write(repo, task, output or repo.state / "report.html")
     click.echo(f"wrote {path}")
-    if open_it:
-        click.launch(str(path))
+    if open_it and not report_html.open_in_browser(path):
+        click.echo("no browser to open it here (no display); copy the file to a machine with one, e.g. "
+                   f"`scp HOST:{path} .`")
 
 
 @cli.command()
 @click.argument("experiment")
 @click.option("--remote", default="origin", show_default=True, help="Git remote to push the review branch to.")
-@click.option("--base-branch", help="Branch the pull request targets (default: the branch of the baseline commit).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--base-branch", help="Branch the pull request targets (default: the branch the baseline was "
+              "committed on, or the remote's default branch when the remote lacks that one).")
+@click.option("--json", "as_json", is_flag=True, help="Print the proposal (branch, title, body, command, "
+              "whether it was opened) as JSON.")
 def pr(experiment, remote, base_branch, as_json):
     """Propose EXPERIMENT's best attempt as a pull request.
 
@@ -365,6 +407,8 @@ def pr(experiment, remote, base_branch, as_json):
 
     repo, task = review.here()
     proposal = pr_mod.propose(repo, task, experiment, remote=remote, base_branch=base_branch)
+    if proposal.target_note and not as_json:
+        _progress(proposal.target_note + ".")
     if as_json:
         _emit_json(proposal.to_json())
     elif proposal.opened:
@@ -378,9 +422,13 @@ def pr(experiment, remote, base_branch, as_json):
 @cli.command()
 @click.argument("rev_a")
 @click.argument("rev_b")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print both attempts, the per-shape rows, the speedup "
+              "and the code diff as JSON.")
 def diff(rev_a, rev_b, as_json):
     """Per-shape timings of attempts REV_A and REV_B on one device, and the code diff.
+
+    Each REV is a sha, a branch or a tag; a number N means experiment N's best correct
+    attempt, or its last attempt if none is correct.
 
     Both are compared on one device and harness: their commits' measurements or notes
     from `kgit remeasure`. Speedup above 1 means B is faster.
@@ -397,9 +445,14 @@ def diff(rev_a, rev_b, as_json):
 
 @cli.command()
 @click.argument("rev", default="HEAD")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the chain as a JSON array of attempts, "
+              "baseline first.")
 def lineage(rev, as_json):
-    """The chain of experiments from the baseline to REV, one line each."""
+    """The chain of experiments from the baseline to REV (default HEAD), one line each.
+
+    REV is a sha, a branch or a tag; a number N means experiment N's best correct
+    attempt, or its last attempt if none is correct.
+    """
     from kgit.review import campaign as review
 
     repo, _ = ex.load()

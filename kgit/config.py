@@ -34,6 +34,10 @@ class EvaluatorConfig:
     # YAML reads a bare `off` as false, so false is accepted as "off".
     sandbox: typing.Union[str, bool] = "auto"
     max_memory_gb: typing.Optional[float] = None
+    # The size-capped tmpfs that is the candidate's writable scratch (namespaces only).
+    scratch_gb: float = 1.0
+    # Processes and threads one evaluation may run at once; None: 256 + 2 per CPU.
+    max_processes: typing.Optional[int] = None
 
     def validate(self, where):
         _choice(where + ".backend", self.backend, ("local", "ray", "command"))
@@ -52,6 +56,9 @@ class EvaluatorConfig:
         _choice(where + ".sandbox", self.sandbox, ("auto", "strict", "off"))
         if self.max_memory_gb is not None:
             _positive(where + ".max_memory_gb", self.max_memory_gb)
+        _positive(where + ".scratch_gb", self.scratch_gb)
+        if self.max_processes is not None:
+            _positive(where + ".max_processes", self.max_processes)
 
 
 @dataclass
@@ -212,13 +219,25 @@ def parse(text: str, source: str = CONFIG_NAME) -> Config:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{source} is not valid YAML ({e}). Fix the syntax, or restore it with `kgit init --force`.") from None
+        raise ConfigError(f"{source} is not valid YAML: {_yaml_problem(e)}. Fix the syntax there"
+                          + (" (`git diff .kgit.yaml` shows what changed since the last commit)."
+                             if source.endswith(CONFIG_NAME) else ".")) from None
     config = _build(Config, data, "", source)
     try:
         config.validate("")
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
     return config
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """One line for a YAML error; PyYAML's own text spans several, with a quoted excerpt."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    context = getattr(error, "context", None)
+    text = f"{where}{problem}" + (f" ({context})" if context else "")
+    return " ".join(text.split())
 
 
 def load(root: Path) -> Config:

@@ -17,20 +17,18 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from kgit.evaluation import backends, buildfacts
-from kgit.evaluation import profile as profile_mod
+from kgit.evaluation import backends
 from kgit import workflow as experiments
 from kgit.archive import trailers as tr
 from kgit.archive.repo import Repo
 from kgit.errors import KgitError, LLMUnavailable
 from kgit import problems as problem_mod
 from kgit_harness import result as result_mod
-from kgit.scientist import design as design_mod
-from kgit.scientist import offline, prompts
-from kgit.archive import trees
-from kgit.scientist import select as select_mod
+from kgit.archive import figures, notebook, trees
+from kgit.scientist import context as context_mod
+from kgit.scientist import protocol
 from kgit.scientist import write as write_mod
-from kgit.scientist.answers import Plan, Selection
+from kgit.scientist.answers import Selection
 from kgit.scientist.llm import Client, Reply
 
 ERROR_CHARS = 3000
@@ -63,6 +61,8 @@ class Summary:
     interrupted: bool = False
     best_before: object = None
     best_after: object = None
+    correctness_only: bool = False  # the evaluation ran in the interpreter: no timing was a speed figure
+    rule: str = ""  # how `best` was chosen (kgit/archive/figures.py)
 
 
 def with_overrides(config, *, iterations=None, model=None, api_base=None, max_cost=None, jobs=None):
@@ -91,8 +91,8 @@ class Run:
         self.repo, self.config = repo, config
         self.task = problem_mod.load_task(repo.root / config.problem)
         self.editable = self.task.files
-        self.task_text = prompts.task_text(self.task)
         self.client = client or Client(config.llm, repo.state / "cache" / "llm")
+        self.scientist = protocol.make(self.client)
         # One evaluator for the run: its device pool is what lets `jobs` hypotheses share the GPUs.
         self.evaluate = evaluate or backends.get_evaluator(repo, config)
         self.progress = progress or (lambda line: None)
@@ -103,7 +103,7 @@ class Run:
         self.stopping = threading.Event()
         self.known: dict[str, tuple[str, dict]] = {}  # tree -> (sha, result) of evaluated attempts
         self.measured_on: tuple | None = None  # (device, harness) of this run's latest evaluation
-        self._check_models()
+        self.ctx = protocol.build(repo, config, self.task, repo.root / config.problem, repo.read())
 
     # -- the run ---------------------------------------------------------------------
     def run(self) -> Summary:
@@ -114,6 +114,10 @@ class Run:
                 raise KgitError(f"{self.repo.root} has no kgit/baseline yet; run `kgit init --problem NAME` first.")
             self.summary.best_before = experiments.best(attempts)
             self._remember(attempts)
+            if not self.ctx.environment.on_gpu:
+                self.summary.correctness_only = True
+                self.progress("no GPU: candidates run in Triton's interpreter on the CPU, so this run checks "
+                              "correctness only; its timings are not ranked or shown to the model as speed.")
             try:
                 for number in range(1, self.config.evolve.iterations + 1):
                     stop = self._budget_stop()
@@ -130,7 +134,9 @@ class Run:
                 self.stopping.set()
                 self.summary.interrupted = True
                 self.summary.stop = "interrupted (Ctrl-C); every commit made so far is kept"
-            self.summary.best_after = experiments.best(self.repo.read())
+            final = self.repo.read()
+            self.summary.best_after = experiments.best(final)
+            self.summary.rule = figures.rule(final)
         return self.summary
 
     def iteration(self, number: int) -> bool:
@@ -139,8 +145,7 @@ class Run:
         attempts = self.repo.read()
         best = experiments.best(attempts)
         try:
-            selection, replies, note = select_mod.choose(self.client, self.repo.root, self.task_text, attempts,
-                                                         best, self.config.evolve.archive_tokens)
+            selection, replies, note = self.scientist.select(self.ctx, attempts, best)
         except LLMUnavailable as e:
             selection, replies = Selection(best.sha, None, "fallback to the best attempt"), []
             note = f"the selector did not answer: {e}"
@@ -150,10 +155,13 @@ class Run:
                    (f", reference {selection.reference[:10]}" if selection.reference else "") +
                    (f" ({note})" if note else ""))
         try:
-            plans, design_replies, error = self._design(attempts, selection)
+            designed = self.scientist.design(self.ctx, attempts, selection)
         except LLMUnavailable as e:
-            plans, design_replies, error = None, [], f"the designer did not answer: {e}"
+            designed = protocol.Designed(None, [], f"the designer did not answer: {e}")
+        plans, design_replies, error = designed.plans, designed.replies, designed.error
         self._account(design_replies)
+        if designed.lessons is not None:
+            notebook.write(self.repo, designed.lessons, f"design of iteration {number} ({self.client.model('design')})")
         if plans is None:
             self.summary.skipped.append(f"iteration {number}: {error}")
             self._line(tag, "design", "design", f"skipped: {error}")
@@ -163,15 +171,23 @@ class Run:
                                  "mark more values (docs/tunables.md) or use an LLM (--model)")
             self._line(tag, "design", "design", "search space exhausted")
             return False
-        self._line(tag, "design", "design", f"{len(plans)} plan(s): " + "; ".join(p.title for p in plans))
+        if designed.fewer_because:
+            self._line(tag, "design", "design", f"{len(plans)} of up to {self.config.evolve.pick} plan(s): "
+                                                f"{designed.fewer_because}")
+        base_files = trees.commit_files(self.repo, selection.base, self.editable)
+        reference_files = (trees.commit_files(self.repo, selection.reference, self.editable)
+                           if selection.reference and selection.reference != selection.base else {})
+        iteration = protocol.Iteration(selection, plans, base_files, reference_files)
+        self._line(tag, "design", "design", f"{len(plans)} plan(s): " + "; ".join(
+            p.title + (f" (from {p.base[:10]})" if p.base and p.base != selection.base else "") for p in plans))
         shared = replies + design_replies
         jobs = max(1, min(self.config.evolve.jobs, len(plans)))
         if jobs == 1:
             for plan in plans:
-                self.hypothesis(tag, selection, plan, shared, len(plans))
+                self.hypothesis(tag, iteration, plan, shared, len(plans))
         else:
             with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kgit-hypothesis") as pool:
-                futures = [pool.submit(self.hypothesis, tag, selection, p, shared, len(plans)) for p in plans]
+                futures = [pool.submit(self.hypothesis, tag, iteration, p, shared, len(plans)) for p in plans]
                 try:
                     for f in futures:
                         f.result()
@@ -181,25 +197,17 @@ class Run:
                     self.stopping.set()
                     raise
         if self.config.evolve.profile:  # issue 14: hardware counters of the best attempt so far
+            from kgit.evaluation import profile as profile_mod
+
             self._line(tag, "profile", "design", profile_mod.after_iteration(self.repo, self.config))
         return True
 
-    def _design(self, attempts, selection: Selection):
-        if self.client.model("design") == "offline":
-            strategist = offline.Strategist(self.repo, self.editable)
-            return strategist.plans(attempts, selection.base, self.config.evolve.pick), [], None
-        base_files = trees.commit_files(self.repo, selection.base, self.editable)
-        knowledge = prompts.knowledge(self.config.evolve.knowledge, self.repo.root)
-        text = design_mod.prompt(self.repo.root, self.task_text, selection.base, selection.reason, base_files,
-                                 attempts, knowledge, self.config.evolve.pick)
-        return design_mod.plans(self.client, text, self.config.evolve.pick)
-
     # -- one hypothesis: the writer's attempts ------------------------------------------
-    def hypothesis(self, tag: str, selection: Selection, plan: Plan, shared: list[Reply], shares: int):
+    def hypothesis(self, tag: str, iteration: protocol.Iteration, plan, shared: list[Reply], shares: int):
+        selection = iteration.selection
         base = plan.base or selection.base
         reference = selection.reference if selection.reference != base else None
-        files = trees.commit_files(self.repo, base, self.editable)
-        reference_files = trees.commit_files(self.repo, reference, self.editable) if reference else {}
+        files = iteration.base_files if base == selection.base else trees.commit_files(self.repo, base, self.editable)
         state = {"branch": None, "parent": base}
         error = ""
         for attempt in range(1, self.config.evolve.attempts + 1):
@@ -207,8 +215,7 @@ class Run:
                 return
             unanswered = False
             try:
-                new_files, edit_error, reply = self._write(plan, files, reference_files, error, attempt,
-                                                           state["parent"])
+                new_files, edit_error, reply = self.scientist.write(self.ctx, iteration, plan, files, error, attempt)
             except LLMUnavailable as e:
                 # Recorded like edits that did not apply (an empty commit carrying the error);
                 # this hypothesis stops, the run goes on.
@@ -218,7 +225,7 @@ class Run:
                 replies += _share(shared, shares)
             self._account([reply] if reply else [])
             parent = state["parent"]
-            self._line(tag, "write", "write", f"{plan.title}, attempt {attempt}: " +
+            self._line(tag, "write", "write", f"{plan.title} (base {base[:10]}), attempt {attempt}: " +
                        ("evaluating" if new_files is not None else "the edits did not apply"))
             result, tree, reused = self._result(parent, new_files, edit_error)
             notes = [write_mod.notes(reply.text) if reply else "",
@@ -234,18 +241,6 @@ class Run:
                 files = new_files
             error = _feedback(result)
             state["parent"] = sha
-
-    def _write(self, plan, files, reference_files, error, attempt, parent=None):
-        if self.client.model("write") == "offline":
-            return offline.write(files, plan), None, None
-        targets = buildfacts.base_facts(self.repo.read(), parent)  # issue 14: the base's (or last try's) build facts
-        if attempt == 1:
-            text = write_mod.first_prompt(self.repo.root, self.task_text, plan, files, reference_files, self.editable,
-                                          targets)
-        else:
-            text = write_mod.fix_prompt(self.repo.root, self.task_text, plan, files, error, attempt,
-                                        self.config.evolve.attempts, self.editable, targets)
-        return write_mod.implement(self.client, text, files, self.editable)
 
     def _result(self, parent: str, new_files, edit_error) -> tuple[dict, str, str]:
         """(result, tree, sha whose result is reused or "") of one candidate: rejected, reused, or evaluated."""
@@ -273,8 +268,9 @@ class Run:
         cost, tokens = _totals(replies)
         with self.commit_lock:
             if state["branch"] is None:
-                number = experiments.next_experiment(self.repo, self.repo.read())
-                state["branch"] = f"kgit/{number}-{tr.slugify(plan.title)}"
+                attempts = self.repo.read()
+                number = experiments.next_experiment(self.repo, attempts)
+                state["branch"] = f"kgit/{number}-{tr.slugify(plan.title)}{_base_suffix(attempts, state['parent'])}"
                 self.repo.create_branch(state["branch"], state["parent"], plan.title, reference)
             outcome = experiments.commit_attempt(
                 self.repo, self.config, branch=state["branch"], tree=tree, parent=state["parent"], result=result,
@@ -308,8 +304,8 @@ class Run:
 
     def _line(self, tag, stage, client_stage, text):
         model = self.client.model(client_stage)
-        figures = f"{self.summary.tokens} tok, ${self.summary.cost:.4f}" if model != "offline" else "no model calls"
-        self.progress(f"{tag} {stage:<6} {model} ({figures} so far): {text}")
+        spent = "no model calls" if protocol.is_offline(model) else f"{self.summary.tokens} tok, ${self.summary.cost:.4f}"
+        self.progress(f"{tag} {stage:<6} {model} ({spent} so far): {text}")
 
     def _remember(self, attempts):
         """Results of trees measured before this run, rebuilt from their trailers."""
@@ -318,11 +314,12 @@ class Run:
                 continue
             self.known[a.tree] = (a.sha, _result_from(a))
 
-    def _check_models(self):
-        design, write = self.client.model("design"), self.client.model("write")
-        if write == "offline" and design != "offline":
-            raise KgitError(f"llm.write_model is offline but the designer is {design}: the offline writer only "
-                            "implements the offline designer's plans. Set both to a model, or both to offline.")
+
+def _base_suffix(attempts, base: str) -> str:
+    """"-on-N" when the experiment starts from experiment N: the same change tried from
+    different bases (the offline strategist's habit) then gets different branch names."""
+    found = experiments.find(attempts, base)
+    return f"-on-{found.experiment}" if found is not None and found.experiment > 0 else ""
 
 
 def _share(replies: list[Reply], shares: int) -> list[Reply]:
@@ -362,7 +359,8 @@ def _feedback(result: dict) -> str:
             "incorrect": "The kernel ran but gave wrong results", "runtime-error": "The kernel failed at run time",
             "timeout": "The evaluation timed out", "crash": "The evaluation process crashed"}.get(status, status)
     reason = f" ({result['reason']})" if result.get("reason") else ""
-    return f"{head}{reason}.\n\n{(result.get('error') or '').strip()[-ERROR_CHARS:]}"
+    error = context_mod.candidate_error(result.get("error") or "").strip()
+    return f"{head}{reason}.\n\n{error[-ERROR_CHARS:]}"
 
 
 # -- entry points --------------------------------------------------------------------
@@ -378,33 +376,16 @@ def dry_run(repo: Repo, config, *, client=None) -> str:
     best = experiments.best(attempts)
     if best is None:
         raise KgitError(f"{repo.root} has no kgit/baseline yet; run `kgit init --problem NAME` first.")
-    out = []
-    if run.client.model("select") == "offline":
-        out.append(f"# select (offline)\nbase: {best.sha[:10]} (the best correct attempt)")
-    else:
-        text = select_mod.prompt(repo.root, run.task_text, attempts, best, config.evolve.archive_tokens)
-        out.append(f"# select prompt ({run.client.model('select')})\n\n{text}")
-    selection = Selection(best.sha, None, "the best attempt (the selector's answer is not known in a dry run)")
-    if run.client.model("design") == "offline":
-        plans = offline.Strategist(repo, run.editable).plans(attempts, best.sha, config.evolve.pick)
-        listing = "\n".join(f"- {p.title} (base {p.base[:10]}): {p.description}" for p in plans)
-        out.append(f"# design (offline)\n{listing or 'every configuration of the marked tunables was measured'}")
-        return "\n\n".join(out)
-    base_files = trees.commit_files(repo, best.sha, run.editable)
-    knowledge = prompts.knowledge(config.evolve.knowledge, repo.root)
-    out.append(f"# design prompt ({run.client.model('design')})\n\n" + design_mod.prompt(
-        repo.root, run.task_text, best.sha, selection.reason, base_files, attempts, knowledge, config.evolve.pick))
-    placeholder = Plan("<the plan the designer picks>", "<its description>", "<its rubric>")
-    out.append(f"# write prompt ({run.client.model('write')})\n\n" + write_mod.first_prompt(
-        repo.root, run.task_text, placeholder, base_files, {}, run.editable))
-    return "\n\n".join(out)
+    return "\n\n".join(run.scientist.preview(run.ctx, attempts, best))
 
 
 def summary_text(summary: Summary) -> str:
     rows = [[r.experiment, r.attempt, r.branch, r.sha[:10], r.status + (f" ({r.reused})" if r.reused else ""),
-             "" if r.geomean is None else f"{r.geomean:.1f}", "" if r.speedup is None else f"{r.speedup:.2f}x",
+             "" if r.geomean is None else f"{r.geomean:.1f}",
+             # An interpreter ratio is no speed figure: shown to nobody as one.
+             "" if r.speedup is None or summary.correctness_only else f"{r.speedup:.2f}x",
              "" if r.tokens is None else r.tokens,
-             "unknown" if r.cost is None and r.model != "offline" else "" if r.cost is None else f"{r.cost:.4f}"]
+             "unknown" if r.cost is None and not protocol.is_offline(r.model) else "" if r.cost is None else f"{r.cost:.4f}"]
             for r in summary.rows]
     lines = [tabulate(rows, headers=["exp", "att", "branch", "sha", "status", "geomean us", "vs base", "tokens",
                                      "cost usd"], tablefmt="simple") if rows else "no attempts were made."]
@@ -419,6 +400,12 @@ def summary_text(summary: Summary) -> str:
     before, after = summary.best_before, summary.best_after
     if after is not None:
         gained = "" if before is None or before.sha == after.sha else f" (was {before.sha[:10]})"
-        lines.append(f"best: {after.sha[:10]} {after.branch} {after.geomean:.1f} us, "
-                     f"{after.speedup_baseline or 1:.2f}x vs baseline{gained}")
+        if summary.correctness_only:
+            lines.append(f"best: {after.sha[:10]} {after.branch}{gained}: {summary.rule}")
+        else:
+            lines.append(f"best: {after.sha[:10]} {after.branch} {after.geomean:.1f} us, "
+                         f"{after.speedup_baseline or 1:.2f}x vs baseline{gained} ({summary.rule})")
+    if summary.correctness_only:
+        lines.append("checked correctness only: the candidates ran in Triton's interpreter on the CPU; "
+                     "measure them on a GPU with `kgit remeasure --all` there.")
     return "\n".join(lines)

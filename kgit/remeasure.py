@@ -14,7 +14,7 @@ from kgit.archive import measure
 from kgit.archive.repo import BASELINE_TAG, NOTES_REF
 from kgit.evaluation.backends import get_evaluator
 from kgit.errors import GitError, KgitError
-from kgit.workflow import best, find
+from kgit.workflow import best, find, resolve
 
 
 @dataclass
@@ -33,7 +33,7 @@ def targets(repo, attempts, revs: list[str], every: bool) -> list[str]:
     elif revs:
         shas = []
         for rev in revs:
-            sha = repo.rev(rev)
+            sha = resolve(repo, rev, attempts)
             if find(attempts, sha) is None:
                 raise KgitError(f"{rev} ({sha[:10]}) is not a kgit attempt, so there is nothing to compare its "
                                 "timing with; `kgit log` lists the attempts.")

@@ -10,11 +10,12 @@ from pathlib import Path
 
 from kgit import config as config_mod
 from kgit.evaluation import buildfacts, child as evaluate
-from kgit.archive import measure
+from kgit.archive import cause, figures, measure
 from kgit.archive import trailers as tr
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo, parse_branch, run_git
 from kgit.errors import EvaluationFailed, KgitError, NotAKernelRepo
 from kgit import problems as problem_mod
+from kgit.scientist.protocol import is_offline
 
 GITIGNORE_LINES = ["__pycache__/", "*.pyc"]
 # Experiments between two `Repo.maintain()` runs (ref packing and commit-graph).
@@ -34,8 +35,13 @@ class Outcome:
 
 # -- init ------------------------------------------------------------------------
 def init(path: Path, problem: str | None = None, *, force: bool = False, config_text: str | None = None,
-         problem_dir: Path | None = None, kernel_source: str | None = None) -> Outcome:
-    """Make `path` a kernel repository of a shipped problem (or a prepared problem folder)."""
+         problem_dir: Path | None = None, kernel_source: str | None = None, progress=None) -> Outcome:
+    """Make `path` a kernel repository of a shipped problem (or a prepared problem folder).
+
+    The problem, the configuration and the files it would overwrite are checked before
+    anything is written; `progress(line)` hears once, when the baseline's measurement
+    starts, after every refusal.
+    """
     path = Path(path).resolve()
     if problem_dir is None:
         shipped = problem_mod.shipped()
@@ -45,6 +51,11 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
         problem_dir = shipped[problem]
     text = config_text if config_text is not None else config_mod.default_text()
     config = config_mod.parse(text, "the new .kgit.yaml")
+    task = problem_mod.load_task(problem_dir)
+    for name in ("task.yml", "reference.py"):
+        if not (problem_dir / name).exists():
+            raise KgitError(f"{problem_dir / name} is missing: a problem needs task.yml and reference.py.")
+    _check_overwrites(path, [config.problem + "/", *task.files, ".kgit.yaml"], force)
     path.mkdir(parents=True, exist_ok=True)
     if run_git(["rev-parse", "--is-inside-work-tree"], path, check=False).strip() != "true":
         run_git(["init", "--quiet"], path)
@@ -54,14 +65,11 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
                         f"repository. Run `kgit init` in {repo.root}, or pick a folder outside it.")
     with repo.lock("init"):
         _check_init_allowed(repo, force)
-        task = problem_mod.load_task(problem_dir)
         dest = repo.root / config.problem
         if dest.exists():
             shutil.rmtree(dest)
         dest.mkdir(parents=True)
         for name in ("task.yml", "reference.py"):
-            if not (problem_dir / name).exists():
-                raise KgitError(f"{problem_dir / name} is missing: a problem needs task.yml and reference.py.")
             shutil.copy2(problem_dir / name, dest / name)
         # Anything else beside them (an imported problem's helper modules) goes along;
         # the editable files are the kernel's, not the problem's.
@@ -76,11 +84,18 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
         (repo.root / ".kgit.yaml").write_text(text, encoding="utf-8")
         _extend_gitignore(repo.root / ".gitignore")
 
+        if progress:
+            from kgit.evaluation.sandbox import gpu_driver_present
+
+            where = "" if gpu_driver_present() else " (no GPU here: in the Triton CPU interpreter)"
+            progress(f"measuring the {task.name} baseline{where}...")
         doc = evaluate.evaluate_tree(repo.root, config, state_dir=repo.state / "scratch")
         if doc["status"] != "ok":
             raise EvaluationFailed(f"the baseline kernel did not pass ({doc['status']}): "
-                                   f"{(doc.get('error') or '')[:1500]}\nNothing was committed; fix "
-                                   f"{kernel_name} or the problem and run `kgit init --force`.", doc)
+                                   f"{(doc.get('error') or '')[:1500]}\nNothing was committed. {kernel_name} is "
+                                   "the problem's own kernel, so fix it where it came from (the problem folder "
+                                   "or the imported files) and run the same `kgit init` with --force, which "
+                                   f"writes {config.problem}/, {kernel_name} and .kgit.yaml again.", doc)
         paths = [config.problem, kernel_name, ".kgit.yaml", ".gitignore"] + task.files[1:]
         tree = repo.snapshot_tree(paths)
         message = tr.Message(
@@ -98,10 +113,20 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
     return Outcome(sha=sha, result=doc, speedup=1.0, speedup_baseline=1.0)
 
 
+def _check_overwrites(root: Path, names: list[str], force: bool):
+    """Refuse to replace the user's own files (a kernel.py of theirs, say) unless --force."""
+    if force:
+        return
+    found = [name for name in names if (root / name.rstrip("/")).exists()]
+    if (root / ".kgit.yaml").exists():
+        raise KgitError(f"{root} is already a kernel repository (.kgit.yaml exists). Use `kgit init --force` "
+                        f"to overwrite {', '.join(found)} with a new problem, kernel and baseline.")
+    if found:
+        raise KgitError(f"`kgit init` would overwrite {', '.join(found)} in {root}. Move them away, pick "
+                        "another folder, or use `kgit init --force` to replace them.")
+
+
 def _check_init_allowed(repo: Repo, force: bool):
-    if (repo.root / ".kgit.yaml").exists() and not force:
-        raise KgitError(f"{repo.root} is already a kernel repository (.kgit.yaml exists). Use `kgit init --force` "
-                        "to overwrite the problem, kernel and configuration with a new baseline.")
     if repo.head() and repo.tracked_changes().strip():
         raise KgitError(f"{repo.root} has uncommitted changes; commit or stash them (`git stash`) first, "
                         "so the baseline commit holds only what kgit wrote.")
@@ -121,15 +146,36 @@ def load(path=".") -> tuple[Repo, config_mod.Config]:
 
 
 def best(attempts: list[Attempt]) -> Attempt | None:
-    """The best correct attempt: highest speedup over the baseline, then lowest geomean."""
-    ok = [a for a in attempts if a.ok]
-    if not ok:
-        return None
-    return max(ok, key=lambda a: (a.speedup_baseline or 0.0, -(a.geomean or float("inf"))))
+    """The best correct attempt by the one ranking rule of kgit/archive/figures.py (docs/evolve.md):
+    the fastest on the GPU that measured the most attempts, or, with no GPU timings, the most recent."""
+    return figures.best(attempts)
 
 
 def find(attempts: list[Attempt], sha: str) -> Attempt | None:
     return next((a for a in attempts if a.sha == sha), None)
+
+
+def resolve(repo: Repo, rev: str, attempts: list[Attempt] | None = None) -> str:
+    """The commit sha `rev` names: a git revision, or an experiment number.
+
+    N (or #N) is experiment N's best correct attempt (highest speedup over its base), or
+    its last attempt when none is correct. A number of four digits or more that is no
+    experiment may still be an abbreviated sha, so git gets to read it then.
+    """
+    text = str(rev).strip()
+    number = text[1:] if text.startswith("#") else text
+    if number.isdigit():
+        attempts = repo.read() if attempts is None else attempts
+        mine = sorted((a for a in attempts if a.experiment == int(number) and not a.is_baseline),
+                      key=lambda a: a.attempt)
+        if mine:
+            ok = [a for a in mine if a.ok]
+            return max(ok, key=lambda a: (a.speedup or 0.0, -a.geomean)).sha if ok else mine[-1].sha
+        if int(number) == 0:
+            return repo.rev(BASELINE_TAG)
+        if len(number) < 4 or text.startswith("#"):
+            raise KgitError(f"there is no experiment {int(number)}; `kgit log` lists them (the exp column).")
+    return repo.rev(text)
 
 
 def next_experiment(repo: Repo, attempts: list[Attempt]) -> int:
@@ -147,7 +193,7 @@ def start(repo: Repo, hypothesis: str, base: str | None = None, *, checkout: boo
         attempts = repo.read()
         if not attempts:
             raise NotAKernelRepo(f"{repo.root} has no {BASELINE_TAG} tag; run `kgit init --problem NAME` first.")
-        base_sha = repo.rev(base) if base else best(attempts).sha
+        base_sha = resolve(repo, base, attempts) if base else best(attempts).sha
         if checkout and repo.tracked_changes().strip():
             raise KgitError("the work tree has uncommitted changes; commit or stash them (`git stash`) "
                             "before `kgit try` checks out the new experiment branch.")
@@ -162,8 +208,12 @@ def start(repo: Repo, hypothesis: str, base: str | None = None, *, checkout: boo
 
 
 # -- record --------------------------------------------------------------------------
-def record(repo: Repo, config, notes: str = "") -> Outcome:
-    """Evaluate the work tree and commit it as the next attempt of the current experiment."""
+def record(repo: Repo, config, notes: str = "", *, allow_unchanged: bool = False, progress=None) -> Outcome:
+    """Evaluate the work tree and commit it as the next attempt of the current experiment.
+
+    A tree equal to the branch tip's or the experiment base's is refused unless
+    `allow_unchanged`: it would commit a copy and measure it again.
+    """
     branch = repo.head_branch()
     if not branch or not parse_branch(branch):
         raise KgitError(f"`kgit record` works on an experiment branch, and HEAD is {branch or 'detached'}. "
@@ -173,12 +223,26 @@ def record(repo: Repo, config, notes: str = "") -> Outcome:
         repo.clean_worktrees()  # what a killed run left behind
         tree = repo.snapshot_tree(task.files)
         parent = repo.head()
+        if not allow_unchanged:
+            _refuse_unchanged(repo, branch, tree, parent)
+        if progress:
+            progress("evaluating the work tree...")
         provisional = repo.commit_tree(tree, [parent], "kgit: provisional commit for evaluation\n")
         doc = evaluate_rev(repo, config, provisional)
         outcome = commit_attempt(repo, config, branch=branch, tree=tree, parent=parent, result=doc,
                                  notes=notes, author=None, model="human")
         repo.sync_index()
     return outcome
+
+
+def _refuse_unchanged(repo: Repo, branch: str, tree: str, parent: str):
+    base = repo.branch_meta(branch)["base"] or parent
+    for sha, what in ((parent, f"the tip of {branch}"), (base, "the experiment's base")):
+        if repo.git("rev-parse", f"{sha}^{{tree}}").strip() == tree:
+            raise KgitError(f"nothing changed: the work tree equals {what} ({sha[:10]}), so recording would commit "
+                            "a copy of it. Edit the kernel first; to time that commit again without a new commit, "
+                            f"run `kgit remeasure {sha[:10]}`, or commit it as a new attempt anyway with "
+                            "`kgit record --allow-unchanged`.")
 
 
 def evaluate_rev(repo: Repo, config, rev: str) -> dict:
@@ -234,7 +298,7 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
     if speedup_baseline is not None:
         trailers.append(("Kgit-Speedup-Baseline", f"{speedup_baseline:.3f}"))
     trailers.append(("Kgit-Model", model))
-    if cost is not None or model not in ("human", "offline"):
+    if cost is not None or not (model == "human" or is_offline(model)):
         trailers.append(("Kgit-Cost-USD", "unknown" if cost is None else f"{cost:.4f}"))
     if tokens is not None:
         trailers.append(("Kgit-Tokens", int(tokens)))
@@ -242,8 +306,18 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
     paragraphs = [f"Hypothesis: {info['hypothesis']}", plan, f"Notes: {notes}" if notes else ""]
     if not ok and result.get("error"):
         paragraphs.append("Error excerpt:\n" + _indent(result["error"][-2500:]))
-    message = tr.Message(tr.subject(slug, result["status"], speedup, result.get("geomean_us"), result.get("reason")),
-                         paragraphs, trailers).render(ok=ok)
+    judged = None
+    if ok:
+        base_attempt = find(attempts, info["base"])
+        judged = figures.verdict(speedup, result.get("timing"), result.get("device"), figures.result_noise(result),
+                                 figures.measurement_noise(base_attempt, base_m) if base_attempt else (base_m or {}).get("noise"),
+                                 figures.repeatability(attempts, result.get("device"), result.get("harness")))
+        subject = (f"{slug}: {judged.subject_part()}" if judged.word == "interpreter" else
+                   f"{slug}: {judged.subject_part()} vs base (geomean {result['geomean_us']:.1f} us)")
+    else:
+        subject = tr.subject(slug, result["status"], speedup, result.get("geomean_us"), result.get("reason"))
+    # Only a real speedup may carry the lowercase word, so `git log --grep speedup` lists exactly those.
+    message = tr.Message(subject, paragraphs, trailers).render(ok=bool(judged and judged.claimed))
     sha = repo.commit_tree(tree, [parent], message, author=author)
     repo.update_ref(f"refs/heads/{branch}", sha, parent, reason=f"kgit attempt {number}.{index}")
     return Outcome(sha=sha, result=result, speedup=speedup, speedup_baseline=speedup_baseline,
@@ -257,7 +331,9 @@ def result_trailers(doc: dict) -> list:
     out += [("Kgit-Device", doc.get("device") or "unknown"), ("Kgit-Timing", doc.get("timing") or "none")]
     if doc["status"] == "ok":
         out.append(("Kgit-Geomean-us", f"{doc['geomean_us']:.3f}"))
+        out += figures.noise_trailer(doc)
         out += [("Kgit-Time-us", f"{key} {value:.3f}") for key, value in measure.result_times(doc).items()]
+    out += cause.trailer(doc)
     out += [("Kgit-Harness", doc.get("harness") or ""), ("Kgit-Eval-s", f"{doc.get('eval_s') or 0:.1f}")]
     out += buildfacts.trailers(doc)  # Kgit-Target-<name> (issue 14, docs/targets.md)
     return out
@@ -274,6 +350,7 @@ def _reference_measurement(repo, config, attempts, sha, result) -> dict | None:
     if doc["status"] != "ok":
         return None
     record_ = measure.note_record(doc, tag="re-timed as a base")
+    record_["noise"] = figures.result_noise(doc)
     repo.add_note(sha, record_)
     return record_
 
@@ -284,8 +361,8 @@ def _indent(text: str) -> str:
 
 def describe(repo: Repo, rev: str) -> tuple[Attempt, str, dict, str]:
     """One attempt with its message body, its base's per-shape times and the diff stat."""
-    sha = repo.rev(rev)
     attempts = repo.read()
+    sha = resolve(repo, rev, attempts)
     attempt = find(attempts, sha)
     if attempt is None:
         raise KgitError(f"{rev} ({sha[:10]}) is not a kgit attempt; `kgit log` lists the attempts.")

@@ -21,3 +21,6 @@ cd "$demo"
 echo
 echo "successful experiments: git -C $demo log --all --grep speedup --oneline"
 git log --all --grep speedup --oneline
+echo
+echo "kgit is installed in $VENV. To type \`kgit ...\` yourself: source $VENV/bin/activate"
+echo "(or call $kgit), then: cd $demo && kgit report --open"

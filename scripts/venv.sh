@@ -1,15 +1,22 @@
 # Sourced by scripts/*.sh: make .venv with kgit installed (editable) and its test tools.
 # Torch is taken as it is when present; otherwise the CPU build (2.13.0) is installed,
-# which needs no GPU and no multi-GB CUDA download.
+# which needs no GPU and no multi-GB CUDA download. Each step says what it does first:
+# a first install takes minutes, and silence looks like a hang.
 VENV="${KGIT_VENV:-$PWD/.venv}"
+_step() { echo "==> $*" >&2; }
 if [ ! -x "$VENV/bin/python" ]; then
+    _step "making the virtual environment $VENV"
     python3 -m venv "$VENV"
 fi
 # The Ray extra too: tests marked `ray` run a local cluster and must not skip.
 if ! "$VENV/bin/python" -c "import kgit, pytest, hypothesis, ray" 2>/dev/null; then
+    _step "upgrading pip"
     "$VENV/bin/python" -m pip install -q --upgrade pip
     if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-        "$VENV/bin/python" -m pip install -q "torch==2.13.0"
+        _step "installing torch 2.13.0 (the longest step: a large download)"
+        "$VENV/bin/python" -m pip install --progress-bar on "torch==2.13.0"
     fi
-    "$VENV/bin/python" -m pip install -q -e ".[test,ray]"
+    _step "installing kgit (editable) with triton, litellm, ray, pytest and the rest"
+    "$VENV/bin/python" -m pip install --progress-bar on -e ".[test,ray]"
+    _step "installed: $VENV/bin/kgit (run \`source $VENV/bin/activate\` to call it as \`kgit\`)"
 fi

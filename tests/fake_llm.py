@@ -9,6 +9,11 @@ import json
 from kgit.scientist.llm import Reply
 
 
+def flatten(content) -> str:
+    """A message's content as one string: a plain string, or text parts joined (kgit's prompts.flatten)."""
+    return content if isinstance(content, str) else "\n\n".join(p["text"] for p in content)
+
+
 class FakeLLM:
     def __init__(self, answers, model="fake/scripted", tokens=120, cost=0.002):
         # answers: [(stage, text)], consumed in order; a stage mismatch fails the test at once
@@ -29,8 +34,12 @@ class FakeLLM:
         return Reply(text, self.model_name, self.tokens, self.cost)
 
     def prompts(self, stage: str) -> list[str]:
-        """The last user message of every call to `stage`."""
-        return [messages[-1]["content"] for s, messages in self.history if s == stage]
+        """The last user message of every call to `stage`, its parts joined."""
+        return [flatten(messages[-1]["content"]) for s, messages in self.history if s == stage]
+
+    def requests(self, stage: str) -> list[str]:
+        """Every call to `stage` as the whole text sent, messages in order."""
+        return ["\n\n".join(flatten(m["content"]) for m in messages) for s, messages in self.history if s == stage]
 
 
 def selection(base, reference=None, reason="the best line so far") -> str:
@@ -38,10 +47,14 @@ def selection(base, reference=None, reason="the best line so far") -> str:
     return f"Looking at the archive, the base is clear.\n\n```json\n{json.dumps(doc)}\n```\n"
 
 
-def design(titles, chosen=None, gains=(0.05, 0.3)) -> str:
+def design(titles, chosen=None, gains=(0.05, 0.3), lessons=None, fewer_because=None) -> str:
     plans = [{"title": t, "description": f"{t}, to cut time on the large shapes.", "rubric": f"change the kernel: {t}",
               "gain_min": gains[0], "gain_max": gains[1], "innovation": 5 + i} for i, t in enumerate(titles)]
     doc = {"avenues": [f"avenue {i}" for i in range(10)], "plans": plans, "chosen": chosen or [0]}
+    if lessons is not None:
+        doc["lessons"] = lessons
+    if fewer_because is not None:
+        doc["fewer_because"] = fewer_because
     return f"Here are the plans.\n\n```json\n{json.dumps(doc, indent=1)}\n```\n"
 
 

@@ -122,6 +122,64 @@ def shout(megabytes):
     line = "x" * 1023 + "\\n"
     for _ in range(megabytes * 1024):
         sys.stdout.write(line)
+
+
+def defeat_lifeline(marker):
+    """Everything that beat the in-process lifeline: os._exit patched to do nothing, the
+    parent-death signal cleared, a daemon in a session of its own; then work forever."""
+    if not once("defeat"):
+        return
+    import ctypes
+    os._exit = lambda *args: None
+    ctypes.CDLL(None, use_errno=True).prctl(1, 0, 0, 0, 0)  # PR_SET_PDEATHSIG, 0
+    escape(marker, detach=True)
+    print("KGIT-DEFEATED", flush=True)
+    spin()
+
+
+def leak_key(secret):
+    """An error whose message carries key-shaped text and the user's own secret."""
+    pem = "-----BEGIN RSA PRIVATE KEY-----\\nMIIEowIBAAKCAQEAq7BFUpkGp3+Xs1\\n-----END RSA PRIVATE KEY-----"
+    raise RuntimeError(f"could not log in with {secret} ghp_{'a1B2c3D4' * 5} {pem}")
+
+
+def aten_add(data):
+    """vector_add forbids torch.add; the ATen op under it, reached without the Python name."""
+    import torch
+    torch.ops.aten.add.Tensor(data[0], data[1])
+
+
+def hoard(limit_mb):
+    """Fill the scratch (HOME) and fork until refused; report how far each got."""
+    if not once("hoard"):
+        return
+    import time
+    written, fill_error = 0, None
+    try:
+        with open(os.path.join(os.environ["HOME"], "fill.bin"), "wb") as f:
+            while written < limit_mb << 20:
+                f.write(b"x" * (1 << 20))
+                f.flush()
+                written += 1 << 20
+    except OSError as e:
+        fill_error = e.strerror
+    os.unlink(os.path.join(os.environ["HOME"], "fill.bin"))
+    forks, fork_error = [], None
+    while len(forks) < 1000:
+        try:
+            pid = os.fork()
+        except OSError as e:
+            fork_error = e.strerror
+            break
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        forks.append(pid)
+    for pid in forks:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    print("KGIT-HOARD " + json.dumps({"written": written, "fill_error": fill_error, "forks": len(forks),
+                                      "fork_error": fork_error}), flush=True)
 '''
 
 def kernel_source(action: str) -> str:

@@ -52,7 +52,8 @@ def _wrong_type_cases():
 WRONG_VALUES = [
     ("evaluator", "backend", "cloud"), ("evaluator", "devices", "some"), ("evaluator", "devices", [-1]),
     ("evaluator", "timeout_s", 0), ("evaluator", "max_output_bytes", -5), ("evaluator", "sandbox", "maybe"),
-    ("evaluator", "max_memory_gb", 0), ("timing", "target_rse", 0), ("timing", "max_time_s", -1),
+    ("evaluator", "max_memory_gb", 0), ("evaluator", "scratch_gb", 0), ("evaluator", "max_processes", 0),
+    ("timing", "target_rse", 0), ("timing", "max_time_s", -1),
     ("timing", "min_reps", 0), ("timing", "warmup", -1), ("llm", "model", " "), ("llm", "timeout_s", 0),
     ("llm", "retries", -1), ("evolve", "iterations", 0), ("evolve", "pick", 0), ("evolve", "attempts", 0),
     ("evolve", "jobs", 0), ("evolve", "max_cost_usd", 0), ("evolve", "max_wall_s", -3),

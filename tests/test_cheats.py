@@ -25,7 +25,6 @@ def _last_error(doc) -> str:
     ("import_reference", "forbidden import: reference (the reference)"),
     ("gc_reference", "object hunting through gc"),
     ("gc_expected", "object hunting through gc"),
-    ("frame_reference", "calling the reference"),
     ("patched_timer", "patched timers"),
     ("thread_deferral", "threads started by the kernel"),
 ])
@@ -81,9 +80,11 @@ def test_the_gc_cheat_would_find_an_expected_output_that_existed():
     assert in_fork(attempt) is True
 
 
-def test_reference_is_not_importable_nor_loaded(tmp_path):
-    doc = run_harness(tmp_path, "find_reference")
-    assert doc["status"] == "runtime-error"
+@pytest.mark.parametrize("name", ["find_reference", "frame_reference"])
+def test_reference_is_not_importable_nor_loaded_nor_on_the_stack(tmp_path, name):
+    # The reference lives in the judge only: no module, no frame of the runner holds it.
+    doc = run_harness(tmp_path, name)
+    assert doc["status"] == "runtime-error", _last_error(doc)
     assert "reference not found" in doc["error"]
 
 
@@ -116,6 +117,63 @@ def test_a_runtime_cheat_is_rejected_through_the_real_child(kernel_repo, tmp_pat
     assert (doc["status"], doc["reason"]) == ("rejected", "forbidden by the problem: torch.add")
 
 
+# ---- the classes the judge/runner split defeats (each got through the one-process harness) ----
+
+def test_a_forged_result_document_and_reply_do_not_count(tmp_path):
+    # Written to every fd the runner holds (the channel included) and to stdout; the
+    # judge holds the result pipe, and a forged "done" leaves the poisoned output there.
+    doc = run_harness(tmp_path, "forged_result")
+    assert doc["status"] in ("incorrect", "crash", "rejected"), _last_error(doc)
+    assert doc["geomean_us"] is None and doc["shapes"] == []
+
+
+def test_a_forged_result_through_the_real_child_is_not_the_verdict(kernel_repo, tmp_path):
+    (kernel_repo / "kernel.py").write_text(source("forged_result"))
+    doc = evaluate.evaluate_tree(kernel_repo, config_mod.load(kernel_repo), state_dir=tmp_path / "state")
+    assert doc["status"] in ("incorrect", "crash", "rejected"), doc.get("error")
+    assert doc["geomean_us"] is None
+    assert '"status": "ok"' in doc["stdout"]  # the forgery was written; kgit never parses stdout
+
+
+@pytest.mark.parametrize("name", ["patched_checker", "patched_torch", "lying_mode"])
+def test_nan_outputs_fail_whatever_the_candidate_patches_in_its_own_process(tmp_path, name):
+    doc = run_harness(tmp_path, name)
+    assert doc["status"] == "incorrect", _last_error(doc)
+    assert "NaN or Inf" in doc["error"]
+
+
+def test_a_patched_clock_on_the_stack_does_not_change_the_judges_figure(tmp_path):
+    # Every call really spends 30 ms and tells the runner's clock it took 1 us.
+    doc = run_harness(tmp_path, "patched_clock")
+    assert doc["status"] == "ok", _last_error(doc)
+    assert doc["shapes"] and all(s["clock"] == "judge" and s["min_us"] >= 30_000 for s in doc["shapes"])
+    assert all(s["host_call_us"] < 1000 for s in doc["shapes"])  # what the patched runner clock said
+
+
+def test_work_deferred_to_a_profile_hook_is_counted_or_fails(tmp_path):
+    doc = run_harness(tmp_path, "profile_deferral")
+    if doc["status"] == "ok":
+        assert all(s["min_us"] >= 30_000 for s in doc["shapes"]), doc["shapes"]
+    else:
+        assert doc["status"] == "incorrect", _last_error(doc)
+
+
+def test_the_secret_seed_and_the_sampler_are_not_in_the_runner(tmp_path, capfd):
+    doc = run_harness(tmp_path, "seed_hunt")
+    found = [line for line in capfd.readouterr().out.splitlines() if line.startswith("KGIT-FOUND")]
+    assert doc["status"] == "ok", _last_error(doc)
+    assert found == ["KGIT-FOUND nothing"], found
+
+
+def test_the_reference_read_from_disk_gets_no_pass(tmp_path):
+    # Found on disk (the shipped problem in the installed harness) its ref_kernel runs in
+    # the runner, under the op guard: vector_add's reference adds with `+`, a forbidden op.
+    doc = run_harness(tmp_path, "reference_from_disk")
+    assert doc["status"] != "ok"
+    assert (doc["status"], doc["reason"]) == ("rejected", "forbidden by the problem: torch.Tensor.add") or \
+        "reference not found" in (doc["error"] or ""), _last_error(doc)
+
+
 # ---- GPU: run on the device machine with `pytest -m gpu tests/test_cheats.py` ----
 
 GPU_TIMING = {"target_rse": 0.01, "max_time_s": 0.5, "min_reps": 10, "warmup": 2}
@@ -138,10 +196,21 @@ def test_gpu_patched_timing_functions(tmp_path, name):
 
 
 @pytest.mark.gpu
-def test_gpu_side_stream_work_escapes_the_events_and_is_caught(tmp_path):
+def test_gpu_side_stream_work_escapes_the_events_and_the_judges_clock_catches_it(tmp_path):
     _gpu()
     doc = run_harness(tmp_path, "side_stream", GPU_TIMING)
-    assert (doc["status"], doc["reason"]) == ("rejected", "work escaped the timing events"), _last_error(doc)
+    assert (doc["status"], doc["reason"]) == ("rejected", "timings disagree with the judge's clock"), _last_error(doc)
+
+
+@pytest.mark.gpu
+def test_gpu_forged_event_figures_disagree_with_the_judges_clock(tmp_path):
+    # Inputs and outputs cross to the runner through CUDA IPC; its clock is patched on
+    # the stack to report 0.5 us a call, and the judge's own clock over a batch says otherwise.
+    _gpu()
+    doc = run_harness(tmp_path, "forged_events", GPU_TIMING)
+    assert (doc["status"], doc["reason"]) == ("rejected", "timings disagree with the judge's clock"), _last_error(doc)
+    shape = doc["shapes"][-1]
+    assert shape["min_us"] < 1.0 and shape["host_batch_us"] > 100.0, shape  # forged, then caught
 
 
 @pytest.mark.gpu
@@ -154,7 +223,7 @@ def test_gpu_honest_baseline_passes_within_the_speed_of_light(tmp_path, problem)
     assert doc["speed_of_light"]["peak"]["source"] in ("datasheet", "measured")
     for shape in doc["shapes"]:
         assert shape["sol_us"] and shape["min_us"] >= shape["sol_us"] * 0.5
-        assert 0 < shape["host_batch_us"]
+        assert shape["clock"] == "events" and 0 < shape["host_batch_us"]
 
 
 @pytest.mark.gpu

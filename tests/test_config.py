@@ -50,3 +50,11 @@ def test_per_stage_model_override():
     cfg = config_mod.parse("llm:\n  model: openai/gpt-x\n  write_model: ollama/coder\n")
     assert cfg.llm.model_for("write") == "ollama/coder"
     assert cfg.llm.model_for("select") == "openai/gpt-x"
+
+
+def test_invalid_yaml_is_one_line_with_a_hint_that_loses_nothing():
+    with pytest.raises(ConfigError) as err:
+        config_mod.parse("llm:\n  model: x\n bad: 1\n", "repo/.kgit.yaml")
+    message = str(err.value)
+    assert "\n" not in message and "line 3, column 2" in message
+    assert "--force" not in message and "git diff .kgit.yaml" in message

@@ -1,7 +1,8 @@
-"""Unit tests of the harness parts: policy, checking, guards, timing statistics, devices."""
+"""Unit tests of the harness parts: policy, checking, guards, timing, channel, shared memory, devices."""
 
 from __future__ import annotations
 
+import json
 import random
 import time
 import types
@@ -9,9 +10,9 @@ import types
 import pytest
 import torch
 
-from kgit_harness import checking, peaks as devices, policy, problem, timing
+from kgit_harness import channel, checking, peaks as devices, policy, problem, shared, timing
 from kgit_harness.guards import Guards, Tripped
-from kgit_harness.result import SCHEMA, new, validate
+from kgit_harness.result import SCHEMA, Result, new, validate
 
 VECTOR_ADD_FORBIDDEN = ["torch.add", "torch.Tensor.add", "torch.Tensor.add_", "torch.sum"]
 
@@ -192,28 +193,6 @@ def test_the_harness_handle_on_the_reference_is_refused_inside_a_call():
     assert guards.violation[0] == "calling the reference"
 
 
-def test_no_expected_output_exists_while_the_candidate_runs():
-    # A kernel that looks through every live object for a finished a + b during its
-    # call finds none: the harness computes expected outputs only after the call.
-    import gc
-
-    from kgit_harness import runner
-
-    task = problem.load_task(problem.shipped()["vector_add"])
-    found = []
-
-    def hunting(data):
-        a, b, out = data
-        want = a + b
-        found.extend(o for o in gc.get_objects() if type(o) is torch.Tensor and o is not want
-                     and o.shape == want.shape and torch.equal(o, want))
-        return out.copy_(want)
-
-    result = runner._check_shape(task, _load_reference("vector_add"), _plain_candidate(hunting),
-                                 {"size": 4097, "seed": 103}, 103, torch)
-    assert result["ok"] and found == []
-
-
 # ---- timing ----
 
 def test_reservoir_checks_every_repetition_equally_often():
@@ -245,15 +224,17 @@ def test_stats_and_rse():
     assert timing._rse([5.0, 5.0]) == 0.0
 
 
-@pytest.mark.parametrize("batch, mean, call, escapes", [
-    (None, 10.0, 5.0, False),      # CPU: no cross-check
+@pytest.mark.parametrize("batch, mean, call, disagrees", [
+    (None, 10.0, 5.0, False),      # CPU: the judge's clock is the figure, nothing to cross-check
     (12.0, 10.0, 5.0, False),      # honest, GPU-bound
-    (25.0, 3.0, 15.0, False),      # honest, host-bound: the host's own launch time explains it
+    (73.4, 7.8, 65.0, False),      # honest, host-bound (vector_add 1M on the H200: the guarded launch)
     (150.0, 2.0, 5.0, True),       # side stream: events saw 2 us, the GPU was busy 150 us a call
+    (300.0, 0.5, 0.5, True),       # forged events, honest host figure
+    (300.0, 0.5, 250.0, False),    # both figures forged: not caught here (docs/harness.md), only by the speed of light
 ])
-def test_escape_rule(batch, mean, call, escapes):
+def test_judge_clock_rule(batch, mean, call, disagrees):
     stats = {"mean_us": mean, "host_call_us": call, "host_batch_us": batch}
-    assert (timing.escaped(stats) is not None) == escapes
+    assert (timing.disagrees(stats) is not None) == disagrees
 
 
 def test_clock_reports_a_patched_timer(monkeypatch):
@@ -263,27 +244,51 @@ def test_clock_reports_a_patched_timer(monkeypatch):
     assert clock.tampered() == ["time.perf_counter"]
 
 
-def _plain_candidate(fn):
-    import contextlib
+class _InProcessSlots:
+    """judge.Slots' interface with the kernel called in this process: measure's logic alone."""
 
-    class Plain:
-        kernel = staticmethod(fn)
+    def __init__(self, fn, sample, count, output):
+        self.fn, self.output, self.torch = fn, output, torch
+        self.slots = [checking.clone(sample) for _ in range(count)]
 
-        def call(self, data):
-            return fn(data)
+    def fill(self, slot, private):
+        for dst, src in zip(self._tensors(self.slots[slot]), self._tensors(private)):
+            dst.copy_(src)
+        checking.poison(self.slots[slot], self.output)
 
-        def guarded(self):
-            return contextlib.nullcontext()
+    @staticmethod
+    def _tensors(data):
+        return [t for t in data if isinstance(t, torch.Tensor)]
 
-        def verify(self):
-            pass
+    def call(self, slot, *, timed, empty=False):
+        if not empty:
+            self.fn(self.slots[slot])
+        return {"us": 1.0, "host_us": 1.0, "output": None}
 
-    return Plain()
+    def batch(self, slots, *, empty=False):
+        if not empty:
+            for s in slots:
+                self.fn(self.slots[s])
+        return {"output": None}
+
+    def take(self, slot):
+        return self.slots[slot][self.output].clone()
+
+    def data(self, slot):
+        return self.slots[slot]
+
+    def close(self):
+        pass
+
+
+def _measure_in_process(fn, settings, shape=None):
+    reference = _load_reference("vector_add")
+    task = problem.load_task(problem.shipped()["vector_add"])
+    return timing.measure(task, reference, shape or {"size": 64, "seed": 1}, 5, settings, False, torch,
+                          lambda sample, count: _InProcessSlots(fn, sample, count, task.output))
 
 
 def test_measure_catches_a_kernel_that_decays_after_the_checks():
-    reference = _load_reference("vector_add")
-    task = problem.load_task(problem.shipped()["vector_add"])
     calls = [0]
 
     def decaying(data):
@@ -294,13 +299,22 @@ def test_measure_catches_a_kernel_that_decays_after_the_checks():
         return out
 
     settings = {"warmup": 0, "min_reps": 8, "target_rse": 1e-9, "max_time_s": 0.0}
-    clock = timing.Clock(torch, on_gpu=False)
-    stats = timing.measure(task, reference, _plain_candidate(decaying), {"size": 64, "seed": 1}, 5, clock, settings, torch)
+    stats = _measure_in_process(decaying, settings)
     assert stats["n"] == 8 and "timed repetition 7" in stats["error"]  # the last call is always re-checked
 
-    honest = timing.measure(task, reference, _plain_candidate(lambda d: d[2].copy_(d[0] + d[1])),
-                            {"size": 64, "seed": 1}, 5, clock, settings, torch)
-    assert "error" not in honest and 3 <= honest["rechecked"] <= 4 and honest["min_us"] > 0
+    honest = _measure_in_process(lambda d: d[2].copy_(d[0] + d[1]), settings)
+    assert "error" not in honest and 3 <= honest["rechecked"] <= 4 and honest["min_us"] > -1
+    assert honest["clock"] == "judge"
+
+
+def test_measure_fails_a_kernel_that_writes_its_input():
+    def scribbling(data):
+        a, b, out = data
+        out.copy_(a + b)
+        a[0] = 7.0
+
+    stats = _measure_in_process(scribbling, {"warmup": 0, "min_reps": 2, "target_rse": 1.0, "max_time_s": 0.0})
+    assert "modified input 0" in stats["error"]
 
 
 def _load_reference(name):
@@ -350,3 +364,113 @@ def test_result_documents_validate_and_carry_the_speed_of_light_field():
     assert validate(doc)["schema"] == SCHEMA and "speed_of_light" in doc
     with pytest.raises(ValueError):
         validate({**doc, "status": "fast"})
+
+
+def test_result_round_trips_keeps_extra_keys_and_refuses_malformed_documents():
+    doc = new("ok", geomean_us=3.5, shapes=[{"key": "size=1", "mean_us": 3.5}])
+    doc["stdout"] = "hello"  # kgit adds keys of its own
+    again = Result.from_dict(json.loads(json.dumps(doc))).to_dict()
+    assert again == doc
+    old_reader_keys = {"status", "error", "reason", "device", "timing", "tests", "shapes", "geomean_us",
+                       "versions", "harness", "eval_s", "speed_of_light", "schema", "ranking"}
+    assert old_reader_keys <= set(again)
+    for bad in ({**doc, "geomean_us": None}, {**doc, "geomean_us": float("nan")}, {**doc, "schema": "kgit.result/0"},
+                {**doc, "shapes": [{"key": "x", "mean_us": "fast"}]}, {**doc, "error": 3}, [doc]):
+        with pytest.raises(ValueError):
+            Result.from_dict(bad)
+
+
+# ---- channel and shared memory ----
+
+def test_channel_carries_json_messages_and_refuses_anything_else():
+    import socket
+
+    a, b = socket.socketpair()
+    channel.send(a, {"op": "done", "us": 1.5})
+    assert channel.recv(b, time.monotonic() + 5)[0] == {"op": "done", "us": 1.5}
+    for raw, why in [(b"not json", "not JSON"), (b"[1, 2]", "'op' string"), (b'{"op": "done", "us": NaN}', "not JSON"),
+                     (b'{"us": 1}', "'op' string")]:
+        a.sendall(channel.HEADER.pack(len(raw)) + raw)
+        with pytest.raises(channel.ChannelError, match=why):
+            channel.recv(b, time.monotonic() + 5)
+    a.sendall(channel.HEADER.pack(channel.MAX_BYTES + 1))
+    with pytest.raises(channel.ChannelError, match="limit"):
+        channel.recv(b, time.monotonic() + 5)
+    with pytest.raises(channel.Timeout):
+        channel.recv(b, time.monotonic() + 0.05)
+    a.close()
+    with pytest.raises(channel.Closed):
+        channel.recv(b, time.monotonic() + 5)
+    b.close()
+
+
+def test_channel_checks_the_numbers_a_runner_reports():
+    assert channel.number({"op": "done", "us": 2}, "us") == 2.0
+    for value in (-1.0, True, "3", None, float("inf")):
+        with pytest.raises(channel.ChannelError):
+            channel.number({"op": "done", "us": value}, "us")
+
+
+def test_shared_arena_reproduces_strided_layouts_in_another_mapping():
+    import os
+    import socket
+
+    a = torch.randn(128, 64).T  # column-major, as the fp8 problem's inputs are
+    data = (a, torch.arange(5, dtype=torch.int64), 3, {"scale": torch.ones(2, 3, dtype=torch.bfloat16)})
+    planner = shared.Planner()
+    layout = planner.tree(data)
+    arena = shared.HostArena(torch, planner.size)
+    mine = shared.view(torch, arena.tensor, layout)
+    for dst, src in zip(shared.tensors(mine), shared.tensors(data)):
+        dst.copy_(src)
+    desc, fds = arena.describe()
+    # What the runner does with the descriptor that SCM_RIGHTS gave it.
+    left, right = socket.socketpair()
+    channel.send(left, {"op": "shape", "arena": desc, "layout": layout}, fds)
+    message, got = channel.recv(right, time.monotonic() + 5, accept_fds=True)
+    theirs_arena, keep = shared.attach(torch, message["arena"], got)
+    theirs = shared.view(torch, theirs_arena, message["layout"])
+    assert shared.same_layout(theirs, data) and theirs[2] == 3
+    assert all(torch.equal(x, y) for x, y in zip(shared.tensors(theirs), shared.tensors(data)))
+    theirs[0].fill_(2.0)  # a write on one side is seen on the other
+    assert bool((mine[0] == 2.0).all())
+    left.close()
+    right.close()
+    del theirs, theirs_arena, mine
+    arena.close()
+    assert not os.path.exists(f"/proc/self/fd/{fds[0]}")
+
+
+@pytest.mark.gpu
+def test_gpu_arena_crosses_processes_through_cuda_ipc(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    if not torch.cuda.is_available():
+        pytest.fail("gpu tests need a CUDA or ROCm device (deselect them with -m 'not gpu')")
+    n = 1 << 20
+    arena = shared.DeviceArena(torch, 3 * n * 4)
+    planner = shared.Planner()
+    layout = planner.tree(tuple(torch.empty(n, device="cuda") for _ in range(3)))
+    a, b, out = shared.view(torch, arena.tensor, layout)
+    a.copy_(torch.randn(n, device="cuda"))
+    b.copy_(torch.randn(n, device="cuda"))
+    out.fill_(float("nan"))
+    torch.cuda.synchronize()
+    code = ("import socket, sys, time, torch\n"
+            "from kgit_harness import channel, shared\n"
+            "s = socket.socket(fileno=int(sys.argv[1]))\n"
+            "m, fds = channel.recv(s, time.monotonic() + 60, accept_fds=True)\n"
+            "arena, keep = shared.attach(torch, m['arena'], fds)\n"
+            "a, b, out = shared.view(torch, arena, m['layout'])\n"
+            "torch.add(a, b, out=out); torch.cuda.synchronize()\n"
+            "channel.send(s, {'op': 'done'})\n")
+    mine, theirs = socket.socketpair()
+    proc = subprocess.Popen([sys.executable, "-I", "-c", code, str(theirs.fileno())], pass_fds=(theirs.fileno(),))
+    theirs.close()
+    desc, fds = arena.describe()
+    channel.send(mine, {"op": "shape", "arena": desc, "layout": layout}, fds)
+    assert channel.recv(mine, time.monotonic() + 120)[0]["op"] == "done"
+    assert proc.wait(timeout=60) == 0
+    assert torch.equal(out, a + b)

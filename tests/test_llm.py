@@ -142,7 +142,7 @@ def test_evolve_through_a_local_openai_compatible_server(kernel_repo, run_kgit, 
     baseline = subprocess.run(["git", "rev-parse", "kgit/baseline"], cwd=kernel_repo, capture_output=True,
                               text=True, check=True).stdout.strip()
     server = ScriptedServer([
-        fake_llm.selection(baseline[:10]),
+        # No select request: only the baseline exists, so the choice is forced.
         fake_llm.design(["Larger blocks per program"]),
         fake_llm.search_replace("kernel.py", "BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 2048 4096",
                                 "BLOCK_SIZE = 2048  # kgit: tune 256 512 1024 2048 4096"),
@@ -155,7 +155,7 @@ def test_evolve_through_a_local_openai_compatible_server(kernel_repo, run_kgit, 
     finally:
         server.shutdown()
     assert result.exit_code == 0, result.output
-    assert [r["path"] for r in server.requests] == ["/v1/chat/completions"] * 3
+    assert [r["path"] for r in server.requests] == ["/v1/chat/completions"] * 2
     assert server.requests[0]["body"]["model"] == "test-model"
     assert "had no price" in result.output
 
@@ -164,9 +164,9 @@ def test_evolve_through_a_local_openai_compatible_server(kernel_repo, run_kgit, 
 
     message = git("log", "-1", "--format=%B", "--branches=kgit/*")
     assert "Kgit-Status: ok" in message and "Kgit-Model: openai/test-model" in message
-    assert "Kgit-Cost-USD: unknown" in message and "Kgit-Tokens: 225" in message
+    assert "Kgit-Cost-USD: unknown" in message and "Kgit-Tokens: 150" in message
     # The key went to the server (that is its job) and nowhere else.
     assert server.requests[0]["auth"] == f"Bearer {SECRET}"
     assert SECRET not in git("log", "--all", "--format=%B") + result.output
     cache = list((kernel_repo / ".git" / "kgit" / "cache" / "llm").rglob("*.json"))
-    assert len(cache) == 3 and all(SECRET not in p.read_text() for p in cache)
+    assert len(cache) == 2 and all(SECRET not in p.read_text() for p in cache)

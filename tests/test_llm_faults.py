@@ -159,21 +159,19 @@ def test_garbage_answers_never_stop_the_run(kernel_repo, run_kgit, key):
     with FaultServer([("answer", "I would rather not answer in JSON.")]) as server:
         result = _evolve(kernel_repo, run_kgit, server)
     assert result.exit_code == 0, result.output
-    # select asked twice then fell back to the best; design asked twice then skipped the iteration
-    assert server.requests == 4
+    # no select call (only the baseline exists); design asked twice then skipped the iteration
+    assert server.requests == 2
     assert "has no ```json block" in result.output and "skipped" in result.output
     assert SECRET not in result.output
 
 
 def test_hostile_writer_answers_are_recorded_as_rejected_attempts(kernel_repo, run_kgit, key):
-    baseline = _git(kernel_repo, "rev-parse", "kgit/baseline").strip()
     reference = (kernel_repo / "problem" / "reference.py").read_text()
     outside = "problem/reference.py\n```python\ndef ref_kernel(data):\n    return data[2]\n```\n"
     snoop = fake_llm.search_replace(
         "kernel.py", "def custom_kernel(data):",
         "import os\n\nLEAK = os.environ.get('OPENAI_API_KEY')\n\n\ndef custom_kernel(data):")
-    script = [("answer", fake_llm.selection(baseline[:10])), ("answer", fake_llm.design(["Try anything"])),
-              ("answer", outside), ("answer", snoop)]
+    script = [("answer", fake_llm.design(["Try anything"])), ("answer", outside), ("answer", snoop)]
     with FaultServer(script) as server:
         result = _evolve(kernel_repo, run_kgit, server, attempts=2)
     assert result.exit_code == 0, result.output
@@ -192,9 +190,7 @@ def test_hostile_writer_answers_are_recorded_as_rejected_attempts(kernel_repo, r
 def test_a_dead_server_is_recorded_and_the_run_goes_on(kernel_repo, run_kgit, key):
     """Transient failures that outlast the retries never end the run: the writer's
     attempt is committed as rejected with the error, and the run exits 0."""
-    baseline = _git(kernel_repo, "rev-parse", "kgit/baseline").strip()
-    script = [("answer", fake_llm.selection(baseline[:10])), ("answer", fake_llm.design(["Try anything"])),
-              ("status", 503)]
+    script = [("answer", fake_llm.design(["Try anything"])), ("status", 503)]
     before = _git(kernel_repo, "rev-list", "--all")
     with FaultServer(script) as server:
         result = _evolve(kernel_repo, run_kgit, server, attempts=3)
@@ -214,7 +210,6 @@ def test_a_server_dead_from_the_start_skips_the_iteration(kernel_repo, run_kgit,
     with FaultServer([("status", 503)]) as server:
         result = _evolve(kernel_repo, run_kgit, server)
     assert result.exit_code == 0, result.output
-    assert "select fell back to the best attempt" in result.output
     assert "the designer did not answer" in result.output
     assert [a.experiment for a in Repo(kernel_repo).read()] == [0]
 

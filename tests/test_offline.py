@@ -23,10 +23,19 @@ class FakeAttempt:
 
     sha: str
     geomean: float | None = None
+    time: int = 0
+    experiment: int = 1
+    attempt: int = 1
+    timing: str = "events"  # measured on a GPU, so kgit's ranking rule orders by geomean
 
     @property
     def ok(self):
         return self.geomean is not None
+
+    def measurements(self):
+        device = "cpu" if self.timing == "interpreter" else "NVIDIA H200"
+        return [{"device": device, "harness": "h", "timing": self.timing, "geomean_us": self.geomean,
+                 "source": "commit"}] if self.ok else []
 
     @property
     def speedup_baseline(self):
@@ -91,3 +100,19 @@ def test_starts_from_the_best_and_prefers_near_values(tmp_path):
     plans = offline.Strategist(repo, ["kernel.py"]).plans([first, best], best.sha, pick=2)
     assert [p.title for p in plans] == ["B 4 -> 8", "B 4 -> 2"]
     assert all(p.base == best.sha for p in plans)
+
+
+def test_interpreter_timings_are_never_ranked(tmp_path):
+    """On a CPU-only archive the strategist builds on the most recent correct attempt, not the 'fastest'."""
+    from kgit.archive import figures
+
+    path = make_git_repo(tmp_path / "k")
+    fast_looking = FakeAttempt(_commit(path, "B = 1  # kgit: tune 1 2 4 8\n", "a"), geomean=1.0, time=1,
+                               timing="interpreter")
+    newest = FakeAttempt(_commit(path, "B = 4  # kgit: tune 1 2 4 8\n", "b"), geomean=90.0, time=2,
+                         timing="interpreter")
+    order, rule = figures.ranked([fast_looking, newest])
+    assert order == [newest, fast_looking] and "most recent correct attempt" in rule
+    plans = offline.Strategist(Repo(path), ["kernel.py"]).plans([fast_looking, newest], figures.best(
+        [fast_looking, newest]).sha, pick=1)
+    assert plans[0].base == newest.sha

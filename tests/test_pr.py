@@ -202,3 +202,48 @@ def test_pr_refusals_say_what_to_do(setup, run_kgit, args, message):
     result = run_kgit(root, *args)
     assert result.exit_code == 1
     assert message in result.stderr
+
+
+def _geomean_row(body: str) -> list[str]:
+    row = next(line for line in body.splitlines() if line.startswith("| **geomean**"))
+    return [c.strip() for c in row.split("|")[2:7]]
+
+
+def test_pr_figures_use_one_baseline_measurement_and_say_which(setup, run_kgit):
+    # The baseline is re-measured after the campaign (slower this time): the title, the
+    # results and the attempts must all use that one measurement, not the trailers'.
+    root, remote, bin_dir, log, shas = setup
+    repo = Repo(root)
+    times = {k: v * 1.2 for k, v in ra.BASELINE_US.items()}
+    repo.add_note(shas["baseline"], {"device": ra.DEVICE, "harness": ra.HARNESS, "timing": "events", "status": "ok",
+                                     "geomean_us": (times["size=4096"] * times["size=65536"]) ** 0.5,
+                                     "times": times, "tag": "remeasure", "when": 2_000_000_000})
+    doc = json.loads(run_kgit(root, "pr", "1", "--json").output)
+    assert doc["title"].endswith("(1.50x vs baseline)")  # 1.25 * 1.2, not the trailer's 1.25
+    assert _geomean_row(doc["body"])[4] == "1.50x"
+    # Experiment 1's PR base is the baseline: its attempts table uses the same figure.
+    attempt = next(line for line in doc["body"].splitlines() if shas["e1.2"][:10] in line)
+    assert "1.50x" in attempt
+    assert f"the baseline `{shas['baseline'][:10]}` as re-measured in refs/notes/kgit (remeasure" in doc["body"]
+
+    doc = json.loads(run_kgit(root, "pr", "2", "--json").output)
+    assert doc["title"].endswith("(1.92x vs baseline)") and _geomean_row(doc["body"])[3:] == ["1.28x", "1.92x"]
+    attempt = next(line for line in doc["body"].splitlines() if shas["e2.2"][:10] in line)
+    assert "1.28x" in attempt and f"the PR base `{shas['e1.2'][:10]}` as measured by its own commit" in doc["body"]
+
+
+def test_pr_targets_the_remotes_default_branch_when_it_lacks_the_local_one(setup, run_kgit):
+    # A local `main` against a remote whose only (and default) branch is `trunk`.
+    root, remote, bin_dir, log, shas = setup
+    install_gh(bin_dir)
+    git(root, "push", "-q", "origin", "main:refs/heads/trunk")
+    git(remote, "symbolic-ref", "HEAD", "refs/heads/trunk")
+    git(root, "push", "-q", "origin", "--delete", "main")
+    result = run_kgit(root, "pr", "1")
+    assert result.exit_code == 0, result.output
+    assert "origin has no branch main, so the pull request targets origin's default branch trunk" in result.stderr
+    args = gh_calls(log)[-1]["args"]
+    assert args[args.index("--base") + 1] == "trunk"
+    # Named explicitly, a missing branch is still refused.
+    result = run_kgit(root, "pr", "1", "--base-branch", "main")
+    assert result.exit_code == 1 and "origin has no branch main" in result.stderr

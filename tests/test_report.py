@@ -169,3 +169,26 @@ def test_report_of_a_real_gpu_campaign(kernel_repo, run_kgit, tmp_path):
     text = html.read_text()
     assert all(f'<section id="{s}">' in text for s in SECTIONS)
     assert "speed of light" in text and campaign.device in text
+
+
+def test_report_open_without_a_display_prints_the_path_and_runs_nothing(built, run_kgit, monkeypatch):
+    import sys
+    import webbrowser
+
+    root, _ = built
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the no-display rule is Linux's")
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    opened = []
+    monkeypatch.setattr(webbrowser, "open", lambda *a, **k: opened.append(a) or True)
+    result = run_kgit(root, "report", "--open")
+    assert result.exit_code == 0, result.output
+    path = str(root / ".git" / "kgit" / "report.html")
+    assert f"wrote {path}" in result.output and "no browser to open it here" in result.output
+    assert opened == []
+
+    monkeypatch.setenv("DISPLAY", ":0")
+    result = run_kgit(root, "report", "--open")
+    assert result.exit_code == 0 and "no browser" not in result.output
+    assert opened and opened[0][0].startswith("file://") and opened[0][0].endswith("report.html")

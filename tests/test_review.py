@@ -14,7 +14,7 @@ from kgit import workflow as ex
 from kgit.review import plots, html as report_html, campaign as review
 from kgit.archive.repo import Repo
 from kgit.errors import ConfigError
-from kgit_harness import problem as problem_mod
+from kgit import problems as problem_mod
 from kgit_harness.result import geomean
 
 
@@ -59,10 +59,40 @@ def test_lineage_command_lists_the_chain_one_line_each(built, run_kgit):
     result = run_kgit(root, "lineage", shas["e2"])
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
-    assert len(lines) == 4  # header + baseline + #1 + #2
-    assert [line.split()[2] for line in lines[1:]] == [shas[k][:10] for k in ("baseline", "e1.2", "e2.2")]
+    assert len(lines) == 5  # header, its rule, baseline, #1, #2
+    assert set(lines[1].replace(" ", "")) == {"-"}
+    assert [line.split()[2] for line in lines[2:]] == [shas[k][:10] for k in ("baseline", "e1.2", "e2.2")]
     dead_end = run_kgit(root, "lineage", "--json", shas["e3"])
     assert [a["sha"] for a in json.loads(dead_end.output)] == [shas["baseline"], shas["e3.1"]]
+
+
+def test_experiment_numbers_name_the_best_correct_or_the_last_attempt(built, run_kgit):
+    root, shas = built
+    repo = Repo(root)
+    # #1: attempt 1 incorrect, attempt 2 ok -> attempt 2; #3 has only a timeout -> that one.
+    assert ex.resolve(repo, "1") == shas["e1.2"] and ex.resolve(repo, "#2") == shas["e2.2"]
+    assert ex.resolve(repo, "3") == shas["e3.1"] and ex.resolve(repo, "0") == shas["baseline"]
+    assert ex.resolve(repo, shas["e1.1"][:12]) == shas["e1.1"]  # shas and branches still work
+    shown = json.loads(run_kgit(root, "show", "2", "--json").output)
+    assert shown["sha"] == shas["e2.2"]
+    lineage = json.loads(run_kgit(root, "lineage", "2", "--json").output)
+    assert [a["sha"] for a in lineage] == [shas["baseline"], shas["e1.2"], shas["e2.2"]]
+    compared = json.loads(run_kgit(root, "diff", "1", "2", "--json").output)
+    assert (compared["a"]["sha"], compared["b"]["sha"]) == (shas["e1.2"], shas["e2.2"])
+    from kgit import remeasure
+
+    assert remeasure.targets(repo, repo.read(), ["1", "kgit/baseline"], False) == [shas["e1.2"], shas["baseline"]]
+    missing = run_kgit(root, "show", "9")
+    assert missing.exit_code == 1 and "there is no experiment 9" in missing.stderr
+
+
+def test_every_json_option_has_help_text():
+    from kgit.cli import cli
+
+    for name, command in cli.commands.items():
+        for param in command.params:
+            if "--json" in getattr(param, "opts", []):
+                assert param.help, f"kgit {name} --json has no help text"
 
 
 def test_lineage_of_something_that_is_not_an_attempt_says_what_to_do(built, run_kgit, tmp_path):
@@ -139,6 +169,45 @@ def test_tree_layout_keeps_the_best_path_straight_and_survives_long_chains():
     # A lineage far deeper than Python's recursion limit.
     chain = plots._tree_layout(campaign({n: n - 1 for n in range(1, 5001)}))
     assert chain[5000] == (5000, 0.0)
+
+
+def _labels_overlapping(campaign) -> list[tuple[str, str]]:
+    import itertools
+
+    import matplotlib.pyplot as plt
+
+    fig = plots.lineage_figure(campaign)
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        ax = fig.axes[0]
+        boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in ax.texts]
+        boxes += [(t.get_text(), t.get_window_extent(renderer)) for t in ax.get_legend().get_texts()]
+        return [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2) if box_a.overlaps(box_b)]
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("parents, path", [
+    # Ten experiments as the offline strategist makes them: a best path and side chains.
+    ({1: 0, 2: 0, 3: 1, 4: 2, 5: 3, 6: 2, 7: 5, 8: 6, 9: 6, 10: 7}, [1, 3, 5, 7, 10]),
+    ({n: n - 1 for n in range(1, 31)}, list(range(1, 31))),  # one long chain
+    ({n: 0 for n in range(1, 11)}, [4]),  # ten tries from the baseline
+])
+def test_lineage_tree_labels_never_overlap(parents, path):
+    def hypothesis(n):
+        return f"num_warps 4 -> 8, BLOCK_SIZE 1024 -> {n * 64}"
+
+    experiments = {n: SimpleNamespace(parent=p, status="improved" if n in path else "not-faster",
+                                      best=SimpleNamespace(speedup_baseline=1 + n / 100), hypothesis=hypothesis(n))
+                   for n, p in parents.items()}
+    best_path = [SimpleNamespace(experiment=0, is_baseline=True)]
+    best_path += [SimpleNamespace(experiment=n, is_baseline=False) for n in path]
+    campaign = SimpleNamespace(experiments=experiments, best_path=best_path)
+    assert _labels_overlapping(campaign) == []
+    # Every experiment is still named in the figure.
+    fig = plots.lineage_figure(campaign)
+    assert {t.get_text().split()[0] for t in fig.axes[0].texts} == {"baseline"} | {f"#{n}" for n in parents}
 
 
 def test_task_references_and_speed_of_light():

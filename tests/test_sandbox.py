@@ -63,7 +63,8 @@ def _gone(text: str, within_s: float = 10.0) -> bool:
 PARENT = textwrap.dedent('''
     import json, sys
     from pathlib import Path
-    from kgit import config, evaluate
+    from kgit import config
+    from kgit.evaluation import child as evaluate
     cfg = config.parse(Path(sys.argv[1]).read_text())
     doc = evaluate.run_child(Path(sys.argv[2]), Path(sys.argv[3]), cfg, Path(sys.argv[4]))
     print(json.dumps(doc))
@@ -340,8 +341,14 @@ def test_gpu_evaluation_works_inside_the_sandbox(tmp_path):
     assert doc["timing"] == "events" and doc["device"] != "cpu"
     assert doc["sandbox"]["namespaces"] is NAMESPACES
     if NAMESPACES:
-        # The one thing not applied on GPU hosts: CUDA does not start on a read-only filesystem.
-        assert all("read-only filesystem" in m for m in doc["sandbox"]["missing"]), doc["sandbox"]
+        # Not applied on GPU hosts: the read-only root (CUDA does not start under it); and
+        # as root without a writable pids cgroup there is no process-count limit.
+        assert all("read-only filesystem" in m or "process-count limit" in m
+                   for m in doc["sandbox"]["missing"]), doc["sandbox"]
+        applied = doc["sandbox"]["applied"]
+        for step in ("trusted init as PID 1", "private IPC namespace", "scratch is a tmpfs", "hidden: ",
+                     "private /dev/shm", "no capabilities"):
+            assert any(a.startswith(step) for a in applied), (step, applied)
     # No host-memory limit where a GPU driver is present unless asked for.
     assert not any("data=" in a for a in doc["sandbox"]["applied"])
 
@@ -375,3 +382,523 @@ def test_the_spec_with_the_secret_seed_is_gone_before_the_candidate_runs(tmp_pat
     lines = [line for line in doc["stdout"].splitlines() if line.startswith("KGIT-SPEC ")]
     assert lines, (doc["status"], doc.get("error"), doc["stderr"][-1500:])
     assert lines[0].startswith("KGIT-SPEC False"), lines[0]
+
+
+# -- the sandbox layer on its own: a script under the same command and confine.apply ---------
+CONFINED = textwrap.dedent('''
+    import json, sys
+    from kgit_harness import confine
+    spec = json.loads(sys.argv[1])
+    report = confine.apply(spec)
+    print("KGIT-CONFINE " + json.dumps(report), flush=True)
+    exec(compile(sys.argv[2], "<test>", "exec"))
+''')
+
+
+def _run_confined(scratch: Path, code: str, mode: str = "auto", problem: bool = False, **settings):
+    """Run `code` the way the harness runs a candidate: through `Isolation.command` (with
+    the trusted init) and `confine.apply`. Returns (confine report, completed process)."""
+    isolation = sandbox.plan(mode)
+    candidate_dir = scratch / "candidate"
+    candidate_dir.mkdir(parents=True, exist_ok=True)
+    (candidate_dir / "kernel.py").write_text("# the candidate\n")
+    spec = {"candidate_dir": str(candidate_dir),
+            "sandbox": isolation.child_settings(scratch, 60, None, **settings)}
+    if problem:
+        (scratch / "problem").mkdir(exist_ok=True)
+        (scratch / "problem" / "task.yml").write_text("name: test\n")
+        spec["problem_dir"] = str(scratch / "problem")
+    life_r, life_w = os.pipe()
+    spec["lifeline_fd"] = life_r
+    cmd = isolation.command([sys.executable, "-I", "-B", "-c", CONFINED, json.dumps(spec), code], lifeline_fd=life_r)
+    try:
+        proc = subprocess.run(cmd, cwd=scratch, env=evaluate.child_env(scratch), pass_fds=(life_r,),
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        os.close(life_r)
+        os.close(life_w)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("KGIT-CONFINE ")]
+    assert lines, proc.stderr[-3000:]
+    return json.loads(lines[0][len("KGIT-CONFINE "):]), proc
+
+
+def _said(proc, tag: str):
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(tag + " ")]
+    assert lines, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
+    return json.loads(lines[-1][len(tag) + 1:])
+
+
+SYSV = textwrap.dedent('''
+    import ctypes, json, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    IPC_CREAT = 0o1000
+    def probe(key, name, create):
+        flags = IPC_CREAT | 0o600 if create else 0
+        shm = libc.shmget(key, 4096, flags)
+        msg = libc.msgget(key, flags)
+        path = "/dev/shm/" + name
+        if create:
+            open(path, "w").write("left behind")
+        return {"shm": shm, "msg": msg, "posix": os.path.exists(path)}
+''')
+
+
+def _ipc_gone(key: int, name: str) -> bool:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.shmget(key, 0, 0) == -1 and libc.msgget(key, 0) == -1 and not os.path.exists("/dev/shm/" + name)
+
+
+def _ipc_remove(key: int, name: str):
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    shm, msg = libc.shmget(key, 0, 0), libc.msgget(key, 0)
+    if shm >= 0:
+        libc.shmctl(shm, 0, None)  # IPC_RMID
+    if msg >= 0:
+        libc.msgctl(msg, 0, None)
+    if os.path.exists("/dev/shm/" + name):
+        os.unlink("/dev/shm/" + name)
+
+
+def _ipc_twice(tmp_path, mode):
+    key, name = random.randint(1 << 20, 1 << 30), f"kgit-test-{random.getrandbits(40):x}"
+    first = SYSV + f"print('KGIT-IPC ' + json.dumps(probe({key}, {name!r}, True)))"
+    second = SYSV + f"print('KGIT-IPC ' + json.dumps(probe({key}, {name!r}, False)))"
+    _, one = _run_confined(tmp_path / "one", first, mode)
+    _, two = _run_confined(tmp_path / "two", second, mode)
+    return key, name, _said(one, "KGIT-IPC"), _said(two, "KGIT-IPC")
+
+
+@needs_namespaces
+def test_ipc_objects_do_not_outlive_an_evaluation(tmp_path):
+    key, name, made, later = _ipc_twice(tmp_path, "auto")
+    try:
+        assert made["shm"] >= 0 and made["msg"] >= 0 and made["posix"], made
+        # The next evaluation (and kgit's own host) sees none of them.
+        assert later == {"shm": -1, "msg": -1, "posix": False}, later
+        assert _ipc_gone(key, name)
+    finally:
+        _ipc_remove(key, name)
+
+
+def test_ipc_objects_persist_without_the_sandbox(tmp_path):
+    """Control: with sandbox: off the same two runs share the segment, the queue and the file."""
+    key, name, made, later = _ipc_twice(tmp_path, "off")
+    try:
+        assert made["shm"] >= 0 and later["shm"] >= 0 and later["msg"] >= 0 and later["posix"] is True
+    finally:
+        _ipc_remove(key, name)
+
+
+FORK_BOMB = textwrap.dedent('''
+    import json, os, resource, time
+    raised = None
+    for line in open("/proc/self/cgroup"):
+        _, names, path = line.strip().split(":", 2)
+        folder = "/sys/fs/cgroup/pids" + path if "pids" in names.split(",") else None
+        if folder and path != "/":
+            try:
+                open(folder + "/pids.max", "w").write("max")
+                raised = True
+            except OSError as e:
+                raised = e.strerror
+    try:
+        resource.setrlimit(resource.RLIMIT_NPROC, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        raised = True
+    except (OSError, ValueError):
+        pass
+    started, error = 0, None
+    while started < 1000:
+        try:
+            pid = os.fork()
+        except OSError as e:
+            error = e.strerror
+            break
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        started += 1
+    print("KGIT-FORKS " + json.dumps({"started": started, "error": error, "raised_limit": raised}), flush=True)
+''')
+
+
+@needs_namespaces
+def test_fork_bomb_stops_at_the_process_limit(tmp_path):
+    report, proc = _run_confined(tmp_path, FORK_BOMB, max_processes=40)
+    forks = _said(proc, "KGIT-FORKS")
+    # Root is exempt from RLIMIT_NPROC: there the limit is a pids cgroup.
+    assert any("nproc=40" in a or "pids.max=40" in a for a in report["applied"]), report
+    assert forks["started"] < 40 and forks["error"] == "Resource temporarily unavailable", forks
+    assert forks["raised_limit"] is not True, forks
+    # The sleepers were in the namespace: they ended with it.
+    assert _gone("time.sleep(60)", within_s=10)
+
+
+def test_without_namespaces_the_process_limit_is_reported_missing(monkeypatch, tmp_path):
+    monkeypatch.setattr(sandbox, "probe", lambda: (False, "the OS refused new namespaces (test)"))
+    iso = sandbox.plan("auto")
+    settings = iso.child_settings(tmp_path, 60, None, max_processes=40)
+    assert settings["nproc"] is None and settings["scratch_bytes"] is None and settings["hide"] == []
+    for words in ("process-count limit", "trusted init", "size-capped scratch", "hidden HOME and repository"):
+        assert words in iso.missing[0], iso.missing
+    assert iso.command(["python", "x"], lifeline_fd=5) == ["python", "x"]
+
+
+DISK_FILL = textwrap.dedent('''
+    import json, os
+    written, error = 0, None
+    chunk = b"x" * (1 << 20)
+    try:
+        with open("fill.bin", "wb") as f:
+            while written < (64 << 20):
+                f.write(chunk)
+                f.flush()
+                written += len(chunk)
+    except OSError as e:
+        error = e.strerror
+    print("KGIT-FILL " + json.dumps({"written": written, "error": error, "cwd": os.getcwd()}), flush=True)
+''')
+
+
+@needs_namespaces
+def test_disk_fill_stops_at_the_scratch_size(tmp_path):
+    scratch = tmp_path / "scratch"
+    report, proc = _run_confined(scratch, DISK_FILL, scratch_gb=8 / 1024)
+    fill = _said(proc, "KGIT-FILL")
+    assert f"scratch is a tmpfs of {8 << 20} bytes" in report["applied"], report
+    assert fill["written"] <= 8 << 20 and fill["error"] == "No space left on device", fill
+    assert fill["cwd"] == str(scratch.resolve())
+    assert not (scratch / "fill.bin").exists()  # it lived in the tmpfs only
+
+
+HIDDEN = textwrap.dedent('''
+    import json, os, sys
+    paths = json.loads(sys.argv[3])
+    seen = {name: os.path.exists(path) for name, path in paths.items()}
+    try:
+        open(os.path.join(paths["candidate"], "new.py"), "w").write("x")
+        seen["candidate_writable"] = True
+    except OSError as e:
+        seen["candidate_writable"] = e.strerror
+    seen["fds"] = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            seen["fds"].append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass  # the descriptor listdir itself used
+    print("KGIT-HIDDEN " + json.dumps(seen), flush=True)
+''')
+
+
+def _hidden_setup(tmp_path, monkeypatch):
+    home, repo = tmp_path / "home", tmp_path / "repo"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("a key")
+    monkeypatch.setenv("HOME", str(home))
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".git" / "config").write_text("[core]\n")
+    (repo / "kernel.py").write_text("# the kernel being optimised\n")
+    scratch = repo / ".git" / "kgit" / "scratch" / "eval-1"
+    paths = {"home_key": str(home / ".ssh" / "id_ed25519"), "repo_config": str(repo / ".git" / "config"),
+             "repo_kernel": str(repo / "kernel.py"), "candidate": str(scratch / "candidate"),
+             "candidate_kernel": str(scratch / "candidate" / "kernel.py"),
+             "problem_task": str(scratch / "problem" / "task.yml")}
+    return scratch, paths
+
+
+def _run_hidden(scratch, paths, mode="auto", **settings):
+    code = HIDDEN.replace("sys.argv[3]", repr(json.dumps(paths)))
+    report, proc = _run_confined(scratch, code, mode, problem=True, **settings)
+    return report, _said(proc, "KGIT-HIDDEN")
+
+
+@needs_namespaces
+def test_home_and_the_repository_are_hidden(tmp_path, monkeypatch):
+    scratch, paths = _hidden_setup(tmp_path, monkeypatch)
+    report, seen = _run_hidden(scratch, paths)
+    assert seen["home_key"] is False and seen["repo_config"] is False and seen["repo_kernel"] is False, seen
+    assert seen["candidate_kernel"] is True and seen["problem_task"] is True
+    assert seen["candidate_writable"] == "Read-only file system"
+    # The descriptors used to mount folders back are closed: no way back to what is hidden.
+    assert not [fd for fd in seen["fds"] if fd.startswith(str(tmp_path))], seen["fds"]
+    hidden = next(a for a in report["applied"] if a.startswith("hidden: "))
+    assert str((tmp_path / "home").resolve()) in hidden and str((tmp_path / "repo").resolve()) in hidden
+
+
+@needs_namespaces
+def test_the_problem_folder_is_hidden_when_asked(tmp_path, monkeypatch):
+    scratch, paths = _hidden_setup(tmp_path, monkeypatch)
+    _, seen = _run_hidden(scratch, paths, hide_problem=True)
+    assert seen["problem_task"] is False and seen["candidate_kernel"] is True, seen
+
+
+def test_without_namespaces_home_and_the_repository_stay_visible(tmp_path, monkeypatch):
+    """Control, and what `off` (or refused namespaces) leaves: everything readable, said so."""
+    scratch, paths = _hidden_setup(tmp_path, monkeypatch)
+    report, seen = _run_hidden(scratch, paths, mode="off")
+    assert seen["home_key"] is True and seen["repo_config"] is True
+    assert not any(a.startswith("hidden") for a in report["applied"])
+    assert sandbox.plan("off").missing == ["sandbox switched off (evaluator.sandbox: off)"]
+
+
+INIT_ATTACK = textwrap.dedent('''
+    import json, os, signal, sys
+    out = {"pid": os.getpid(), "ppid": os.getppid()}
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
+        try:
+            os.kill(1, sig)
+            out[sig.name] = "sent"
+        except OSError as e:
+            out[sig.name] = e.strerror
+    for name in ("mem", "environ"):
+        try:
+            open(f"/proc/1/{name}", "rb").read(16)
+            out[name] = "read"
+        except OSError as e:
+            out[name] = e.strerror
+    try:
+        # The init's working directory is the scratch as it was before the tmpfs covered it.
+        out["cwd"] = os.listdir("/proc/1/cwd")
+    except OSError as e:
+        out["cwd"] = e.strerror
+    print("KGIT-INIT " + json.dumps(out), flush=True)
+    sys.exit(3)
+''')
+
+
+@needs_namespaces
+def test_the_trusted_init_withstands_the_candidate(tmp_path):
+    report, proc = _run_confined(tmp_path, INIT_ATTACK)
+    seen = _said(proc, "KGIT-INIT")
+    assert any(a.startswith("trusted init as PID 1") for a in report["applied"]), report
+    assert seen["pid"] == 2 and seen["ppid"] == 1
+    # Signals from inside never reach it (the script carried on), and its memory is closed.
+    assert seen["mem"] != "read" and seen["environ"] != "read" and not isinstance(seen["cwd"], list), seen
+    assert proc.returncode == 3  # the harness's exit status, passed on by the init and unshare
+
+
+def _lifeline_attack(tmp_path, sandbox_mode):
+    marker = f"{random.randint(10**6, 10**7)}.{random.randint(1, 999)}"
+    problem_dir, candidate_dir, scratch = stage(tmp_path, f"hostile.defeat_lifeline({marker!r})")
+    cfg = tmp_path / "kgit.yaml"
+    cfg.write_text(fast_config_text(evaluator={"timeout_s": 300, "sandbox": sandbox_mode}))
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(cfg), str(problem_dir), str(candidate_dir), str(scratch)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while not _processes_with("sleep " + marker):
+            assert time.monotonic() < deadline, "the hostile kernel never started its daemon"
+            time.sleep(0.2)
+        time.sleep(1.0)
+    finally:
+        parent.kill()
+        parent.wait()
+    return marker, scratch
+
+
+@needs_namespaces
+def test_killing_kgit_ends_a_kernel_that_defeats_the_lifeline(tmp_path):
+    marker, scratch = _lifeline_attack(tmp_path, "auto")
+    assert _gone("sleep " + marker, within_s=10)
+    assert _gone(str(scratch / "spec.json"), within_s=10)
+
+
+def test_without_namespaces_a_defeated_lifeline_survives(tmp_path):
+    """Control: the same kernel under sandbox: off outlives kgit (what docs/sandbox.md says)."""
+    marker, scratch = _lifeline_attack(tmp_path, "off")
+    try:
+        time.sleep(3)
+        assert _processes_with("sleep " + marker), "the daemon died although nothing should have killed it"
+    finally:
+        for text in ("sleep " + marker, str(scratch / "spec.json")):
+            for pid in _processes_with(text):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_key_shaped_text_is_redacted_from_the_error(tmp_path, monkeypatch):
+    secret = f"sk-test-{random.getrandbits(64):x}"
+    monkeypatch.setenv("MY_SERVICE_TOKEN", secret)
+    problem_dir, candidate_dir, scratch = stage(tmp_path, f"hostile.leak_key({secret!r})")
+    doc = evaluate.run_child(problem_dir, candidate_dir, _config(), scratch)
+    assert doc["status"] == "runtime-error", (doc["status"], doc.get("error"))
+    assert "could not log in with [redacted]" in doc["error"]
+    text = doc["error"] + doc["stdout"] + doc["stderr"]
+    for leaked in (secret, "ghp_a1B2", "MIIEowIBAAKCAQEA", "BEGIN RSA PRIVATE KEY"):
+        assert leaked not in text
+
+
+def test_an_aten_alias_of_a_forbidden_op_is_rejected(tmp_path):
+    problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.aten_add(data)")
+    doc = evaluate.run_child(problem_dir, candidate_dir, _config(), scratch)
+    assert (doc["status"], doc["reason"]) == ("rejected", "forbidden by the problem: torch.add"), doc.get("error")
+    assert "aten::add" in doc["error"]
+
+
+# -- units: the secrets module, the remover, the ATen guard -------------------------------------
+@pytest.mark.parametrize("text", [
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----",
+    "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC (cut here)",
+    "sk-ant-api03-abcdefghijklmnopqrstuvwx", "sk-proj-0123456789abcdefABCDEF",
+    "ghp_0123456789abcdefghijABCDEFGHIJ", "github_pat_11ABCDEFG0123456789_abcdefghij",
+    "AKIAIOSFODNN7EXAMPLE", "xoxb-123456789012-abcdefghijkl", "hf_abcdefghijklmnopqrstuvwxyz012345",
+    "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload", "api_key=9f8e7d6c5b4a39281706f5e4d3c2b1a0",
+    "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", 'TOKEN: "a1b2c3d4e5f6a7b8c9d0e1f2"',
+])
+def test_key_shaped_text_is_masked(text):
+    from kgit import secrets
+
+    masked = secrets.redact_text(f"error: {text} (while loading)", environ={})
+    assert "[redacted]" in masked
+    assert masked.startswith("error: ")
+    core = text.split("\n")[1] if "\n" in text else text.split()[-1].strip('"')
+    assert core not in masked, masked
+
+
+@pytest.mark.parametrize("text", [
+    "RuntimeError: shape mismatch for key (4096, 4096) at tile_k=64",
+    "triton autotune key=['M', 'N', 'K'] best config BLOCK_M=128",
+    "the token budget is 6000; cache key a1b2 is short",
+    "File \"/home/me/kernels/kernel.py\", line 12, in custom_kernel",
+])
+def test_ordinary_error_text_is_left_alone(text):
+    from kgit import secrets
+
+    assert secrets.redact_text(text, environ={}) == text
+
+
+def test_secret_values_from_the_environment_are_masked():
+    from kgit import secrets
+
+    env = {"OPENAI_API_KEY": "plain-value-without-shape", "MY_SESSION_ID": "session-0001", "PATH": "/usr/bin"}
+    out = secrets.redact_text("saw plain-value-without-shape, session-0001 and /usr/bin", environ=env)
+    assert out == "saw [redacted], [redacted] and /usr/bin"
+    doc = secrets.redact_result({"error": "x plain-value-without-shape", "tests": [{"message": "session-0001"}]}, env)
+    assert doc["error"] == "x [redacted]" and doc["tests"][0]["message"] == "[redacted]"
+    # One pattern for the environment of evaluated code and for redaction.
+    assert evaluate.SECRET_PATTERN is secrets.SECRET_NAME
+    assert secrets.allowed_env(env) == {"PATH": "/usr/bin"}
+
+
+def _hostile_tree(root: Path, outside: Path):
+    fd = os.open(root, os.O_RDONLY)
+    current = fd
+    for _ in range(1500):
+        os.mkdir("d" * 50, dir_fd=current)
+        deeper = os.open("d" * 50, os.O_RDONLY, dir_fd=current)
+        if current != fd:
+            os.close(current)
+        current = deeper
+    os.symlink(str(outside), "to-outside", dir_fd=current)
+    os.close(current)
+    os.close(fd)
+    (root / "locked" / "inner").mkdir(parents=True)
+    (root / "locked" / "inner" / "file").write_text("x")
+    os.chmod(root / "locked" / "inner", 0)
+    os.chmod(root / "locked", 0o500)
+    os.mkfifo(root / "fifo")
+    os.symlink(str(outside), root / "link-to-outside")
+
+
+def test_remove_tree_survives_a_hostile_tree(tmp_path):
+    from kgit.cleanup import remove_tree
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("must survive")
+    control, root = tmp_path / "control", tmp_path / "scratch"
+    for folder in (control, root):
+        folder.mkdir()
+        _hostile_tree(folder, outside)
+    # Control: what every cleanup did before (ignore_errors does not cover RecursionError).
+    with pytest.raises(RecursionError):
+        import shutil
+        shutil.rmtree(control, ignore_errors=True)
+    assert remove_tree(root) is True and not root.exists()
+    assert remove_tree(control) is True and not control.exists()
+    assert (outside / "keep.txt").read_text() == "must survive"
+    assert remove_tree(tmp_path / "never-existed") is True
+
+
+@pytest.mark.parametrize("forbidden, call", [
+    (["torch.softmax"], lambda torch, x: torch._softmax(x, -1, False)),
+    (["torch.softmax"], lambda torch, x: torch.ops.aten._softmax(x, -1, False)),
+    (["torch.nn.functional.softmax"], lambda torch, x: torch.special.softmax(x, -1)),
+    (["torch.matmul"], lambda torch, x: torch.linalg.matmul(x, x)),
+    (["torch.matmul"], lambda torch, x: x.unsqueeze(0) @ x.unsqueeze(0)),
+    (["torch.mm"], lambda torch, x: torch.einsum("ij,jk->ik", x, x)),
+    (["torch.add"], lambda torch, x: x + x),
+    (["torch.cumsum"], lambda torch, x: torch.ops.aten.cumsum(x, 0)),  # not in the table: traced
+])
+def test_aten_aliases_of_forbidden_ops_trip_the_guard(forbidden, call):
+    import torch
+    from kgit_harness.guards import Guards, Tripped
+
+    guards = Guards(torch, forbidden, None)
+    with pytest.raises(Tripped):
+        with guards.armed():
+            call(torch, torch.ones(4, 4))
+    assert guards.violation[0] == f"forbidden by the problem: {forbidden[0]}"
+    assert "ATen op aten::" in guards.violation[1]
+
+
+def test_allowed_ops_pass_the_aten_guard_and_removing_it_is_seen():
+    import torch
+    from torch.utils._python_dispatch import _pop_mode
+    from kgit_harness.guards import Guards
+
+    guards = Guards(torch, ["torch.softmax", "torch.matmul"], None)
+    x = torch.ones(4, 4)
+    with guards.armed():
+        manual = (x - x.amax(-1, keepdim=True)).exp()
+        manual / manual.sum(-1, keepdim=True)
+    assert guards.violation is None
+    with guards.armed():
+        _pop_mode()  # the candidate pops the harness's dispatch mode
+    assert guards.violation == ("op guard removed", "the kernel removed the harness's TorchDispatchMode")
+
+
+def test_a_hostile_leftover_scratch_does_not_break_cleanup(tmp_path):
+    """A scratch folder left by a killed kgit, shaped by the candidate: the next command's
+    cleanup removes it instead of raising RecursionError on every later `kgit record`."""
+    from conftest import make_git_repo
+    from kgit.archive.repo import Repo
+
+    root = make_git_repo(tmp_path / "repo")
+    repo = Repo(root)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    leftover = repo.state / "scratch" / "eval-999999999-dead"  # no such pid: its owner is gone
+    leftover.mkdir(parents=True)
+    _hostile_tree(leftover, outside)
+    assert repo.clean_worktrees() == 1
+    assert not leftover.exists() and outside.exists()
+    assert repo.clean_worktrees() == 0
+
+
+def test_pids_cgroup_folders_are_found_in_v1_v2_and_containers():
+    from kgit.evaluation import cgroups
+
+    mountinfo = "\n".join([
+        "30 25 0:26 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids",
+        "31 25 0:27 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory",
+        "32 25 0:28 /kubepods/pod1 /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw",
+    ])
+    membership = "8:pids:/user.slice/session-3\n4:memory:/x\n0::/kubepods/pod1/box\n"
+    assert cgroups.candidates(mountinfo, membership) == [
+        (Path("/sys/fs/cgroup/pids/user.slice/session-3"), 1), (Path("/sys/fs/cgroup/unified/box"), 2)]
+    assert cgroups.candidates("20 1 0:5 / /proc rw - proc proc rw", membership) == []
+
+
+@needs_namespaces
+def test_scratch_size_and_process_count_come_from_the_config(tmp_path):
+    """End to end through run_child: evaluator.scratch_gb and evaluator.max_processes reach the child."""
+    problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.hoard(256)")
+    doc = evaluate.run_child(problem_dir, candidate_dir, _config(scratch_gb=16 / 1024, max_processes=48), scratch)
+    assert doc["status"] == "ok", doc.get("error")
+    seen = json.loads(doc["stdout"].split("KGIT-HOARD ", 1)[1].splitlines()[0])
+    assert seen["written"] <= 16 << 20 and seen["fill_error"] == "No space left on device", seen
+    assert seen["forks"] < 48 and seen["fork_error"] == "Resource temporarily unavailable", seen
+    assert any("pids.max=48" in a or "nproc=48" in a for a in doc["sandbox"]["applied"]), doc["sandbox"]

@@ -33,13 +33,55 @@ def test_init_commits_a_measured_baseline(vector_add_template):
 def test_init_refuses_an_existing_kernel_repository_and_dirty_trees(kernel_repo, run_kgit, tmp_path):
     result = run_kgit(kernel_repo, "init", "--problem", "vector_add")
     assert result.exit_code == 1 and "--force" in result.stderr
+    assert "already a kernel repository" in result.stderr and "kernel.py" in result.stderr
     (kernel_repo / ".kgit.yaml").unlink()
     result = run_kgit(kernel_repo, "init", "--problem", "vector_add")
+    assert result.exit_code == 1 and "would overwrite problem/, kernel.py" in result.stderr
+    result = run_kgit(kernel_repo, "init", "--problem", "vector_add", "--force")
     assert result.exit_code == 1 and "uncommitted changes" in result.stderr and "git stash" in result.stderr
     result = run_kgit(tmp_path, "init", "new", "--problem", "no_such_problem")
     assert result.exit_code == 1 and "vector_add" in result.stderr  # lists what exists
     result = run_kgit(tmp_path, "init", "new")
     assert result.exit_code == 2 and "--problem" in result.stderr
+
+
+def test_init_refuses_to_overwrite_the_users_files(run_kgit, tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "kernel.py").write_text("# my own kernel, three days of work\n")
+    (folder / "problem").mkdir()
+    result = run_kgit(tmp_path, "init", "mine", "--problem", "vector_add")
+    assert result.exit_code == 1
+    assert "would overwrite problem/, kernel.py" in result.stderr and "--force" in result.stderr
+    assert "measuring" not in result.stderr  # refused before any progress line
+    assert (folder / "kernel.py").read_text() == "# my own kernel, three days of work\n"
+    assert not (folder / ".git").exists() and not (folder / ".kgit.yaml").exists()  # nothing written
+
+
+def test_refusals_come_before_progress_lines(kernel_repo, run_kgit, tmp_path):
+    result = run_kgit(tmp_path, "init", "m1", "--problem", "sofmax")
+    assert result.exit_code == 1 and "unknown problem 'sofmax'" in result.stderr
+    assert "measuring" not in result.stderr and not (tmp_path / "m1").exists()
+    result = run_kgit(kernel_repo, "record")
+    assert result.exit_code == 1 and "evaluating" not in result.stderr
+    result = run_kgit(kernel_repo, "eval", "no-such-rev")
+    assert result.exit_code == 1 and "unknown revision" in result.stderr and "evaluating" not in result.stderr
+
+
+def test_record_refuses_an_unchanged_tree(kernel_repo, run_kgit):
+    run_kgit(kernel_repo, "try", "measure the baseline again")
+    tips = git(kernel_repo, "rev-parse", "HEAD").strip()
+    result = run_kgit(kernel_repo, "record")
+    assert result.exit_code == 1 and "nothing changed" in result.stderr and "evaluating" not in result.stderr
+    assert "kgit remeasure" in result.stderr and "--allow-unchanged" in result.stderr
+    assert git(kernel_repo, "rev-parse", "HEAD").strip() == tips  # no commit
+    result = run_kgit(kernel_repo, "record", "--allow-unchanged")
+    assert result.exit_code == 0, result.stderr
+    # Once recorded, the same tree again is refused against the branch tip.
+    result = run_kgit(kernel_repo, "record")
+    assert result.exit_code == 1 and "the tip of kgit/1-measure-the-baseline-again" in result.stderr
+    _set_block(kernel_repo, 2048)
+    assert run_kgit(kernel_repo, "record").exit_code == 0
 
 
 def test_init_force_replaces_the_baseline(kernel_repo, run_kgit, tmp_path):
@@ -79,9 +121,9 @@ def test_try_record_ok_and_failing_attempts(kernel_repo, run_kgit):
     assert first["timing"] == "interpreter" and first["device"] == "cpu"
     assert first["author"] == "Test Person"  # a person's attempt carries their identity
 
-    # `git log --all --grep speedup` lists exactly the timed, correct attempts.
+    # `git log --all --grep speedup` lists exactly the real speedups: an interpreter timing is none.
     listed = git(kernel_repo, "log", "--all", "--grep", "speedup", "--format=%H").split()
-    assert listed == [first["sha"]]
+    assert listed == [] and "correct (not timed on a GPU)" in first["subject"]
     body = git(kernel_repo, "log", "-1", "--format=%B", second["sha"])
     assert "speedup" not in body and "Error excerpt" in body and "differ beyond" in body
     assert "Kgit-Status: incorrect" in body
@@ -136,10 +178,15 @@ def test_show_best_and_try_from_any_head(kernel_repo, run_kgit):
     assert result.exit_code == 0
     assert git(kernel_repo, "symbolic-ref", "--short", "HEAD").strip() == "kgit/2-another-idea"
     assert git(kernel_repo, "rev-parse", "HEAD").strip() == git(kernel_repo, "rev-parse", "kgit/baseline").strip()
+    # An experiment number is a revision too: experiment 1's best correct attempt.
+    assert run_kgit(kernel_repo, "try", "from the first one", "--base", "1").exit_code == 0
+    assert git(kernel_repo, "rev-parse", "HEAD").strip() == sha
+    assert json.loads(run_kgit(kernel_repo, "show", "1", "--json").stdout)["sha"] == sha
 
 
 def test_lock_names_the_holder(kernel_repo, run_kgit):
     run_kgit(kernel_repo, "try", "idea")
+    _set_block(kernel_repo, 512)
     repo = Repo(kernel_repo)
     with repo.lock("evolve"):
         result = run_kgit(kernel_repo, "record")
@@ -164,7 +211,7 @@ def test_base_from_another_device_is_retimed_and_noted(kernel_repo, run_kgit):
     assert git(kernel_repo, "log", "-1", "--format=%an", outcome.sha).strip() == "kgit (test-model)"
     assert "Kgit-Cost-USD: unknown" in git(kernel_repo, "log", "-1", "--format=%B", outcome.sha)
     run_kgit(kernel_repo, "try", "build on the H200 one", "--base", outcome.sha)
-    assert run_kgit(kernel_repo, "record").exit_code == 0
+    assert run_kgit(kernel_repo, "record", "--allow-unchanged").exit_code == 0
     notes = git(kernel_repo, "notes", "--ref", "refs/notes/kgit", "show", outcome.sha)
     record = json.loads(notes.strip().splitlines()[-1])
     assert record["device"] == "cpu" and record["tag"] == "re-timed as a base"

@@ -12,13 +12,13 @@ import functools
 import json
 import os
 import re
-import shutil
 import subprocess
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from kgit.cleanup import remove_tree
 from kgit.archive import cache as archive_cache
 from kgit.archive import trailers as tr
 from kgit.errors import GitError, KgitError, LockedError, NotAKernelRepo
@@ -352,7 +352,7 @@ class Repo:
             yield path
         finally:
             self.git("worktree", "remove", "--force", str(path), check=False)
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree(path)
             self.git("worktree", "prune", check=False)
 
     def clean_worktrees(self) -> int:
@@ -374,7 +374,7 @@ class Repo:
                     if _owner_alive(path.name):
                         continue
                     self.git("worktree", "remove", "--force", str(path), check=False)
-                    shutil.rmtree(path, ignore_errors=True)
+                    remove_tree(path)
                     removed += 1
         for path in self.state.glob("index-*"):
             if not _owner_alive(path.name):

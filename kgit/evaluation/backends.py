@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -27,10 +26,12 @@ import threading
 import time
 from pathlib import Path
 
+from kgit.cleanup import remove_tree
 from kgit.evaluation import candidate, gpus as devices, child as evaluate
+from kgit import secrets
 from kgit.errors import KgitError
 from kgit_harness import result as result_mod
-from kgit.scientist.llm import redact
+from kgit.secrets import redact_result, redact_text as redact
 
 
 class EvaluatorError(KgitError):
@@ -127,9 +128,9 @@ class CommandEvaluator:
             doc.setdefault("stdout", redact(out[-ev.max_output_bytes:]))
             doc.setdefault("stderr", redact(err[-ev.max_output_bytes:]))
             doc["worker"] = worker
-            return doc
+            return redact_result(doc)
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(scratch)
 
 
 def render(template: str, **values) -> str:
@@ -143,7 +144,7 @@ def render(template: str, **values) -> str:
 def command_env(pass_env: list) -> dict:
     """The command's environment: the harness's allowlist, the user's home (ssh reads its
     keys and known hosts there), and only the extra variables `evaluator.pass_env` names."""
-    env = {k: v for k, v in os.environ.items() if k in evaluate.ENV_ALLOW and not evaluate.SECRET_PATTERN.search(k)}
+    env = secrets.allowed_env()
     for name in ("HOME", "USER", "LOGNAME", "SHELL", "TERM"):
         if name in os.environ:
             env[name] = os.environ[name]
@@ -238,11 +239,11 @@ class RayEvaluator:
                 try:
                     files = candidate.pack(candidate.stage(path, self.config, scratch / "candidate", sha))
                 finally:
-                    shutil.rmtree(scratch, ignore_errors=True)
+                    remove_tree(scratch)
             ref = self.task.remote(files)
             # Startup, scheduling and transfers on top of the harness's own limit.
             try:
-                return self.ray.get(ref, timeout=self.config.evaluator.timeout_s + 300)
+                return redact_result(self.ray.get(ref, timeout=self.config.evaluator.timeout_s + 300))
             except self.ray.exceptions.GetTimeoutError:
                 self.ray.cancel(ref, force=True)
                 doc = result_mod.new("timeout", error="the Ray task returned nothing in time and was cancelled.")
@@ -263,7 +264,7 @@ def evaluate_packed(files: dict) -> dict:
         doc = candidate.evaluate_folder(candidate.unpack(files, folder / "candidate"),
                                         {"CUDA_VISIBLE_DEVICES": hip} if hip else None)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder)
     pins = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES") if k in os.environ}
     doc["worker"] = {"backend": "ray", "host": socket.gethostname(), "env": pins}
     return doc

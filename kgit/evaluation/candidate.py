@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from kgit.cleanup import remove_tree
 from kgit import config as config_mod
 from kgit.evaluation import child as evaluate
 from kgit.errors import KgitError
@@ -86,7 +87,7 @@ def evaluate_folder(folder: Path, devices_env: dict | None = None) -> dict:
         kernel_dir = shutil.copytree(folder / "kernel", scratch / "kernel")
         return evaluate.run_child(problem_dir, kernel_dir, config, scratch, devices_env)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(scratch)
 
 
 def pack(folder: Path) -> dict[str, bytes]:

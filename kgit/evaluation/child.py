@@ -1,16 +1,17 @@
 """Run the harness on a candidate in a child process and collect its result.
 
-The child is `python -I -B -m kgit_harness`: isolated from the user's site and
-environment variables, writing no bytecode, in its own process group (killed whole
-on timeout), with an environment built from an allowlist so no credential reaches
-code a model wrote. The result arrives on a dedicated pipe, never from stdout.
+The child is the judge, `python -I -B -m kgit_harness judge`: isolated from the user's
+site and environment variables, writing no bytecode, in its own process group (killed
+whole on timeout), with an environment built from an allowlist so no credential
+reaches code a model wrote. The judge starts the runner, where the candidate runs,
+under the sandbox prefix chosen here (docs/harness.md). The result arrives from the
+judge on a dedicated pipe the runner never holds, never from stdout.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -21,20 +22,15 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from kgit.cleanup import remove_tree
+from kgit import secrets as kgit_secrets
 from kgit.evaluation import sandbox
 from kgit.errors import ConfigError
 from kgit_harness import result as result_mod
 from kgit.problems import load_task
 
-# Variables the evaluated code may see. Nothing else crosses over: no API keys,
-# tokens, cloud or git credentials, whatever their names.
-ENV_ALLOW = {
-    "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH",
-    "ROCM_PATH", "HIP_PATH", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-    "NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-    "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "TRITON_PTXAS_PATH", "TRITON_HIP_LLD_PATH", "VIRTUAL_ENV",
-}
-SECRET_PATTERN = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|SESSION|COOKIE", re.I)
+# The allowlist and the secret-name pattern live in kgit/secrets.py (re-exported here).
+ENV_ALLOW, SECRET_PATTERN = kgit_secrets.ENV_ALLOW, kgit_secrets.SECRET_NAME
 
 
 def child_env(scratch: Path, extra: dict | None = None) -> dict:
@@ -107,7 +103,7 @@ def evaluate_tree(source_root: Path, config, *, state_dir: Path, devices_env: di
         problem_dir, candidate_dir = stage_candidate(source_root, config.problem, task.files, scratch)
         return run_child(problem_dir, candidate_dir, config, scratch, devices_env)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(scratch)
 
 
 def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, devices_env: dict | None = None) -> dict:
@@ -116,17 +112,25 @@ def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, dev
     spec = {
         "problem_dir": str(problem_dir), "candidate_dir": str(candidate_dir),
         "timing": asdict(config.timing), "secret_seed": secrets.randbelow(2**31),
-        "sandbox": isolation.child_settings(scratch, config.evaluator.timeout_s, config.evaluator.max_memory_gb),
+        "timeout_s": config.evaluator.timeout_s,
+        # The runner's confinement and the command that wraps it: applied by the judge
+        # to the runner only, so the judge keeps its view of the problem and the result fd.
+        # The runner gets its inputs from the judge, so the problem folder is hidden from it.
+        "sandbox": isolation.child_settings(scratch, config.evaluator.timeout_s, config.evaluator.max_memory_gb,
+                                            scratch_gb=config.evaluator.scratch_gb,
+                                            max_processes=config.evaluator.max_processes, hide_problem=True,
+                                            trusted_init=isolation.namespaces),
+        "runner_prefix": list(isolation.prefix), "runner_cwd": str(scratch),
         "targets": config.targets,  # None: the problem's declared build targets (docs/targets.md)
     }
     result_r, result_w = os.pipe()
-    # The child watches the read end; when kgit dies, however it dies, the kernel closes
-    # our write end and the child kills itself and everything it started.
+    # The judge watches the read end; when kgit dies, however it dies, the kernel closes
+    # our write end and the judge kills itself and everything it started.
     life_r, life_w = os.pipe()
     spec["lifeline_fd"] = life_r
     spec_path = scratch / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    cmd = [*isolation.prefix, sys.executable, "-I", "-B", "-m", "kgit_harness",
+    cmd = [sys.executable, "-I", "-B", "-m", "kgit_harness", "judge",
            "--spec", str(spec_path), "--result-fd", str(result_w)]
     started = time.monotonic()
     try:
@@ -151,26 +155,17 @@ def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, dev
         os.close(life_w)
         proc.stdout.close()
         proc.stderr.close()
+        sandbox.cgroups.remove(spec["sandbox"].get("pids_cgroup"))
     elapsed = round(time.monotonic() - started, 3)
     stdout, stderr = streams["stdout"].text(), streams["stderr"].text()
-    confined, payload = _split_confinement(bytes(streams["result"].head + streams["result"].tail))
+    payload = bytes(streams["result"].head + streams["result"].tail)
     doc = _result_doc(status, payload, proc.returncode, stderr, config.evaluator.timeout_s)
+    confined = doc.pop("confine", None) or {}
     doc["eval_s"] = elapsed
     doc["stdout"], doc["stderr"] = stdout, stderr
     doc["sandbox"] = {"namespaces": isolation.namespaces, "applied": confined.get("applied", []),
                       "missing": isolation.missing + confined.get("missing", [])}
-    return doc
-
-
-def _split_confinement(payload: bytes) -> tuple[dict, bytes]:
-    """The child's first line on the result pipe reports what confinement held."""
-    first, sep, rest = payload.partition(b"\n")
-    if sep and first.startswith(b'{"kgit_confine"'):
-        try:
-            return json.loads(first)["kgit_confine"], rest
-        except (ValueError, KeyError):
-            pass
-    return {}, payload
+    return kgit_secrets.redact_result(doc)  # the excerpt and output reach commits and prompts
 
 
 def _result_doc(status: str, payload: bytes, code, stderr: str, timeout_s: float) -> dict:
@@ -182,6 +177,9 @@ def _result_doc(status: str, payload: bytes, code, stderr: str, timeout_s: float
     except (ValueError, json.JSONDecodeError):
         doc = None
     if doc is not None:
+        if doc["status"] == "crash" and doc.get("error", "").startswith("the runner process died"):
+            # The runner's stderr holds faulthandler's report: where it died.
+            doc["error"] += "\n" + _fault_excerpt(stderr)
         return doc
     if code is not None and code > 128 and code - 128 in _SIGNALS:
         code = -(code - 128)  # unshare re-raises the child's signal, a shell-style exit code at worst
@@ -190,9 +188,12 @@ def _result_doc(status: str, payload: bytes, code, stderr: str, timeout_s: float
     why = f"killed by signal {signal.Signals(-code).name}" if code and code < 0 and -code in _SIGNALS else f"exit code {code}"
     # faulthandler's report (the Python stack at the fault) says where; what follows it
     # is a list of loaded modules, so the excerpt starts at the report, not at the tail.
+    return result_mod.new("crash", error=f"the harness process died without a result ({why}).\n" + _fault_excerpt(stderr))
+
+
+def _fault_excerpt(stderr: str) -> str:
     start = stderr.rfind("Fatal Python error")
-    excerpt = stderr[start:start + 3000] if start >= 0 else stderr[-3000:]
-    return result_mod.new("crash", error=f"the harness process died without a result ({why}).\n" + excerpt)
+    return stderr[start:start + 3000] if start >= 0 else stderr[-3000:]
 
 
 _SIGNALS = {s.value for s in signal.Signals}

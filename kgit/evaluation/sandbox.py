@@ -1,12 +1,15 @@
 """What isolation this host allows for evaluated code, and how to ask for it.
 
 The parent side of the sandbox (the child side is harness/confine.py). On Linux
-the child starts under `unshare` in new user, network, PID and mount namespaces: no
-network, no view of other processes (so not of kgit's /proc/<pid>/environ either),
-and every process it starts dies with it. Inside, the harness makes the filesystem
-read-only except its scratch folder and drops all capabilities. Where the OS refuses
-a namespace (containers often do), evaluation still runs, and the result says plainly
-what was not applied; `evaluator.sandbox: strict` refuses to run instead.
+the child starts under `unshare` in new user, network, PID, IPC and mount namespaces:
+no network, no view of other processes (so not of kgit's /proc/<pid>/environ either),
+no SysV shared memory or message queue shared with anything else, and a small trusted
+init (harness/pidone.py) as PID 1 that ends the namespace, and every process in it,
+when kgit's lifeline closes. Inside, the harness hides HOME and the kernel repository
+under empty tmpfs mounts, gives the candidate a size-capped tmpfs as its scratch,
+makes the rest of the filesystem read-only, limits the process count and drops all
+capabilities. Where the OS refuses a namespace (containers often do), evaluation
+still runs, and the result says plainly what was not applied; `evaluator.sandbox: strict` refuses to run instead.
 See docs/sandbox.md for what is and is not stopped.
 """
 
@@ -19,13 +22,16 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kgit.errors import KgitError
+from kgit.evaluation import cgroups
+from kgit_harness import pidone
 
 PR_SET_DUMPABLE = 4
-# --kill-child: the harness gets SIGKILL if unshare itself is killed; as PID 1 of its
-# namespace its death takes every process the candidate started with it.
-NAMESPACE_ARGS = ["--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
+# --kill-child: PID 1 of the namespace (the trusted init) gets SIGKILL if unshare itself
+# is killed; its death takes every process the candidate started with it.
+NAMESPACE_ARGS = ["--user", "--map-root-user", "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
 GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd")
 
 
@@ -41,8 +47,27 @@ class Isolation:
     namespaces: bool = False
     missing: list = field(default_factory=list)  # what this host would not allow, in words
 
-    def child_settings(self, scratch, timeout_s: float, max_memory_gb: float | None) -> dict:
-        """The `sandbox` part of the harness spec (read by confine.apply in the child)."""
+    def command(self, argv: list, lifeline_fd: int | None = None) -> list:
+        """The command line that starts `argv` (the harness or the judge's runner) confined.
+
+        With namespaces, the trusted init runs first as PID 1 and watches `lifeline_fd`
+        (the read end of a pipe whose write end only kgit holds).
+        """
+        if lifeline_fd is None or not self.namespaces:
+            return [*self.prefix, *argv]
+        return pidone.command(self.prefix, argv, lifeline_fd)
+
+    def child_settings(self, scratch, timeout_s: float, max_memory_gb: float | None, *, scratch_gb: float = 1.0,
+                       max_processes: int | None = None, hide=(), hide_problem: bool = False,
+                       trusted_init: bool = True) -> dict:
+        """The `sandbox` part of the harness spec (read by confine.apply in the child).
+
+        `hide`: folders to cover with an empty tmpfs on top of HOME and the kernel
+        repository the scratch belongs to. `hide_problem`: the problem folder is not
+        mounted back into the scratch (the judge's runner does not need it).
+        `trusted_init`: the command came from `command(..., lifeline_fd)`.
+        """
+        nproc = max_processes or default_max_processes()
         data = None
         if max_memory_gb:
             data = int(max_memory_gb * (1 << 30))
@@ -64,7 +89,48 @@ class Isolation:
             "nofile": 4096,
             "fsize": 4 << 30,
             "data_bytes": data,
+            "ipc_namespace": self.namespaces,
+            "trusted_init": self.namespaces and trusted_init,
+            "nproc": nproc if self.namespaces and os.geteuid() != 0 else None,
+            "pids_cgroup": cgroups.pids_cgroup(nproc) if self.namespaces else None,
+            "scratch_bytes": int(scratch_gb * (1 << 30)) if self.namespaces else None,
+            "shm_bytes": 1 << 30,
+            "hide": hidden_folders(scratch, hide) if self.namespaces else [],
+            "hide_problem": bool(hide_problem),
         }
+
+
+def default_max_processes() -> int:
+    # Threads count: torch starts one per core, CUDA a few more, Triton's compiler some.
+    return 256 + 2 * (os.cpu_count() or 1)
+
+
+def repository_of(folder) -> Path | None:
+    """The kernel repository a scratch folder lives in (<repo>/.git/kgit/...), if any."""
+    for parent in Path(folder).resolve().parents:
+        if parent.name == ".git":
+            return parent.parent
+    return None
+
+
+def hidden_folders(scratch, extra=()) -> list[str]:
+    """HOME, the repository holding the scratch and `extra`, as real paths, without duplicates."""
+    import pwd
+
+    found = [os.path.expanduser("~")]
+    try:
+        found.append(pwd.getpwuid(os.getuid()).pw_dir)
+    except KeyError:
+        pass
+    found.append(repository_of(scratch))
+    found.extend(extra)
+    out = []
+    for path in found:
+        if path and os.path.isdir(path):
+            real = os.path.realpath(path)
+            if real != "/" and real not in out:
+                out.append(real)
+    return out
 
 
 def gpu_driver_present() -> bool:
@@ -109,7 +175,8 @@ def plan(mode: str = "auto") -> Isolation:
         missing = ["read-only filesystem (a GPU driver is present, and CUDA does not start under it)"] \
             if gpu_driver_present() else []
         return Isolation(prefix=[shutil.which("unshare"), *NAMESPACE_ARGS], namespaces=True, missing=missing)
-    missing = [f"network cut, PID namespace, read-only filesystem: {why}"]
+    missing = [f"network cut, PID, IPC and mount namespaces (so no trusted init, process-count limit, "
+               f"size-capped scratch, hidden HOME and repository, read-only filesystem): {why}"]
     if mode == "strict":
         raise SandboxUnavailable(
             f"evaluator.sandbox is strict but {missing[0]}. Allow user namespaces "
@@ -135,5 +202,9 @@ def describe(mode: str = "auto") -> dict:
         iso = plan(mode)
     except SandboxUnavailable as e:
         return {"mode": mode, "namespaces": False, "missing": [str(e)]}
+    limit = None
+    if iso.namespaces:
+        # Root is exempt from RLIMIT_NPROC, so as root only a pids cgroup limits processes.
+        limit = "pids cgroup" if cgroups.pids_hierarchy() else ("RLIMIT_NPROC" if os.geteuid() != 0 else None)
     return {"mode": mode, "namespaces": iso.namespaces, "missing": iso.missing,
-            "euid": os.geteuid(), "gpu_driver": gpu_driver_present()}
+            "euid": os.geteuid(), "gpu_driver": gpu_driver_present(), "process_limit": limit}

@@ -15,7 +15,7 @@ from kgit.archive import measure
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
 from kgit.errors import KgitError
 from kgit.workflow import best as best_of
-from kgit.workflow import find
+from kgit.workflow import find, resolve
 from kgit_harness import peaks as devices_mod
 from kgit import problems as problem_mod
 from kgit_harness.result import geomean
@@ -39,8 +39,7 @@ class Experiment:
 
     @property
     def best(self) -> Attempt | None:
-        ok = [a for a in self.attempts if a.ok]
-        return max(ok, key=lambda a: (a.speedup or 0.0, -a.geomean)) if ok else None
+        return best_of(self.attempts)
 
     @property
     def cost(self) -> float:
@@ -82,6 +81,7 @@ class Campaign:
     baseline_times: dict  # the baseline's per-shape times on that device (us), {} if never measured there
     baseline_geomean: float | None
     references: dict = field(default_factory=dict)  # label -> geomean us on `device`
+    notebook: list = field(default_factory=list)  # the designer's current lessons (kgit/archive/notebook.py)
 
     @property
     def totals(self) -> dict:
@@ -122,7 +122,7 @@ def here(path=".") -> tuple[Repo, object]:
 
 
 def to_json(campaign: Campaign) -> dict:
-    return {**campaign.totals, "references_us": campaign.references,
+    return {**campaign.totals, "references_us": campaign.references, "notebook": campaign.notebook,
             "best_path": [a.sha for a in campaign.best_path],
             "experiments": [{"number": e.number, "branch": e.branch, "hypothesis": e.hypothesis, "parent": e.parent,
                              "status": e.status, "outcome": e.outcome, "attempts": len(e.attempts),
@@ -132,8 +132,12 @@ def to_json(campaign: Campaign) -> dict:
 
 def load(repo: Repo, task=None) -> Campaign:
     """The campaign of `repo`'s archive; `task` (a harness Task) adds its reference lines."""
+    from kgit.archive import notebook
+
     attempts = repo.read()
-    return from_attempts(attempts, _baseline(repo, attempts), task)
+    campaign = from_attempts(attempts, _baseline(repo, attempts), task)
+    campaign.notebook = notebook.lessons(repo)
+    return campaign
 
 
 def from_attempts(attempts: list, baseline: Attempt, task=None) -> Campaign:
@@ -256,7 +260,7 @@ def compare(repo: Repo, rev_a: str, rev_b: str) -> dict:
 
 
 def _attempt(repo: Repo, attempts: list, rev: str) -> Attempt:
-    sha = repo.rev(rev)
+    sha = resolve(repo, rev, attempts)
     found = find(attempts, sha)
     if found is None:
         raise KgitError(f"{rev} ({sha[:10]}) is not a kgit attempt; `kgit log` lists the attempts.")
@@ -288,7 +292,7 @@ def lineage_text(chain: list[Attempt]) -> str:
     rows = [[a.experiment, a.attempt, a.sha[:10], a.status, _num(a.geomean), _num(a.speedup, "{:.2f}x"),
              _num(a.speedup_baseline, "{:.2f}x"), a.device, short(a.hypothesis, 60)] for a in chain]
     return tabulate(rows, headers=["exp", "att", "sha", "status", "geomean us", "vs base", "vs baseline",
-                                   "measured on", "hypothesis"], tablefmt="plain")
+                                   "measured on", "hypothesis"], tablefmt="simple")
 
 
 # -- the markdown report ---------------------------------------------------------------------
@@ -338,6 +342,8 @@ def markdown(campaign: Campaign, title: str) -> str:
     lines += ["", "## Hypotheses", ""]
     rows = [[n, short(h, 70).replace("|", "/"), p, o, k, c, m] for n, h, p, o, k, c, m in experiment_rows(campaign)]
     lines.append(tabulate(rows, headers=EXPERIMENT_HEADERS, tablefmt="github") if rows else "No experiments yet.")
+    if campaign.notebook:
+        lines += ["", "## Lab notebook (the designer's lessons so far)", ""] + [f"- {item}" for item in campaign.notebook]
     return "\n".join(lines) + "\n"
 
 

@@ -42,6 +42,25 @@ def write(repo, task, out: Path, title: str | None = None) -> Path:
     return out
 
 
+def open_in_browser(path: Path) -> bool:
+    """Open the report in the default browser; False (and nothing run) where there is none.
+
+    A Linux machine without a display (a GPU server over ssh) has no browser to show a
+    page: xdg-open would only print why each of its methods failed, and Python's
+    webbrowser would start a text browser inside the terminal.
+    """
+    import os
+    import sys
+    import webbrowser
+
+    if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        return False
+    try:
+        return webbrowser.open(Path(path).resolve().as_uri())
+    except webbrowser.Error:
+        return False
+
+
 def render(campaign, title: str) -> str:
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
@@ -53,9 +72,16 @@ def render(campaign, title: str) -> str:
         f"<h1>kgit report: {escape(title)}</h1>",
         f'<p class="sub">generated {when} from the archive of {len(campaign.attempts)} commits</p>',
         _summary(campaign), _progress(campaign), _lineage(campaign), _shapes(campaign),
-        _references(campaign), _targets(campaign), _hypotheses(campaign), "</body></html>",
+        _references(campaign), _targets(campaign), _hypotheses(campaign), _notebook(campaign), "</body></html>",
     ]
     return "\n".join(p for p in parts if p)
+
+
+def _notebook(c) -> str:
+    if not c.notebook:
+        return ""
+    items = "".join(f"<li>{escape(item)}</li>" for item in c.notebook)
+    return f'<section id="notebook"><h2>Lab notebook</h2><p>The designer\'s lessons so far.</p><ul>{items}</ul></section>'
 
 
 def _img(png: bytes, alt: str) -> str:

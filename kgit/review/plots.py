@@ -28,6 +28,7 @@ OTHER_COLOUR = "#757575"
 BEST_COLOUR = "#0d47a1"
 # Past this many experiments the tree labels only the best path: every label would overlap.
 MAX_LABELLED = 40
+LABEL_PT = 7
 
 
 def _png(fig) -> bytes:
@@ -112,12 +113,18 @@ def _tree_layout(campaign, on_path=frozenset()) -> dict[int, tuple[float, float]
 
 def lineage_tree(campaign) -> bytes:
     """Experiments as a tree from the baseline; colour = status, thick blue = the best path."""
+    return _png(lineage_figure(campaign))
+
+
+def lineage_figure(campaign):
+    """The lineage tree as an open matplotlib figure (tests measure its labels)."""
     on_path = {a.experiment for a in campaign.best_path if not a.is_baseline}
     pos = _tree_layout(campaign, on_path)
     rows = max((r for _, r in pos.values()), default=0) + 1
     depth = max((d for d, _ in pos.values()), default=0) + 1
     row_height = 0.42 if rows <= MAX_LABELLED else 0.16
-    fig, ax = plt.subplots(figsize=(min(4 + 1.6 * depth, 16), min(1.2 + row_height * rows, 30)))
+    width = min(4 + 1.6 * depth, 16)
+    fig, ax = plt.subplots(figsize=(width, min(1.2 + row_height * rows, 30)))
     # One collection per kind of artist: thousands of separate plot() calls take minutes to draw.
     plain, best_edges = [], []
     for number, e in campaign.experiments.items():
@@ -136,20 +143,28 @@ def lineage_tree(campaign) -> bytes:
                    edgecolors=[BEST_COLOUR if p else "white" for p in path], linewidths=[2 if p else 0.5 for p in path])
     x, y = pos[0]
     ax.scatter([x], [y], s=120, color=STATUS_COLOURS["baseline"], zorder=3)
-    ax.annotate("baseline", (x, y), xytext=(6, 6), textcoords="offset points", fontsize=8)
+    # Left of the node: the first child's label starts one column to the right.
+    ax.annotate("baseline", (x, y), xytext=(-4, 6), textcoords="offset points", fontsize=8, ha="right")
     if len(campaign.experiments) <= MAX_LABELLED:
         labelled = list(campaign.experiments)
     else:  # big campaigns: a dozen steps of the best path, the last one always
         path = [a.experiment for a in campaign.best_path if not a.is_baseline]
         labelled = path[::-(-len(path) // 12)] + path[-1:] if path else []
+    # A node shares its row with its first child one column to the right, so only a node
+    # with nothing to its right (a leaf) has room for its hypothesis; the others get
+    # what fits in one column. Widths are estimated at 0.6 em per character.
+    has_child = {0 if e.parent is None else e.parent for e in campaign.experiments.values()}
+    column_pt = width * 72 * 0.75 / (depth + 1.5)
+    fits = lambda text: len(text) * 0.6 * LABEL_PT + 8 < column_pt  # noqa: E731
     for number in labelled:
         e = campaign.experiments[number]
         best = e.best
         tail = f" {best.speedup_baseline:.2f}x" if best and best.speedup_baseline else ""
-        text = f"#{number}{tail}" if len(campaign.experiments) > MAX_LABELLED else f"#{number} {short(e.hypothesis, 28)}{tail}"
-        # Best-path nodes share the top row: rising labels keep neighbours from overprinting.
-        ax.annotate(text, pos[number], xytext=(4, 6), textcoords="offset points", fontsize=7,
-                    rotation=25 if number in on_path else 0)
+        if len(campaign.experiments) <= MAX_LABELLED and number not in has_child:
+            text = f"#{number} {short(e.hypothesis, 28)}{tail}"
+        else:
+            text = f"#{number}{tail}" if fits(f"#{number}{tail}") else f"#{number}"
+        ax.annotate(text, pos[number], xytext=(4, 6), textcoords="offset points", fontsize=LABEL_PT)
     used = sorted({e.status for e in campaign.experiments.values()} | {"baseline"})
     handles = [plt.Line2D([], [], marker="o", linestyle="", color=STATUS_COLOURS.get(s, OTHER_COLOUR), label=s)
                for s in used]
@@ -160,10 +175,10 @@ def lineage_tree(campaign) -> bytes:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("generations from the baseline")
     ax.set_yticks([])
-    # No title: the best path's labels rise above the top row, and the report's heading names the figure.
+    # No title: the report's heading names the figure.
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
-    return _png(fig)
+    return fig
 
 
 def shape_speedups(campaign) -> bytes | None:

@@ -12,6 +12,7 @@ logged in; otherwise the body and the exact command are printed.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import shlex
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from tabulate import tabulate
 
 from kgit.review import campaign as review
+from kgit.archive import measure
 from kgit.archive import trailers as tr
 from kgit.archive.repo import Repo, parse_branch
 from kgit.errors import KgitError
@@ -44,6 +46,7 @@ class Proposal:
     opened: bool = False
     url: str = ""
     why_not_opened: str = ""
+    target_note: str = ""  # why base_branch was chosen, when kgit chose it
 
     def to_json(self) -> dict:
         return {**vars(self), "command": shlex.join(self.command)}
@@ -62,7 +65,9 @@ def propose(repo: Repo, task, experiment: str, remote: str = "origin", base_bran
     if not repo.git("remote", "get-url", remote, check=False).strip():
         raise KgitError(f"no git remote named {remote!r}; add one (`git remote add {remote} URL`) or name "
                         "another with --remote.")
-    base_branch = base_branch or _default_base_branch(campaign)
+    target_note = ""
+    if not base_branch:
+        base_branch, target_note = _default_base_branch(repo, campaign, remote)
     tip = _remote_tip(repo, remote, base_branch)
 
     steps = [a for a in review.lineage(campaign.attempts, best.sha) if not a.is_baseline]
@@ -79,8 +84,10 @@ def propose(repo: Repo, task, experiment: str, remote: str = "origin", base_bran
         raise KgitError(f"{remote}/{base_branch} already holds experiment {exp.number}'s best attempt "
                         f"({best.sha[:10]}); there is nothing left to review.")
     bodies = _bodies(repo, [a.sha for a in exp.attempts])
-    title = tr.scrub(f"kgit #{exp.number}: {review.short(exp.hypothesis, 60)} "
-                     f"({best.speedup_baseline or 1:.2f}x vs baseline)")
+    figures = Figures.of(campaign, exp)
+    overall = figures.vs_baseline(best)
+    title = tr.scrub(f"kgit #{exp.number}: {review.short(exp.hypothesis, 60)}"
+                     + (f" ({overall:.2f}x vs baseline)" if overall else ""))
     stack = []
     for step in steps:
         intro = tr.scrub(f"kgit #{step.experiment}: {review.short(step.hypothesis, 60)}")
@@ -97,14 +104,14 @@ def propose(repo: Repo, task, experiment: str, remote: str = "origin", base_bran
     repo.git("push", "--force", "--quiet", remote, f"{parent}:refs/heads/{branch}")
 
     body = pr_body(campaign, exp, bodies, remote=remote, branch=branch, squashed=parent,
-                   stack=stack, base_branch=base_branch)
+                   stack=stack, base_branch=base_branch, figures=figures)
     path = repo.state / "pr" / f"{exp.number}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(body, encoding="utf-8")
     command = [gh, "pr", "create", "--base", base_branch, "--head", branch, "--title", title,
                "--body-file", str(path)]
     proposal = Proposal(branch=branch, sha=parent, attempt=best.sha, base_branch=base_branch, title=title,
-                        body=body, body_file=str(path), command=command, stack=stack)
+                        body=body, body_file=str(path), command=command, stack=stack, target_note=target_note)
     _open(repo, proposal, gh)
     return proposal
 
@@ -120,10 +127,33 @@ def _number(text: str) -> int:
         raise KgitError(f"{text!r} is not an experiment: give its number (2) or its branch (kgit/2-...).") from None
 
 
-def _default_base_branch(campaign) -> str:
-    """The branch `kgit init` committed the baseline on (its Kgit-Branch trailer)."""
-    branch = campaign.baseline.branch
-    return branch if branch and branch != "HEAD" else "main"
+def _default_base_branch(repo: Repo, campaign, remote: str) -> tuple[str, str]:
+    """(branch, why) for the pull request's target when none was named.
+
+    The branch `kgit init` committed the baseline on (its Kgit-Branch trailer), if the
+    remote has it; otherwise the remote's default branch (a local `master` against
+    GitHub's `main`), and the reason says so.
+    """
+    local = campaign.baseline.branch
+    local = local if local and local != "HEAD" else ""
+    if local and repo.git("ls-remote", remote, f"refs/heads/{local}").strip():
+        return local, ""
+    default = _remote_default_branch(repo, remote)
+    if default:
+        why = (f"{remote} has no branch {local}, so the pull request targets {remote}'s default branch {default}"
+               if local else f"the baseline was committed on no branch, so the pull request targets "
+                             f"{remote}'s default branch {default}")
+        return default, why + "; name another with --base-branch"
+    return local or "main", ""
+
+
+def _remote_default_branch(repo: Repo, remote: str) -> str:
+    """The branch the remote's HEAD points at (`git ls-remote --symref`), or ""."""
+    out = repo.git("ls-remote", "--symref", remote, "HEAD", check=False)
+    for line in out.splitlines():
+        if line.startswith("ref: refs/heads/") and line.rstrip().endswith("HEAD"):
+            return line[len("ref: refs/heads/"):].split("\t")[0].strip()
+    return ""
 
 
 def _remote_tip(repo: Repo, remote: str, branch: str) -> str:
@@ -193,16 +223,66 @@ def _open(repo: Repo, proposal: Proposal, gh: str):
 
 
 # -- the body ---------------------------------------------------------------------------
+@dataclass
+class Figures:
+    """The one measurement of the baseline and of the PR base that every figure of a
+    pull request (title, results table, attempts table) is computed from."""
+
+    best: object
+    base: object  # the PR base's attempt, or None
+    base_m: dict | None
+    baseline: object
+    baseline_m: dict | None
+
+    @classmethod
+    def of(cls, campaign, exp) -> "Figures":
+        best = exp.best
+        base = next((a for a in campaign.attempts if a.sha == exp.base), None)
+        return cls(best, base, review.measurement_on(base, best) if base else None,
+                   campaign.baseline, review.measurement_on(campaign.baseline, best))
+
+    def _same_run(self, attempt) -> bool:
+        return (attempt.device, attempt.harness) == (self.best.device, self.best.harness)
+
+    def vs_base(self, attempt) -> float | None:
+        if self.base_m and self._same_run(attempt):
+            return measure.ratio(self.base_m, attempt.geomean, attempt.times)
+        return attempt.speedup  # measured elsewhere: its own trailer, against a base timing from there
+
+    def vs_baseline(self, attempt) -> float | None:
+        if self.baseline_m and self._same_run(attempt):
+            return measure.ratio(self.baseline_m, attempt.geomean, attempt.times)
+        return attempt.speedup_baseline
+
+    def statement(self) -> str:
+        parts = [f"the baseline `{self.baseline.sha[:10]}` {_source(self.baseline_m)}"]
+        if self.base is not None and self.base.sha != self.baseline.sha:
+            parts.append(f"the PR base `{self.base.sha[:10]}` {_source(self.base_m)}")
+        return ("Every speedup in this pull request (title, results, attempts) compares against one "
+                "measurement each: " + " and ".join(parts) + ".")
+
+
+def _source(m: dict | None) -> str:
+    if not m:
+        return "(never measured on this device: the figures are the commits' own)"
+    if m.get("source") == "commit":
+        return "as measured by its own commit"
+    when = dt.datetime.fromtimestamp(m["when"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if m.get("when") else ""
+    tag = m.get("device_tag") or m.get("tag") or "a note"
+    return f"as re-measured in refs/notes/kgit ({tag}{', ' + when if when else ''}, {m.get('geomean_us') or 0:.2f} us)"
+
+
 def pr_body(campaign, exp, bodies: dict, *, remote: str, branch: str, squashed: str, stack: list,
-            base_branch: str) -> str:
+            base_branch: str, figures: Figures | None = None) -> str:
     best = exp.best
+    figures = figures or Figures.of(campaign, exp)
     lines = ["## Hypothesis", "", exp.hypothesis, ""]
     plan = _plan(bodies.get(best.sha, ""))
     if plan:
         lines += ["### Plan and notes", "", plan, ""]
-    lines += [f"## Results on {best.device}", "", _results_table(campaign, exp), "",
+    lines += [f"## Results on {best.device}", "", _results_table(figures), "",
               f"Measured with `{best.timing}` timing, harness `{best.harness or 'unknown'}`; "
-              "speedup = old time / new time, above 1 is faster.", ""]
+              "speedup = old time / new time, above 1 is faster. " + figures.statement(), ""]
     if best.timing == "interpreter":
         lines += ["These timings come from the Triton CPU interpreter: they show correctness, not GPU speed.", ""]
     if len(stack) > 1:
@@ -211,7 +291,7 @@ def pr_body(campaign, exp, bodies: dict, *, remote: str, branch: str, squashed: 
                   "carries one commit per experiment on the lineage:", ""]
         lines += [f"- #{number}: `{sha[:10]}`" for number, sha in stack]
         lines.append("")
-    lines += ["## Attempts", "", _attempts_table(exp, bodies), ""]
+    lines += ["## Attempts", "", _attempts_table(exp, bodies, figures), ""]
     cost = sum(a.cost or 0.0 for a in exp.attempts)
     tokens = sum(a.tokens or 0 for a in exp.attempts)
     lines += ["## Model and cost", "",
@@ -235,11 +315,8 @@ def _plan(body: str) -> str:
     return "\n\n".join(keep)
 
 
-def _results_table(campaign, exp) -> str:
-    best = exp.best
-    base = next((a for a in campaign.attempts if a.sha == exp.base), None)
-    base_m = review.measurement_on(base, best) if base else None
-    baseline_m = review.measurement_on(campaign.baseline, best)
+def _results_table(figures: Figures) -> str:
+    best, base_m, baseline_m = figures.best, figures.base_m, figures.baseline_m
     before = (base_m or {}).get("times", {})
     first = (baseline_m or {}).get("times", {})
     rows = []
@@ -247,17 +324,18 @@ def _results_table(campaign, exp) -> str:
         b, f = before.get(key), first.get(key)
         rows.append([key, _f(f), _f(b), f"{us:.2f}", _x(b, us), _x(f, us)])
     g_base, g_first = (base_m or {}).get("geomean_us"), (baseline_m or {}).get("geomean_us")
-    rows.append(["**geomean**", _f(g_first), _f(g_base), f"{best.geomean:.2f}", _x(g_base, best.geomean),
-                 _x(g_first, best.geomean)])
+    # The geomean row's ratios are the title's and the attempts table's (measure.ratio).
+    rows.append(["**geomean**", _f(g_first), _f(g_base), f"{best.geomean:.2f}", _r(figures.vs_base(best)),
+                 _r(figures.vs_baseline(best))])
     return tabulate(rows, headers=["shape", "baseline us", "PR base us", "this PR us", "vs PR base", "vs baseline"],
                     tablefmt="github")
 
 
-def _attempts_table(exp, bodies: dict) -> str:
+def _attempts_table(exp, bodies: dict, figures: Figures) -> str:
     rows = []
     for a in exp.attempts:
         why = "" if a.ok else _why(a, bodies.get(a.sha, ""))
-        rows.append([a.attempt, f"`{a.sha[:10]}`", a.status, _f(a.geomean), "-" if a.speedup is None else f"{a.speedup:.2f}x",
+        rows.append([a.attempt, f"`{a.sha[:10]}`", a.status, _f(a.geomean), _r(figures.vs_base(a) if a.ok else None),
                      why.replace("|", "/")])
     return tabulate(rows, headers=["attempt", "sha", "status", "geomean us", "vs PR base", "why it failed"],
                     tablefmt="github")
@@ -278,6 +356,10 @@ def _why(attempt, body: str) -> str:
 
 def _f(value) -> str:
     return "-" if value is None else f"{value:.2f}"
+
+
+def _r(ratio) -> str:
+    return "-" if not ratio else f"{ratio:.2f}x"
 
 
 def _x(before, after) -> str:

@@ -18,11 +18,17 @@ def _short(text: str, width: int) -> str:
 
 
 def log_table(attempts) -> str:
+    from kgit.archive import figures
+
     rows = []
     for a in sorted(attempts, key=lambda a: (a.experiment, a.attempt)):
+        measured = figures.describe(a.timing, a.device, figures.attempt_noise(a)) if a.ok else ""
+        verdict = figures.attempt_verdict(a, attempts).word if a.ok and not a.is_baseline else ""
         rows.append([a.experiment, a.attempt, a.branch, a.sha[:10], a.status, _num(a.geomean),
-                     _num(a.speedup, "{:.2f}x"), _num(a.speedup_baseline, "{:.2f}x"), _short(a.hypothesis, 50)])
-    headers = ["exp", "att", "branch", "sha", "status", "geomean us", "vs base", "vs baseline", "hypothesis"]
+                     _num(a.speedup, "{:.2f}x"), verdict, _num(a.speedup_baseline, "{:.2f}x"), measured,
+                     _short(a.hypothesis, 50)])
+    headers = ["exp", "att", "branch", "sha", "status", "geomean us", "vs base", "verdict", "vs baseline",
+               "measured on", "hypothesis"]
     return tabulate(rows, headers=headers, tablefmt="simple")
 
 

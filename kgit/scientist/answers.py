@@ -100,6 +100,8 @@ class Design:
     avenues: list
     plans: list
     chosen: list
+    lessons: list | None = None  # the updated lab notebook; None when the answer has none
+    fewer_because: str = ""  # why fewer than `pick` plans were chosen
 
 
 def design(doc: dict, pick: int) -> Design:
@@ -120,7 +122,12 @@ def design(doc: dict, pick: int) -> Design:
     bad = [c for c in chosen if not 0 <= c < len(plans)]
     if bad:
         raise AnswerError(f'"chosen" holds {bad}, but "plans" has indices 0..{len(plans) - 1} (0-based).')
-    return Design(avenues, plans, list(dict.fromkeys(chosen))[:pick])
+    lessons = doc.get("lessons")
+    if lessons is not None and (not isinstance(lessons, list) or not all(isinstance(x, str) for x in lessons)):
+        raise AnswerError('"lessons" must be a list of short strings: the lab notebook, updated.')
+    fewer = doc.get("fewer_because")
+    fewer = fewer.strip() if isinstance(fewer, str) and fewer.strip().lower() not in ("", "null", "none") else ""
+    return Design(avenues, plans, list(dict.fromkeys(chosen))[:pick], lessons, fewer)
 
 
 def _plan(p, i) -> Plan:
@@ -164,9 +171,8 @@ def paper_pick(plans: list[Plan], pick: int) -> list[int]:
     return chosen
 
 
-def ask_json(client, stage: str, prompt: str, validate, tries: int = 2):
+def ask_json(client, stage: str, messages: list[dict], validate, tries: int = 2):
     """Ask, validate, and re-ask with the error; returns (value or None, replies, last error)."""
-    messages = [{"role": "user", "content": prompt}]
     replies, error = [], None
     for _ in range(tries):
         reply = client.ask(stage, messages)

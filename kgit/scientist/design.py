@@ -1,5 +1,5 @@
-"""Design: avenues, plans and the pick, from the base code, the task, the knowledge
-documents and what earlier experiments found.
+"""Design: avenues, plans, the pick and the updated lab notebook, from the base (and
+reference) code, what earlier experiments found and the lessons so far.
 
 kgit never drops a plan for looking like an earlier one: the designer sees the
 history and decides.
@@ -7,15 +7,18 @@ history and decides.
 
 from __future__ import annotations
 
+from kgit.archive import notebook
 from kgit.evaluation import buildfacts
 from kgit.scientist import prompts
 from kgit.scientist.answers import ask_json, design
+from kgit.scientist.view import ArchiveView
 
 HISTORY_CHARS = 12_000
 
 
-def history(attempts, limit: int = HISTORY_CHARS) -> str:
+def history(attempts, limit: int = HISTORY_CHARS, view: ArchiveView | None = None) -> str:
     """One line per experiment, newest first: hypothesis and how its attempts ended."""
+    view = view or ArchiveView(attempts)
     by_experiment: dict[int, list] = {}
     for a in attempts:
         if not a.is_baseline:
@@ -23,11 +26,8 @@ def history(attempts, limit: int = HISTORY_CHARS) -> str:
     lines = []
     for number in sorted(by_experiment, reverse=True):
         tries = sorted(by_experiment[number], key=lambda a: a.attempt)
-        best = max((a for a in tries if a.ok), key=lambda a: a.speedup or 0, default=None)
-        outcome = (f"ok, {best.speedup:.2f}x vs its base" if best and best.speedup else
-                   "ok" if best else "failed: " + ", ".join(a.status for a in tries))
         lines.append(f"- experiment {number} (base {(tries[0].base or '')[:10]}): {' '.join(tries[0].hypothesis.split())}"
-                     f" -> {outcome}")
+                     f" -> {view.outcome(tries)}")
     text, used = [], 0
     for line in lines:
         if used + len(line) > limit:
@@ -38,15 +38,17 @@ def history(attempts, limit: int = HISTORY_CHARS) -> str:
     return "\n".join(text) or "No experiments yet: only the baseline was measured."
 
 
-def prompt(repo_root, task_text, base_sha, reason, base_files, attempts, knowledge_text, pick) -> str:
-    return prompts.render("design", repo_root, task=task_text, base=base_sha[:10], reason=reason,
-                          base_code=prompts.code_block(base_files), history=history(attempts),
-                          knowledge=knowledge_text, pick=pick, targets=buildfacts.base_facts(attempts, base_sha))
+def prompt(repo_root, selection, base_files, reference_files, attempts, pick, lessons: list[str]) -> str:
+    view = ArchiveView(attempts)
+    return prompts.render("design", repo_root, base=selection.base[:10], reason=selection.reason,
+                          base_code=prompts.code_block(base_files),
+                          reference=(selection.reference or "none")[:10],
+                          reference_code=prompts.code_block(reference_files) if reference_files else "(none chosen)",
+                          figures=view.explanation(), history=history(attempts, view=view),
+                          notebook=notebook.text(lessons), pick=pick,
+                          targets=buildfacts.base_facts(attempts, selection.base))
 
 
-def plans(client, prompt_text: str, pick: int):
-    """(chosen plans or None, replies, error)."""
-    result, replies, error = ask_json(client, "design", prompt_text, lambda doc: design(doc, pick))
-    if result is None:
-        return None, replies, error
-    return [result.plans[i] for i in result.chosen], replies, None
+def ask(client, messages: list[dict], pick: int):
+    """(Design or None, replies, error)."""
+    return ask_json(client, "design", messages, lambda doc: design(doc, pick))

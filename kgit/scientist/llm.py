@@ -13,12 +13,13 @@ import hashlib
 import json
 import os
 import random
-import re
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from kgit import secrets
 from kgit.errors import LLMError, LLMUnavailable
 
 # litellm exception class names by what a retry can do about them. tests/test_llm.py
@@ -39,8 +40,6 @@ FATAL = {
     "RejectedRequestError", "SensitiveDataRouteException", "UnprocessableEntityError",
     "UnsupportedEndpointError", "UnsupportedParamsError", "VectorStoreSearchError",
 }
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.I)
-_BEARER = re.compile(r"(?i)(bearer\s+|api[_-]?key[\"'=:\s]+)[\w.-]{8,}")
 
 
 @dataclass
@@ -55,11 +54,25 @@ class Reply:
 def litellm_module():
     """litellm, imported on first use with its bundled price table and no telemetry."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    ignore_readonly_warnings()
     import litellm
 
     litellm.telemetry = False
     litellm.suppress_debug_info = True
     return litellm
+
+
+def ignore_readonly_warnings():
+    """Silence pydantic's warning about litellm's `ReadOnly` TypedDict items.
+
+    pydantic warns once per type when it first builds its schema, and litellm builds
+    them lazily inside its calls (a provider module imported on first completion), so
+    a filter at import is not enough: this runs before every call too, since a
+    caller's `warnings.catch_warnings` (pytest's, per test) drops filters on exit. The
+    warning concerns litellm's own types; neither kgit nor its user can act on it.
+    """
+    warnings.filterwarnings("ignore", message=r".*using the `ReadOnly` qualifier", category=UserWarning,
+                            module=r"pydantic\.")
 
 
 def classify(error: BaseException) -> str | None:
@@ -75,11 +88,8 @@ def classify(error: BaseException) -> str | None:
 
 
 def redact(text: str) -> str:
-    """The text without any secret from the environment or anything shaped like a bearer key."""
-    for name, value in os.environ.items():
-        if _SECRET_NAME.search(name) and len(value) >= 8:
-            text = text.replace(value, "[redacted]")
-    return _BEARER.sub(lambda m: m.group(1) + "[redacted]", text)
+    """The text without any secret from the environment or anything shaped like a key (kgit/secrets.py)."""
+    return secrets.redact_text(text)
 
 
 class Client:
@@ -95,8 +105,10 @@ class Client:
         return self.config.model_for(stage)
 
     def request(self, stage: str, messages: list[dict]) -> dict:
-        return {"model": self.model(stage), "api_base": self.config.api_base, "messages": messages,
-                "temperature": self.config.temperature}
+        from kgit.scientist import caching  # stable-prefix marks -> the provider's prompt caching
+
+        return {"model": self.model(stage), "api_base": self.config.api_base,
+                "messages": caching.prepare(self.model(stage), messages), "temperature": self.config.temperature}
 
     def ask(self, stage: str, messages: list[dict]) -> Reply:
         request = self.request(stage, messages)
@@ -114,6 +126,7 @@ class Client:
         completion = self._completion or litellm.completion
         kwargs = {k: v for k, v in request.items() if v is not None}
         kwargs.update(timeout=self.config.timeout_s, num_retries=0)
+        ignore_readonly_warnings()
         for attempt in range(self.config.retries + 1):
             try:
                 response = completion(**kwargs)

@@ -17,7 +17,7 @@ import itertools
 import re
 from dataclasses import dataclass
 
-from kgit.archive import trees
+from kgit.archive import figures, trees
 from kgit.scientist.answers import Plan
 
 _MARKER = re.compile(r"^(?P<lead>\s*)(?P<name>[A-Za-z_]\w*)(?P<eq>\s*=\s*)(?P<value>[^#\n]*?)"
@@ -119,8 +119,8 @@ class Strategist:
 
     def plans(self, attempts, best_sha: str, pick: int) -> list[Plan]:
         """Up to `pick` plans whose configuration was never measured; [] when the space is exhausted."""
-        ranked = [best_sha] + [a.sha for a in sorted((a for a in attempts if a.ok and a.sha != best_sha),
-                                                      key=lambda a: -(a.speedup_baseline or 0.0))]
+        # kgit's one ranking rule: GPU timings when there are any, else the most recent first.
+        ranked = [best_sha] + [a.sha for a in figures.ranked(attempts)[0] if a.sha != best_sha]
         files_of = self.files(list(dict.fromkeys([a.sha for a in attempts] + ranked)))
         measured = {configuration(files_of[a.sha]) for a in attempts}
         plans: list[Plan] = []

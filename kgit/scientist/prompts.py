@@ -11,10 +11,15 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
+from kgit import problems as problem_mod
 from kgit import shipped
 from kgit.errors import ConfigError
 
-STAGES = ("select", "design", "write", "fix")
+# "system" is the stable prefix every stage shares; "iteration" the writers' shared context.
+STAGES = ("system", "select", "design", "iteration", "write", "fix")
+# Marks the end of a stable part of a message (kgit/scientist/caching.py turns it into
+# the provider's cache breakpoint, or drops it).
+STABLE = "kgit_stable"
 OVERRIDE_DIR = "prompts"
 
 
@@ -79,13 +84,38 @@ def code_block(files: dict[str, str]) -> str:
     return "\n\n".join(out)
 
 
-def task_text(task) -> str:
-    """The problem as the model sees it: description, files, shapes, tolerance, forbidden calls."""
-    shapes = "\n".join(f"- {s}" for s in task.benchmarks)
+def task_text(task, on_gpu: bool = True, check: str = "") -> str:
+    """The problem as the model sees it: description, files, the shapes the evaluation really
+    uses (the CPU section's when it runs on the CPU), the check as applied, forbidden calls."""
+    def listing(shapes):
+        return "\n".join(f"- {problem_mod.shape_key(s)}" for s in shapes)
+
+    where = "" if on_gpu else " (the CPU set: the evaluation runs in the Triton interpreter)"
     lines = [f"Problem: {task.name}. {task.summary}", task.description,
              f"Editable files: {', '.join(task.files)}. The kernel is `custom_kernel(data)`.",
-             f"Benchmark shapes (ranked by the geometric mean of the {task.ranking} times):\n{shapes}",
-             f"Tolerance: rtol={task.rtol:g}, atol={task.atol:g}. {task.tolerance_why}".strip()]
+             f"Test shapes{where}, each checked for correctness:\n{listing(task.shapes('tests', on_gpu))}",
+             f"Benchmark shapes{where}, timed and ranked by the geometric mean of the {task.ranking} times "
+             f"(their timed repetitions are checked too):\n{listing(task.shapes('benchmarks', on_gpu))}",
+             check or f"Correctness check: torch.allclose(output, reference, rtol={task.rtol:g}, atol={task.atol:g})."]
     if task.forbidden:
         lines.append(f"Forbidden calls (the attempt is rejected): {', '.join(task.forbidden)}.")
     return "\n\n".join(line for line in lines if line)
+
+
+def part(text: str, stable: bool = False) -> dict:
+    """One text part of a message; a stable one ends a prefix that repeats across calls."""
+    out = {"type": "text", "text": text}
+    if stable:
+        out[STABLE] = True
+    return out
+
+
+def message(role: str, *parts: dict) -> dict:
+    return {"role": role, "content": [p for p in parts if p["text"]]}
+
+
+def flatten(content) -> str:
+    """A message's content as one string (parts joined as caching.prepare joins them)."""
+    if isinstance(content, str):
+        return content
+    return "\n\n".join(p["text"] for p in content)

@@ -1,32 +1,35 @@
 """Select: pick the base (and a reference) from a compact table of the archive.
 
-The table keeps to a token budget however large the archive grows: the best lines,
-the winner of each shape and the recent failures come first, then the rest, newest
-first, until the budget is spent.
+The table keeps to a token budget however large the archive grows: the best lines
+(by kgit's one ranking rule), the winner of each shape and the unfixed failures come
+first, then the rest, newest first, until the budget is spent. Interpreter timings are
+never shown as performance (kgit/scientist/view.py).
 """
 
 from __future__ import annotations
 
-from kgit.archive import measure
+from kgit.archive import figures, measure, notebook
 from kgit.evaluation import buildfacts
 from kgit.scientist import prompts
 from kgit.scientist.answers import Selection, ask_json, selection
+from kgit.scientist.view import ArchiveView
 
 CHARS_PER_TOKEN = 4  # a rough figure for English and code; only sizes the table
 BEST_ROWS, FAILURE_ROWS = 8, 8
 
 
-def row(a) -> str:
-    times = " ".join(f"{k}:{v:.1f}" for k, v in a.times.items())
-    geomean = f"{a.geomean:.1f}" if a.geomean else "-"
-    vs = f"{a.speedup_baseline:.2f}x" if a.speedup_baseline else "-"
+def row(a, view: ArchiveView | None = None) -> str:
+    view = view or ArchiveView([a])
     hypothesis = " ".join(a.hypothesis.split())[:140]
-    line = (f"{a.sha[:10]} | {a.experiment}.{a.attempt} | {(a.base or '-')[:10]} | {a.status} | {geomean} | "
-            f"{vs} | {times or '-'} | {hypothesis}")
+    line = (f"{a.sha[:10]} | {a.experiment}.{a.attempt} | {(a.base or '-')[:10]} | {view.status(a)} | "
+            f"{view.timing(a)} | {hypothesis}")
+    times = view.comparable_times(a) if a.ok else {}
+    if times:
+        line += " | per shape: " + " ".join(f"{k}:{v:.1f}" for k, v in times.items())
     if a.targets:  # build facts per target GPU (issue 14)
         line += " | targets: " + buildfacts.short(a.targets)
-    if a.raw_notes:  # re-measured: the latest geomean per device and the spread of repeats
-        per_device = measure.by_device(a)
+    if a.raw_notes:  # re-measured: the latest geomean per GPU and the spread of repeats (its repeatability)
+        per_device = {dev: d for dev, d in measure.by_device(a).items() if not figures.is_interpreter(None, dev)}
         if len(per_device) > 1 or any(d["n"] > 1 for d in per_device.values()):
             line += " | remeasured: " + "; ".join(
                 f"{dev} {d['latest_us']:.1f} (n={d['n']}, spread {100 * (d['spread'] or 0):.1f}%)"
@@ -34,16 +37,22 @@ def row(a) -> str:
     return line
 
 
-def archive_table(attempts, token_budget: int) -> tuple[str, int]:
+def archive_table(attempts, token_budget: int, view: ArchiveView | None = None) -> tuple[str, int]:
     """The table text and how many attempts it shows."""
-    ok = sorted((a for a in attempts if a.ok), key=lambda a: -(a.speedup_baseline or 0))
-    winners = []
-    for key in sorted({k for a in ok for k in a.times}):
-        winners.append(min((a for a in ok if key in a.times), key=lambda a: a.times[key]))
-    failures = [a for a in sorted(attempts, key=lambda a: -a.time) if not a.ok][:FAILURE_ROWS]
-    rest = sorted(attempts, key=lambda a: -a.time)
-    sections = [("best", ok[:BEST_ROWS]), ("per-shape winners", winners), ("recent failures", failures),
-                ("all others, newest first", rest)]
+    view = view or ArchiveView(attempts)
+    newest = sorted(attempts, key=lambda a: (a.time, a.experiment, a.attempt), reverse=True)
+    failures = [a for a in newest if not a.ok]
+    failures = ([a for a in failures if a.sha not in view.fixed_by] + [a for a in failures if a.sha in view.fixed_by])
+    if view.gpu:
+        winners = []
+        timed = [a for a in view.order if view.comparable_times(a)]
+        for key in sorted({k for a in timed for k in view.comparable_times(a)}):
+            having = [a for a in timed if key in view.comparable_times(a)]
+            winners.append(min(having, key=lambda a: view.comparable_times(a)[key]))
+        sections = [(f"best on {view.device}", view.order[:BEST_ROWS]), (f"per-shape winners on {view.device}", winners)]
+    else:
+        sections = [("correct attempts, newest first", view.order[:BEST_ROWS])]
+    sections += [("failures, unfixed first", failures[:FAILURE_ROWS]), ("all others, newest first", newest)]
     budget = token_budget * CHARS_PER_TOKEN
     shown, out = set(), []
     for title, group in sections:
@@ -51,7 +60,7 @@ def archive_table(attempts, token_budget: int) -> tuple[str, int]:
         for a in group:
             if a.sha in shown:
                 continue
-            line = row(a)
+            line = row(a, view)
             if budget - len(line) < 0:
                 break
             budget -= len(line) + 1
@@ -62,19 +71,25 @@ def archive_table(attempts, token_budget: int) -> tuple[str, int]:
     return "\n\n".join(out), len(shown)
 
 
-def prompt(repo_root, task_text: str, attempts, best, token_budget: int) -> str:
-    table, shown = archive_table(attempts, token_budget)
-    return prompts.render("select", repo_root, task=task_text, archive=table, count=len(attempts), shown=shown,
-                          best=best.sha[:10] if best else "none")
+def prompt(repo_root, attempts, token_budget: int, lessons: list[str]) -> str:
+    view = ArchiveView(attempts)
+    table, shown = archive_table(attempts, token_budget, view)
+    return prompts.render("select", repo_root, archive=table, count=len(attempts), shown=shown,
+                          figures=view.explanation(), ranking=f"kgit's ranking rule: {view.rule}.",
+                          notebook=notebook.text(lessons))
 
 
-def choose(client, repo_root, task_text: str, attempts, best, token_budget: int):
+def forced(attempts, best) -> Selection | None:
+    """The selection when there is nothing to choose (only the baseline exists)."""
+    if len(attempts) == 1 and best is not None:
+        return Selection(best.sha, None, "the baseline is the only attempt so far")
+    return None
+
+
+def ask(client, messages: list[dict], attempts, best):
     """(Selection, replies, note): asks once, re-asks with the error, then falls back to the best."""
-    if client.model("select") == "offline":
-        return Selection(best.sha, None, "the best correct attempt so far (offline selector)"), [], ""
-    text = prompt(repo_root, task_text, attempts, best, token_budget)
     shas = [a.sha for a in attempts]
-    chosen, replies, error = ask_json(client, "select", text, lambda doc: selection(doc, shas))
+    chosen, replies, error = ask_json(client, "select", messages, lambda doc: selection(doc, shas))
     if chosen is None:
         return (Selection(best.sha, None, f"fallback to the best attempt: the selector's answers were unusable "
                                           f"({error})"), replies, error)

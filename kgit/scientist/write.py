@@ -1,4 +1,9 @@
-"""Write: one plan turned into edits of the editable files, and the fix loop's prompts."""
+"""Write: one plan turned into edits of the editable files, and the fix loop's prompts.
+
+The writers of one iteration share a stable part (prompts/iteration.md: the base, the
+reference and every chosen plan), sent once per call as a cacheable prefix; only the
+plan's own instruction, or the fix request, follows it.
+"""
 
 from __future__ import annotations
 
@@ -18,17 +23,23 @@ def regions_note(files: dict[str, str]) -> str:
             "keep the marker lines.")
 
 
-def first_prompt(repo_root, task_text, plan, base_files, reference_files, editable, targets: str = "") -> str:
-    reference = prompts.code_block(reference_files) if reference_files else "(none)"
-    return prompts.render("write", repo_root, task=task_text, plan=plan.text(), base_code=prompts.code_block(base_files),
-                          reference_code=reference, editable=", ".join(editable), regions=regions_note(base_files),
-                          targets=targets or "No build facts were recorded for this kernel.")
+def iteration_text(repo_root, selection, plans, base_files, reference_files) -> str:
+    listing = "\n\n".join(f"## Plan {i}: {p.title}\n\n{p.text()}" for i, p in enumerate(plans))
+    reference = prompts.code_block(reference_files) if reference_files else "(none chosen)"
+    return prompts.render("iteration", repo_root, base=selection.base[:10], reason=selection.reason, plans=listing,
+                          base_code=prompts.code_block(base_files), reference=(selection.reference or "none")[:10],
+                          reference_code=reference)
 
 
-def fix_prompt(repo_root, task_text, plan, files, error, attempt, attempts, editable, targets: str = "") -> str:
-    return prompts.render("fix", repo_root, task=task_text, plan=plan.text(), code=prompts.code_block(files),
+def first_prompt(repo_root, plan, number, base_files, editable) -> str:
+    return prompts.render("write", repo_root, plan=plan.text(), number=number, editable=", ".join(editable),
+                          regions=regions_note(base_files))
+
+
+def fix_prompt(repo_root, plan, number, files, error, attempt, attempts, editable) -> str:
+    return prompts.render("fix", repo_root, plan=plan.text(), number=number, code=prompts.code_block(files),
                           error=error, attempt=attempt, attempts=attempts, editable=", ".join(editable),
-                          regions=regions_note(files), targets=targets or "No build facts were recorded for it.")
+                          regions=regions_note(files))
 
 
 def notes(answer: str) -> str:
@@ -37,9 +48,9 @@ def notes(answer: str) -> str:
     return text[:NOTES_CHARS]
 
 
-def implement(client, prompt_text: str, files: dict[str, str], editable: list[str]):
+def implement(client, messages: list[dict], files: dict[str, str], editable: list[str]):
     """(new files or None, the edit error or None, reply)."""
-    reply = client.ask("write", [{"role": "user", "content": prompt_text}])
+    reply = client.ask("write", messages)
     try:
         return edits.apply(files, edits.parse(reply.text), editable), None, reply
     except edits.EditError as e:

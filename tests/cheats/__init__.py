@@ -45,10 +45,11 @@ def run_harness(tmp_path: Path, name: str | None = None, timing: dict | None = N
                 problem: str | None = None, code: str | None = None, **spec_extra) -> dict:
     """Run the harness on a cheat (by name) or on `code` for `problem`, in a child process.
 
-    On the CPU the child is forked from the test process, reusing its imported torch
-    (seconds saved per cheat); it has its own copy of every module, so a cheat that
-    patches torch or time patches only the child. CUDA does not survive a fork, so on
-    a GPU the child is a fresh `python -I`. evaluate.run_child is exercised separately.
+    On the CPU the judge is forked from the test process, reusing its imported torch
+    (seconds saved per cheat); the runner it starts is always a fresh `python -I`, so
+    the candidate shares nothing with the test process or the judge. CUDA does not
+    survive a fork, so on a GPU the judge is a fresh `python -I` too.
+    evaluate.run_child is exercised separately.
     """
     if name is not None:
         problem, code = problem_of(name), source(name)
@@ -62,9 +63,9 @@ def run_harness(tmp_path: Path, name: str | None = None, timing: dict | None = N
 
 
     def evaluate():
-        from kgit_harness import runner
+        from kgit_harness import judge
 
-        return runner.run(spec)
+        return judge.run(spec)
 
     return in_fork(evaluate, cwd=tmp_path)
 
@@ -101,8 +102,7 @@ def _spawned(tmp_path: Path, spec: dict) -> dict:
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(spec))
     read_fd, write_fd = os.pipe()
-    code = "import sys; from kgit_harness.runner import main; sys.exit(main(sys.argv[1:]))"
-    proc = subprocess.Popen([sys.executable, "-I", "-B", "-c", code, "--spec", str(spec_path),
+    proc = subprocess.Popen([sys.executable, "-I", "-B", "-m", "kgit_harness", "judge", "--spec", str(spec_path),
                              "--result-fd", str(write_fd)], cwd=tmp_path, pass_fds=(write_fd,))
     os.close(write_fd)
     with os.fdopen(read_fd) as pipe:

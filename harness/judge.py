@@ -1,0 +1,431 @@
+"""The judge: the trusted side of an evaluation, which decides the result.
+
+Run as `python -I -B -m kgit_harness judge --spec SPEC --result-fd FD`. It never imports,
+executes or unpickles anything the candidate wrote: it reads the editable files only as
+text (the static policy), loads the problem and its reference, generates every input
+(published and secret seeds) into private memory, and starts the runner
+(harness/runner.py) as its child, under the sandbox prefix kgit chose. Inputs reach the
+runner through shared memory (shared.py) and requests through the channel
+(channel.py); outputs come back the same way and are copied into private memory before
+they are compared, by the judge's own torch, reference and checker. The judge keeps the
+authoritative clock and alone writes the result document to kgit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from kgit_harness import channel, checking, confine, peaks, pidone, policy, problem, shared, timing
+from kgit_harness import result as result_mod
+
+_clock = time.perf_counter
+# Room the judge keeps under kgit's own timeout to write its own verdict.
+DEADLINE_MARGIN_S = 5.0
+# Statuses a runner may report for itself; anything else it sends is a protocol breach.
+RUNNER_STATUSES = ("compile-error", "runtime-error")
+
+
+class Verdict(Exception):
+    """Ends an evaluation early with a status."""
+
+    def __init__(self, status, error, reason=None):
+        super().__init__(error)
+        self.status, self.error, self.reason = status, error, reason
+
+
+def _excerpt(exc: BaseException, limit: int = 4000) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-limit:]
+
+
+class Runner:
+    """The runner process and the judge's end of its channel."""
+
+    def __init__(self, spec: dict, deadline: float, timeout_s: float):
+        self.deadline, self.timeout_s, self.timed_out = deadline, timeout_s, False
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        life_r, self._life_w = os.pipe()
+        argv = [sys.executable, "-I", "-B", "-m", "kgit_harness", "runner",
+                "--channel-fd", str(theirs.fileno()), "--lifeline-fd", str(life_r)]
+        prefix = spec.get("runner_prefix") or []
+        # With namespaces a trusted init is PID 1 of the runner's: it ends the whole
+        # namespace once this judge's end of the lifeline closes, whatever the runner does.
+        use_init = (spec.get("sandbox") or {}).get("trusted_init") and prefix
+        cmd = pidone.command(prefix, argv, life_r) if use_init else [*prefix, *argv]
+        self.wrapped = bool(prefix)
+        env = dict(os.environ)
+        env.update(spec.get("runner_env") or {})
+        try:
+            self.proc = subprocess.Popen(cmd, cwd=spec.get("runner_cwd") or None, env=env,
+                                         stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(), life_r))
+        finally:
+            theirs.close()
+            os.close(life_r)
+        self.sock = mine
+
+    def send(self, message: dict, fds=()):
+        try:
+            channel.send(self.sock, message, fds)
+        except OSError:
+            raise self._gone() from None
+
+    def receive(self) -> dict:
+        try:
+            message, _ = channel.recv(self.sock, self.deadline)
+        except channel.Timeout:
+            self.timed_out = True
+            raise Verdict("timeout", f"no result within {self.timeout_s:g} s (evaluator.timeout_s): the runner did "
+                          "not answer before the judge's deadline and was killed") from None
+        except channel.Closed:
+            raise self._gone() from None
+        except channel.ChannelError as e:
+            raise Verdict("rejected", f"the runner sent {e}", reason="broken channel protocol") from None
+        return message
+
+    def ask(self, message: dict, fds=()) -> dict:
+        """Send a request; the runner's `done` reply, or its failure as a Verdict."""
+        self.send(message, fds)
+        return self.answer()
+
+    def answer(self) -> dict:
+        reply = self.receive()
+        op = reply["op"]
+        if op == "done":
+            return reply
+        if op == "error" and reply.get("status") in RUNNER_STATUSES:
+            raise Verdict(reply["status"], channel.text(reply, "error"))
+        if op == "violation":
+            raise Verdict("rejected", channel.text(reply, "detail"), reason=channel.text(reply, "rule", 200))
+        raise Verdict("rejected", f"the runner sent a {op!r} message where a reply was due",
+                      reason="broken channel protocol")
+
+    def _gone(self) -> Verdict:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            code = None
+        # Under the trusted init (and unshare) a runner killed by a signal shows as the
+        # shell's 128 + signal, not as Popen's negative code.
+        if code is not None and self.wrapped and code > 128 and code - 128 in _SIGNALS:
+            code = -(code - 128)
+        if code is not None and code < 0:
+            why = f"killed by signal {signal.Signals(-code).name}" if -code in _SIGNALS else f"signal {-code}"
+        else:
+            why = f"exit code {code}"
+        return Verdict("crash", f"the runner process died without answering ({why}).")
+
+    def close(self):
+        if not self.timed_out:
+            try:
+                channel.send(self.sock, {"op": "bye"})
+                self.proc.wait(timeout=2)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.sock.close()
+        os.close(self._life_w)
+
+
+_SIGNALS = {s.value for s in signal.Signals}
+
+
+class Slots:
+    """One shape's shared arena: `count` slots of input (and output buffer), mapped by the runner."""
+
+    _ids = iter(range(1 << 30))
+
+    def __init__(self, torch, runner: Runner, task, reference, sample, count: int, on_gpu: bool):
+        self.torch, self.runner, self.task, self.on_gpu = torch, runner, task, on_gpu
+        self.id = next(self._ids)
+        self.sample = sample
+        planner = shared.Planner()
+        like = None
+        if task.output is None:
+            # The output buffer is shaped like the expected output, computed on a private copy.
+            expected = reference.ref_kernel(checking.clone(sample))
+            like = _contiguous_like(torch, expected)
+        layouts = [{"input": planner.tree(sample), "output": planner.tree(like) if like is not None else None}
+                   for _ in range(count)]
+        self.arena = shared.new_arena(torch, planner.size, on_gpu)
+        self.views = [(shared.view(torch, self.arena.tensor, lay["input"]),
+                       shared.view(torch, self.arena.tensor, lay["output"]) if lay["output"] else None)
+                      for lay in layouts]
+        desc, fds = self.arena.describe()
+        runner.ask({"op": "shape", "id": self.id, "arena": desc, "slots": layouts}, fds)
+
+    def fill(self, slot: int, private):
+        """Copy a privately generated input into the slot and poison its output."""
+        if not shared.same_layout(self.sample, private):
+            raise problem.ProblemError("the reference's generate_input gave differently laid out inputs for "
+                                       "two seeds of one shape; the harness shares one layout per shape")
+        data, out = self.views[slot]
+        for dst, src in zip(shared.tensors(data), shared.tensors(private)):
+            dst.copy_(src)
+        if out is None:
+            checking.poison(data, self.task.output)
+        else:
+            for t in shared.tensors(out):
+                _poison_tensor(self.torch, t)
+        checking.sync(self.torch)
+
+    def data(self, slot: int):
+        return self.views[slot][0]
+
+    def take(self, slot: int):
+        """The judge's private copy of what the runner left in the slot's output."""
+        data, out = self.views[slot]
+        copy = checking.clone(out if out is not None else data[self.task.output])
+        return copy
+
+    def call(self, slot: int, *, timed: bool, empty: bool = False) -> dict:
+        reply = self.runner.ask({"op": "call", "id": self.id, "slot": slot, "timed": timed, "empty": empty})
+        reply["us"] = channel.number(reply, "us")
+        reply["host_us"] = channel.number(reply, "host_us")
+        reply["output"] = channel.text(reply, "output", 2000, optional=True)
+        return reply
+
+    def batch(self, slots: list[int], *, empty: bool = False) -> dict:
+        reply = self.runner.ask({"op": "batch", "id": self.id, "slots": slots, "empty": empty})
+        reply["output"] = channel.text(reply, "output", 2000, optional=True)
+        return reply
+
+    def close(self):
+        self.runner.ask({"op": "forget", "id": self.id})
+        self.views = []
+        self.arena.close()
+
+
+def _contiguous_like(torch, expected):
+    if isinstance(expected, torch.Tensor):
+        return torch.empty(expected.shape, dtype=expected.dtype, device=expected.device)
+    if isinstance(expected, (tuple, list)):
+        return type(expected)(_contiguous_like(torch, e) for e in expected)
+    raise problem.ProblemError(f"ref_kernel returned a {type(expected).__name__}; the harness needs a tensor "
+                               "or a tuple of tensors, or an `output:` index in task.yml")
+
+
+def _poison_tensor(torch, t):
+    if t.is_floating_point():
+        t.fill_(float("nan"))
+    else:
+        t.fill_(torch.iinfo(t.dtype).max if t.dtype != torch.bool else True)
+
+
+def _load_reference(path: Path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_kgit_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(spec: dict) -> dict:
+    """One evaluation, start to result document (a dict of kgit.result/1)."""
+    started = _clock()
+    doc = result_mod.new("crash")
+    timeout_s = float(spec.get("timeout_s") or 3600)
+    deadline = time.monotonic() + max(timeout_s - DEADLINE_MARGIN_S, timeout_s * 0.8)
+    runner = None
+    try:
+        task = problem.load_task(Path(spec["problem_dir"]))
+        doc["ranking"] = task.ranking
+        refused = _static_policy(spec, task)
+        if refused is None:
+            # Started before the judge imports torch: the two imports overlap.
+            runner = Runner(spec, deadline, timeout_s)
+            runner.send({"op": "setup", "candidate_dir": str(spec["candidate_dir"]), "files": task.files,
+                         "forbidden": task.forbidden, "output": task.output, "sandbox": _runner_sandbox(spec),
+                         "helpers_dir": _helpers(spec, task), "problem_dir": str(spec["problem_dir"])})
+        import torch
+
+        on_gpu = torch.cuda.is_available()
+        doc["device"] = torch.cuda.get_device_name() if on_gpu else "cpu"
+        doc["timing"] = "events" if on_gpu else "interpreter"
+        doc["versions"] = timing.versions(torch)
+        if refused is not None:
+            raise refused
+        reference = _load_reference(Path(spec["problem_dir"]) / "reference.py")
+        ready = runner.receive()
+        channel.expect(ready, "ready")
+        doc["confine"] = ready.get("confine") if isinstance(ready.get("confine"), dict) else None
+        if ready.get("on_gpu") is not on_gpu:
+            raise Verdict("crash", f"the runner sees {'a' if ready.get('on_gpu') else 'no'} GPU and the judge "
+                          f"{'does' if on_gpu else 'does not'}: check CUDA_VISIBLE_DEVICES and the sandbox")
+        runner.ask({"op": "load"})
+        doc.update(_evaluate(spec, task, reference, runner, on_gpu, torch, doc))
+    except Verdict as v:
+        doc.update(status=v.status, error=v.error, reason=v.reason)
+    except channel.ChannelError as e:
+        doc.update(status="rejected", error=f"the runner sent {e}", reason="broken channel protocol")
+    except problem.ProblemError as e:
+        doc.update(status="crash", error=f"the problem could not be run: {e}")
+    finally:
+        if runner is not None:
+            runner.close()
+    doc["eval_s"] = round(_clock() - started, 3)
+    return doc
+
+
+def _helpers(spec, task) -> str | None:
+    """A folder with copies of the problem's helper modules the candidate imports, or None.
+
+    Imported problems keep type aliases and helpers next to their reference (GPU MODE's
+    `from task import input_t`); the runner never sees the problem folder, so the judge
+    copies just those modules, found by reading the candidate's imports as text. The
+    reference itself is never copied.
+    """
+    import ast
+
+    candidate_dir = Path(spec["candidate_dir"])
+    wanted = set()
+    for name in task.files:
+        try:
+            tree = ast.parse((candidate_dir / name).read_text(encoding="utf-8", errors="replace"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                wanted.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                wanted.add(node.module.split(".")[0])
+    wanted -= set(sys.stdlib_module_names) | {"torch", "triton", "numpy", "reference"}
+    wanted -= {Path(f).stem for f in task.files}
+    problem_dir = Path(spec["problem_dir"])
+    found = {}
+    for name in sorted(wanted):
+        hits = sorted(p for p in problem_dir.rglob(f"{name}.py") if p.is_file())
+        if hits:
+            found[name] = hits[0]
+    if not found:
+        return None
+    folder = Path(spec.get("runner_cwd") or candidate_dir.parent) / "problem-helpers"
+    folder.mkdir(exist_ok=True)
+    for name, path in found.items():
+        (folder / f"{name}.py").write_bytes(path.read_bytes())
+    return str(folder)
+
+
+def _runner_sandbox(spec) -> dict:
+    settings = dict(spec.get("sandbox") or {})
+    if settings.get("parent_pid"):
+        # kgit computed it for the process it starts; the runner's parent is the judge.
+        settings["parent_pid"] = os.getpid()
+    return settings
+
+
+def _static_policy(spec, task) -> Verdict | None:
+    """The candidate's editable files read as text: the verdict that ends it now, or None."""
+    candidate_dir = Path(spec["candidate_dir"])
+    sources = {f: (candidate_dir / f).read_text(encoding="utf-8", errors="replace")
+               for f in task.files if (candidate_dir / f).is_file()}
+    if not sources:
+        return Verdict("compile-error", f"none of the editable files {task.files} exist in the candidate")
+    violation = policy.check(sources, task.forbidden)
+    if violation:
+        rule, detail = violation
+        return Verdict("rejected", detail, reason=rule)
+    return None
+
+
+def _evaluate(spec, task, reference, runner, on_gpu, torch, doc) -> dict:
+    secret = int(spec.get("secret_seed", 0))
+    tests = []
+    for shape in task.shapes("tests", on_gpu):
+        seeds = (int(shape.get("seed", 0)), checking.mix_seed(shape.get("seed", 0), secret, 7))
+        # The published seed and one derived from the secret: outputs memorised for the
+        # published inputs fail the second.
+        slots = Slots(torch, runner, task, reference, checking.make_input(reference, shape, seeds[0]), 1, on_gpu)
+        for seed in seeds:
+            tests.append(_check_shape(task, reference, slots, shape, seed))
+        slots.close()
+    failed = [t for t in tests if not t["ok"]]
+    if failed:
+        return {"status": "incorrect", "tests": tests,
+                "error": "\n".join(f"{t['key']} (seed {t['seed']}): {t['message']}" for t in failed)[:4000]}
+
+    shapes = []
+    for shape in task.shapes("benchmarks", on_gpu):
+        runs = timing.measure(task, reference, shape, secret, spec["timing"], on_gpu, torch,
+                              lambda sample, count: Slots(torch, runner, task, reference, sample, count, on_gpu))
+        entry = {"key": problem.shape_key(shape), "shape": {k: v for k, v in shape.items() if k != "seed"}, **runs}
+        shapes.append(entry)
+        if entry.get("error"):
+            return {"status": "incorrect", "tests": tests, "shapes": shapes,
+                    "error": f"{entry['key']}: {entry['error']}"[:4000]}
+        why = timing.disagrees(entry)
+        if why:
+            doc.update(tests=tests, shapes=shapes)
+            raise Verdict("rejected", f"{entry['key']}: {why}", reason=timing.DISAGREE_REASON)
+    sol = _speed_of_light(spec, task, shapes, on_gpu, torch)
+    if sol.pop("verdict", None):
+        doc.update(tests=tests, shapes=shapes, speed_of_light=sol)
+        raise Verdict("rejected", sol["why"], reason="faster than physically possible")
+    geo = result_mod.geomean(s[task.ranking + "_us"] for s in shapes)
+    if geo is None:
+        raise Verdict("runtime-error", "a benchmark shape timed at zero or less; the timer saw no work, "
+                      "so there is no geometric mean to rank by")
+    return {"status": "ok", "tests": tests, "shapes": shapes, "geomean_us": geo, "speed_of_light": sol}
+
+
+def _check_shape(task, reference, slots: Slots, shape, seed) -> dict:
+    key = problem.shape_key(shape)
+    private = checking.make_input(reference, shape, seed)
+    slots.fill(0, private)
+    reply = slots.call(0, timed=False)
+    out = slots.take(0)
+    if reply["output"]:
+        return {"key": key, "seed": seed, "ok": False, "message": reply["output"]}
+    ok, message = checking.inputs_unchanged(private, slots.data(0), task.output)
+    if ok:
+        ok, message = checking.compare(task, reference, private, out)
+    return {"key": key, "seed": seed, "ok": ok, "message": message}
+
+
+def _speed_of_light(spec, task, shapes, on_gpu, torch) -> dict:
+    if not on_gpu:
+        return {"checked": False, "why": "not checked: interpreter timings are host time on the CPU, not a GPU's"}
+    if spec.get("device_peaks"):
+        peak = peaks.from_override(spec["device_peaks"])
+    else:
+        peak = peaks.lookup(torch.cuda.get_device_name()) or peaks.measure(torch)
+    info = {"checked": True, "peak": peak.to_dict(), "margin": peaks.MARGIN, "why": "within physical limits"}
+    verdict = peaks.judge(task, shapes, peak)
+    if verdict:
+        info.update(why=verdict, verdict=True)
+    return info
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m kgit_harness judge")
+    parser.add_argument("--spec", required=True)
+    parser.add_argument("--result-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    with open(args.spec, encoding="utf-8") as f:
+        spec = json.load(f)
+    # The spec holds the secret seed; the runner works in this folder, so the file goes first.
+    os.unlink(args.spec)
+    lifeline = spec.get("lifeline_fd")
+    if lifeline is not None:
+        # kgit gone, however it went: this process and its group (the runner) go too.
+        confine.watch_lifeline(int(lifeline), own_group=True)
+    out = os.fdopen(args.result_fd, "w")
+    try:
+        doc = run(spec)
+    except BaseException as e:  # noqa: BLE001 - report, then exit non-zero
+        doc = result_mod.new("crash", error="harness failure:\n" + _excerpt(e))
+    out.write(json.dumps(result_mod.Result.from_dict(doc).to_dict()))
+    out.flush()
+    out.close()
+    return 0

@@ -1,0 +1,186 @@
+"""What kgit's timing figures mean: their noise, the verdict of a comparison, and which
+attempts may be ranked at all.
+
+A timing is a claim about one device, one timing method and one harness. Interpreter
+timings (Triton's interpreter on the CPU) say nothing about GPU speed, so they are never
+ranked; a GPU ratio counts as a speedup (or a slowdown) only beyond the measured noise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kgit.archive import measure
+
+INTERPRETER = "interpreter"
+# One measurement does not resolve run-to-run changes below this (clocks, thermals,
+# other tenants); the within-run spread alone would let a 0.3% wobble read as a win.
+MIN_NOISE = 0.01
+# For a timing stored without its spread (an older trailer, a remote evaluator's bare result).
+ASSUMED_NOISE = 0.03
+NOISE_TRAILER = "Kgit-Noise"
+GPU_RULE = "the fastest geomean on {device} ({count} attempt(s) measured there, harness {harness})"
+CPU_RULE = ("the most recent correct attempt: the archive has no GPU timings, and interpreter timings "
+            "are never ranked")
+
+
+def is_interpreter(timing: str | None, device: str | None = None) -> bool:
+    return timing == INTERPRETER or (device or "").lower() == "cpu"
+
+
+def result_noise(doc: dict) -> float | None:
+    """Relative standard error of a result's geomean, from each shape's spread and repetitions."""
+    stat = (doc.get("ranking") or "mean") + "_us"
+    errors = []
+    for shape in doc.get("shapes") or []:
+        mean, std, n = shape.get(stat) or shape.get("mean_us"), shape.get("std_us"), shape.get("n")
+        if mean and std is not None and n and n > 1 and mean > 0:
+            errors.append(std / math.sqrt(n) / mean)
+    if not errors:
+        return None
+    # log(geomean) is the mean of the shapes' logs, so their relative errors add in quadrature / k.
+    return math.sqrt(sum(e * e for e in errors)) / len(errors)
+
+
+def noise_trailer(doc: dict) -> list:
+    noise = result_noise(doc)
+    return [] if noise is None else [(NOISE_TRAILER, f"{100 * noise:.3f}%")]
+
+
+def attempt_noise(attempt) -> float | None:
+    """The noise stored with an attempt's own measurement (None for commits made before it was kept)."""
+    values = attempt.trailers.get(NOISE_TRAILER) or []
+    try:
+        return float(values[-1].rstrip("%")) / 100 if values else None
+    except ValueError:
+        return None
+
+
+def measurement_noise(attempt, record: dict | None) -> float | None:
+    if not record:
+        return None
+    if record.get("source") == "commit":
+        return attempt_noise(attempt)
+    return record.get("noise")
+
+
+def repeatability(attempts, device: str, harness: str | None = None) -> float | None:
+    """The median spread (max/min - 1) of attempts measured more than once on `device`."""
+    spreads = []
+    for a in attempts:
+        entries = [m for m in a.measurements() if m.get("device") == device
+                   and (harness is None or m.get("harness") == harness) and m.get("geomean_us")]
+        if len(entries) > 1:
+            values = [m["geomean_us"] for m in entries]
+            spreads.append(max(values) / min(values) - 1)
+    if not spreads:
+        return None
+    spreads.sort()
+    return spreads[len(spreads) // 2]
+
+
+@dataclass
+class Verdict:
+    word: str  # "speedup", "slower", "no clear change", or "interpreter"
+    ratio: float | None
+    threshold: float | None
+    how: str  # where the threshold came from, in words
+
+    @property
+    def claimed(self) -> bool:
+        return self.word == "speedup"
+
+    def subject_part(self) -> str:
+        if self.word == "interpreter":
+            return "correct (not timed on a GPU)"
+        if self.ratio is None:
+            return "correct (no comparable base timing)"
+        return f"{self.word} {self.ratio:.2f}x"
+
+
+def verdict(ratio: float | None, timing: str | None, device: str | None, noise: float | None,
+            base_noise: float | None, repeat: float | None = None) -> Verdict:
+    """Faster or slower than the base only beyond the noise of both timings and the device's repeatability."""
+    if is_interpreter(timing, device):
+        return Verdict("interpreter", ratio, None, "interpreter timings are not performance")
+    known = [n for n in (noise, base_noise) if n is not None]
+    if known:
+        a = noise if noise is not None else base_noise
+        b = base_noise if base_noise is not None else noise
+        within, how = 2 * math.sqrt(a * a + b * b), "2 x the combined standard error"
+    else:
+        within, how = ASSUMED_NOISE, "no spread stored; assumed"
+    threshold = max(within, repeat or 0.0, MIN_NOISE)
+    if repeat and repeat >= within and repeat >= MIN_NOISE:
+        how = "the device's measured repeatability"
+    elif threshold == MIN_NOISE and within < MIN_NOISE:
+        how = "the run-to-run floor"
+    if ratio is None:
+        return Verdict("no clear change", None, threshold, how)
+    word = "speedup" if ratio > 1 + threshold else "slower" if ratio < 1 / (1 + threshold) else "no clear change"
+    return Verdict(word, ratio, threshold, how)
+
+
+def attempt_verdict(attempt, attempts) -> Verdict:
+    """The verdict of a stored attempt against its base, from what the archive holds."""
+    base = next((a for a in attempts if a.sha == attempt.base), None)
+    base_m = measure.comparable(base, attempt.device, attempt.harness) if base else None
+    return verdict(attempt.speedup, attempt.timing, attempt.device, attempt_noise(attempt),
+                   measurement_noise(base, base_m), repeatability(attempts, attempt.device, attempt.harness))
+
+
+def describe(timing: str | None, device: str | None, noise: float | None) -> str:
+    """One timing's meaning in words: device, method and noise."""
+    if is_interpreter(timing, device):
+        return f"{device or 'cpu'}, Triton interpreter (not performance)"
+    spread = f"+-{100 * noise:.1f}%" if noise is not None else "spread unknown"
+    return f"{device or 'unknown device'}, {timing or 'unknown timing'}, {spread}"
+
+
+# -- ranking ---------------------------------------------------------------------------
+def gpu_group(attempts) -> tuple[str, str, list] | None:
+    """(device, harness, [(attempt, geomean)]) of the GPU setup that measured the most attempts."""
+    groups: dict[tuple, dict] = {}
+    for a in attempts:
+        for m in a.measurements():
+            if is_interpreter(m.get("timing"), m.get("device")) or not m.get("device"):
+                continue
+            if m.get("status") not in (None, "ok") or not m.get("geomean_us"):
+                continue
+            slot = groups.setdefault((m["device"], m.get("harness")), {})
+            when = m.get("when", a.time)
+            if a.sha not in slot or when >= slot[a.sha][1]:
+                slot[a.sha] = (a, when, m["geomean_us"])
+    if not groups:
+        return None
+    (device, harness), slot = max(groups.items(), key=lambda kv: (len(kv[1]), max(w for _, w, _ in kv[1].values())))
+    return device, harness, [(a, g) for a, _, g in slot.values()]
+
+
+def recency(a) -> tuple:
+    return (a.time, a.experiment, a.attempt)
+
+
+def ranked(attempts) -> tuple[list, str]:
+    """Correct attempts, best first, and the rule that ordered them (in words)."""
+    group = gpu_group(attempts)
+    if group is not None:
+        device, harness, entries = group
+        order = [a for a, _ in sorted(entries, key=lambda e: (e[1], -e[0].time))]
+        return order, GPU_RULE.format(device=device, count=len(order), harness=harness or "unknown")
+    ok = sorted((a for a in attempts if a.ok), key=recency, reverse=True)
+    return ok, CPU_RULE
+
+
+def best(attempts):
+    order, _ = ranked(attempts)
+    return order[0] if order else None
+
+
+def rule(attempts) -> str:
+    return ranked(attempts)[1]
+
+
+def has_gpu_timings(attempts) -> bool:
+    return gpu_group(attempts) is not None

@@ -1,0 +1,134 @@
+"""What the scientist is told about where and how its code is judged: the evaluation
+environment, the correctness check as it is really applied, and errors without kgit's
+own frames.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kgit.archive import figures
+
+# Sentences that send the model to files it cannot open.
+_DOC_POINTER = re.compile(r"[^.]*\bdocs/[\w./-]+[^.]*\.?")
+
+
+def _own_frame() -> re.Pattern:
+    """A traceback frame in kgit's or the harness's installed sources, with the source line under it."""
+    import kgit
+    import kgit_harness
+
+    roots = "|".join(re.escape(str(Path(m.__file__).resolve().parent) + "/") for m in (kgit, kgit_harness))
+    return re.compile(rf'^[ \t]*File "(?:{roots})[^"]*", line \d+.*\n(?:[ \t]+(?!File ")\S.*\n)*?(?=[ \t]*File "|\S)', re.M)
+
+
+@dataclass
+class Environment:
+    """Where candidates run: device, compiled or interpreted, versions, and the evaluator."""
+
+    device: str
+    on_gpu: bool
+    timing: str
+    versions: dict = field(default_factory=dict)
+    target: str = "this host (evaluator.backend: local)"
+
+    def text(self) -> str:
+        if self.on_gpu:
+            how = (f"compiled for the GPU and timed with {self.timing or 'device'} timing; a timing "
+                   "counts as faster or slower only beyond its measured noise")
+        else:
+            how = ("no GPU: the kernel runs in Triton's interpreter on the CPU (TRITON_INTERPRET=1). Only "
+                   "correctness is checked; interpreter timings say nothing about GPU speed and are not "
+                   "shown as performance. Compile-time options (num_warps, num_stages, ...) have no effect here")
+        shown = ", ".join(f"{k} {v}" for k, v in sorted(self.versions.items()) if v) or "versions unknown"
+        return "\n".join([f"- device: {self.device}", f"- execution: {how}", f"- software: {shown}",
+                          f"- evaluator: {self.target}"])
+
+
+def _local_versions() -> dict:
+    out = {}
+    for name, dists in (("torch", ("torch",)), ("triton", ("triton", "pytorch-triton-rocm", "pytorch-triton"))):
+        for dist in dists:
+            try:
+                out[name] = importlib.metadata.version(dist)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+    return out
+
+
+def _target(config) -> str:
+    from kgit.scientist.llm import redact
+
+    ev = config.evaluator
+    if ev.backend == "command":
+        return redact(f"a remote command (evaluator.backend: command): {ev.command}")
+    if ev.backend == "ray":
+        return f"a Ray cluster (evaluator.backend: ray, address {ev.address})"
+    return "this host (evaluator.backend: local)"
+
+
+def environment(config, attempts, host=None) -> Environment:
+    """The environment this run's evaluator measures in.
+
+    For the local evaluator the host's GPUs decide; for a remote one, the latest timing
+    in the archive (the evaluator last used) does. Versions come from the latest note
+    that recorded them on that device, else (local only) from this installation.
+    """
+    measured = [(m.get("when", a.time if m.get("source") == "commit" else 0), m)
+                for a in attempts for m in ([a.measurement()] if a.device else []) + a.notes if m.get("device")]
+    latest = max(measured, key=lambda e: e[0])[1] if measured else {}
+    device = latest.get("device") or "unknown"
+    timing = latest.get("timing") or ""
+    if config.evaluator.backend == "local":
+        if host is None:
+            from kgit.evaluation import gpus
+
+            host = gpus.discover()
+        if not host.ids:
+            device, timing = "cpu", figures.INTERPRETER
+        elif figures.is_interpreter(timing, device):
+            device, timing = f"{host.vendor} GPU", "events"
+    on_gpu = not figures.is_interpreter(timing, device)
+    versions = {}
+    for a in sorted(attempts, key=lambda a: a.time):
+        for note in a.notes:
+            if note.get("device") == device and note.get("versions"):
+                versions = {k: v for k, v in note["versions"].items() if k in ("torch", "triton", "arch", "cuda", "hip")}
+    if not versions and config.evaluator.backend == "local":
+        versions = _local_versions()
+    return Environment(device, on_gpu, timing, versions, _target(config))
+
+
+def check_text(task, problem_dir: Path) -> str:
+    """The correctness check as the harness applies it: the problem's own check_implementation
+    (its source, from reference.py) when it has one, else allclose with task.yml's tolerance."""
+    why = _DOC_POINTER.sub("", task.tolerance_why or "").strip()
+    source = _function_source(Path(problem_dir) / "reference.py", "check_implementation")
+    if source:
+        return ("Correctness check: the problem's own check_implementation(data, output) decides (task.yml's "
+                "rtol/atol are not used). " + (f"{why}\n" if why else "\n") + f"```python\n{source}\n```")
+    return (f"Correctness check: torch.allclose(output, ref_kernel(data), rtol={task.rtol:g}, atol={task.atol:g})"
+            + (f". {why}" if why else "."))
+
+
+def _function_source(path: Path, name: str) -> str:
+    try:
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+    except (OSError, SyntaxError):
+        return ""
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return ast.get_source_segment(text, node) or ""
+    return ""
+
+
+def candidate_error(text: str) -> str:
+    """An error as the writer should see it: the traceback frames of kgit and its harness removed."""
+    cleaned = _own_frame().sub("", text or "")
+    return re.sub(r"\n{3,}", "\n\n", cleaned)

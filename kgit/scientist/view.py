@@ -1,0 +1,118 @@
+"""The archive as the scientist sees it: every figure with its device, timing method and
+noise, interpreter timings never shown as performance, failures with their one-line cause.
+"""
+
+from __future__ import annotations
+
+from kgit.archive import cause as cause_mod
+from kgit.archive import figures, measure
+from kgit.archive import trailers as tr
+
+CAUSE_CHARS = 160
+
+
+def cause(a) -> str:
+    """A failure's cause in one line (its rule or its error's line), or "" for older commits."""
+    return tr.one_line(cause_mod.of_attempt(a), CAUSE_CHARS)
+
+
+class ArchiveView:
+    """Figures of one archive read: the GPU setup to rank on (if any), fixes, verdicts."""
+
+    def __init__(self, attempts):
+        self.attempts = attempts
+        self.by_sha = {a.sha: a for a in attempts}
+        self.order, self.rule = figures.ranked(attempts)
+        group = figures.gpu_group(attempts)
+        self.device = self.harness = None
+        self.on_device: dict[str, float] = {}
+        if group is not None:
+            self.device, self.harness, entries = group
+            self.on_device = {a.sha: g for a, g in entries}
+        self.repeat = figures.repeatability(attempts, self.device, self.harness) if self.device else None
+        self.fixed_by = self._fixes()
+
+    @property
+    def gpu(self) -> bool:
+        return self.device is not None
+
+    def _fixes(self) -> dict[str, str]:
+        """Failed sha -> "E.A" of the later correct attempt on the same branch."""
+        out: dict[str, str] = {}
+        by_branch: dict[str, list] = {}
+        for a in self.attempts:
+            if not a.is_baseline and a.branch:
+                by_branch.setdefault(a.branch, []).append(a)
+        for tries in by_branch.values():
+            tries.sort(key=lambda a: a.attempt)
+            for i, a in enumerate(tries):
+                if not a.ok:
+                    fix = next((b for b in tries[i + 1:] if b.ok), None)
+                    if fix is not None:
+                        out[a.sha] = f"{fix.experiment}.{fix.attempt}"
+        return out
+
+    def status(self, a) -> str:
+        if a.ok:
+            return "ok"
+        why = cause(a)
+        text = a.status + (f": {why}" if why else "")
+        return text + (f" (fixed by {self.fixed_by[a.sha]})" if a.sha in self.fixed_by else "")
+
+    def timing(self, a) -> str:
+        """The attempt's figure, in words that carry its meaning."""
+        if not a.ok:
+            return "-"
+        if self.gpu:
+            us = self.on_device.get(a.sha)
+            if us is None:
+                return f"correct; not measured on {self.device}" + (
+                    " (interpreter only)" if figures.is_interpreter(a.timing, a.device) else f" (timed on {a.device})")
+            parts = [f"{us:.1f} us"]
+            base_us = self.on_device.get(self._baseline_sha())
+            if base_us and not a.is_baseline:
+                parts.append(f"{base_us / us:.2f}x vs baseline")
+            judged = self.verdict(a)
+            if judged is not None:
+                parts.append(f"{judged.word} vs base" + (f" {judged.ratio:.2f}x" if judged.ratio else ""))
+            return ", ".join(parts)
+        return "correct (interpreter: not timed for speed)"
+
+    def verdict(self, a):
+        """Speedup / slower / no clear change of `a` against its base on the ranking device."""
+        if a.is_baseline or not a.base or a.sha not in self.on_device or a.base not in self.on_device:
+            return None
+        if a.device == self.device and a.speedup is not None:
+            return figures.attempt_verdict(a, self.attempts)
+        ratio = self.on_device[a.base] / self.on_device[a.sha]
+        return figures.verdict(ratio, "events", self.device, None, None, self.repeat)
+
+    def _baseline_sha(self) -> str | None:
+        return next((a.sha for a in self.attempts if a.is_baseline), None)
+
+    def explanation(self) -> str:
+        if not self.gpu:
+            return ("No GPU timings exist: every attempt ran in Triton's interpreter on the CPU, which checks "
+                    "correctness only, so no timing is shown. Choose on correctness and on the hypotheses.")
+        repeat = f"{100 * self.repeat:.1f}%" if self.repeat is not None else "not measured yet (no attempt timed twice)"
+        return (f"Timings: geomean in us of the benchmark shapes, on {self.device} (harness {self.harness}). "
+                f"A verdict against the base (speedup, slower, no clear change) holds only beyond the measured "
+                f"noise: twice the combined standard error of both timings, at least {100 * figures.MIN_NOISE:.0f}%; "
+                f"the device's repeatability (spread of repeated measurements) is {repeat}. Attempts measured "
+                "only in the interpreter are marked so and carry no timing.")
+
+    def outcome(self, tries) -> str:
+        """How an experiment's attempts ended, failures with their cause, a later fix as such."""
+        notes = []
+        for a in tries:
+            if a.ok:
+                head = f"correct at attempt {a.attempt} [{self.timing(a)}]"
+                return head + (", after " + "; ".join(notes) + " (fixed)" if notes else "")
+            notes.append(f"attempt {a.attempt} {self.status(a).split(' (fixed by')[0]}")
+        return "failed: " + "; ".join(notes)
+
+    def comparable_times(self, a) -> dict:
+        if not self.gpu:
+            return {}
+        found = measure.comparable(a, self.device, self.harness)
+        return (found or {}).get("times", {})
