@@ -168,6 +168,24 @@ def eval_(rev, as_json):
 
 
 @cli.command()
+@click.argument("rev", default="HEAD")
+@click.option("--profiler", type=click.Choice(["auto", "ncu", "rocprofv3"]), default="auto", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the stored profile record.")
+def profile(rev, profiler, as_json):
+    """Hardware counters of REV on this host's GPU (Nsight Compute or rocprofv3), per benchmark
+    shape, kept in the commit's note (docs/targets.md)."""
+    from kgit.evaluation import profile as profile_mod
+
+    repo, config = ex.load()
+    _progress(f"profiling {rev} on the benchmark shapes...")
+    record = profile_mod.profile(repo, config, rev, profiler)
+    if as_json:
+        _emit_json(record)
+    else:
+        click.echo(profile_mod.profile_text(record))
+
+
+@cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON array with an object per attempt (full "
               "shas); each object's `devices` holds the latest timing per device and the spread of repeated "
               "measurements.")

@@ -211,6 +211,10 @@ class Run:
                     # other hypotheses at their next attempt instead of letting them run on.
                     self.stopping.set()
                     raise
+        if self.config.evolve.profile:  # issue 14: hardware counters of the best attempt so far
+            from kgit.evaluation import profile as profile_mod
+
+            self._line(tag, "profile", "design", profile_mod.after_iteration(self.repo, self.config))
         return True
 
     # -- one hypothesis: the writer's attempts ------------------------------------------

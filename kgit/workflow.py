@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kgit import config as config_mod
-from kgit.evaluation import child as evaluate
+from kgit.evaluation import buildfacts, child as evaluate
 from kgit.archive import cause, figures, measure
 from kgit.archive import trailers as tr
 from kgit.archive import trees
@@ -285,6 +285,7 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
                    author: str | None, model: str, cost: float | None = None, tokens: int | None = None,
                    extra_trailers: list | None = None) -> Outcome:
     """Commit one attempt on `branch` (whose tip must be `parent`) with its result; the lock is held."""
+    buildfacts.apply_policy(result, config)  # require_targets (issue 14): in place, so evolve sees it too
     attempts = repo.read()
     info = experiment_info(repo, attempts, branch)
     number = info["number"]
@@ -330,7 +331,8 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
 
 
 def result_trailers(doc: dict) -> list:
-    return tr.lines(tr.from_result(doc))
+    # Kgit-Target-<name> (issue 14, docs/targets.md): one trailer per declared target.
+    return tr.lines(tr.from_result(doc)) + buildfacts.trailers(doc)
 
 
 def _reference_measurement(repo, config, attempts, sha, result) -> dict | None:

@@ -70,6 +70,17 @@ class Attempt:
         return values[-1] if values else default
 
     @property
+    def targets(self) -> dict[str, str]:
+        """{build target: its Kgit-Target-<name> trailer}, e.g. {"gfx942": "builds; vgpr 128, ..."}.
+
+        One trailer per target, so the keys are not rows of the schema table.
+        """
+        from kgit_harness.targets import name_of_key
+
+        return {name_of_key(key[len("Kgit-Target-"):]): values[-1] for key, values in self.trailers.items()
+                if key.startswith("Kgit-Target-") and values}
+
+    @property
     def is_baseline(self) -> bool:
         return self.experiment == 0
 
@@ -91,7 +102,7 @@ class Attempt:
         values = self._values
         for name, attr in _IN_JSON:
             out[name] = values[attr]
-        out.update(author=self.author, time=self.time, subject=self.subject, notes=self.notes)
+        out.update(author=self.author, time=self.time, subject=self.subject, notes=self.notes, targets=self.targets)
         return out
 
 
