@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kgit import config as config_mod
 from kgit.evaluation import buildfacts, child as evaluate
-from kgit.archive import cause, figures, measure
+from kgit.archive import figures, measure
 from kgit.archive import trailers as tr
 from kgit.archive import trees
 from kgit.archive.refs import ExperimentRef
