@@ -191,11 +191,13 @@ class Slots:
         reply["us"] = channel.number(reply, "us")
         reply["host_us"] = channel.number(reply, "host_us")
         reply["output"] = channel.text(reply, "output", 2000, optional=True)
+        reply["host_us"] = channel.number(reply, "host_us")
         return reply
 
     def batch(self, slots: list[int], *, empty: bool = False) -> dict:
         reply = self.runner.ask({"op": "batch", "id": self.id, "slots": slots, "empty": empty})
         reply["output"] = channel.text(reply, "output", 2000, optional=True)
+        reply["host_us"] = channel.number(reply, "host_us")
         return reply
 
     def close(self):

@@ -477,3 +477,14 @@ def test_gpu_arena_crosses_processes_through_cuda_ipc(tmp_path):
     assert channel.recv(mine, time.monotonic() + 120)[0]["op"] == "done"
     assert proc.wait(timeout=60) == 0
     assert torch.equal(out, a + b)
+
+
+@pytest.mark.parametrize("runner_batch, disagrees", [
+    (300.0, False),  # softmax 4096x1000 on the H200: host-bound, the batch loop explains the judge's clock
+    (None, True),    # the same batch judged on the timed calls' host figure alone
+    (15.0, True),    # a side stream: the runner's loop was quick, the GPU kept working after it
+])
+def test_judge_clock_counts_the_runners_batch_loop(runner_batch, disagrees):
+    stats = {"mean_us": 12.8, "host_call_us": 222.1 if runner_batch != 15.0 else 5.0, "host_batch_us": 422.3,
+             "copy_us": 22.2, "runner_batch_host_us": runner_batch}
+    assert (timing.disagrees(stats) is not None) == disagrees
