@@ -109,8 +109,11 @@ class EvolveConfig:
     jobs: int = 1
     knowledge: list = field(default_factory=lambda: ["triton", "hopper", "cdna3", "fp8_gemm"])
     archive_tokens: int = 6000
+    race: bool = True
 
     def validate(self, where):
+        if not isinstance(self.race, bool):
+            raise ConfigError(f"{where}.race must be true or false, not {self.race!r}.")
         for name in ("iterations", "pick", "attempts", "jobs", "archive_tokens"):
             _positive(f"{where}.{name}", getattr(self, name))
         for name in ("max_cost_usd", "max_wall_s"):

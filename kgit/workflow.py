@@ -16,6 +16,7 @@ from kgit.archive.repo import BASELINE_TAG, Attempt, Repo, parse_branch, run_git
 from kgit.errors import EvaluationFailed, KgitError, NotAKernelRepo
 from kgit import problems as problem_mod
 from kgit.scientist.protocol import is_offline
+from kgit_harness import racing
 
 GITIGNORE_LINES = ["__pycache__/", "*.pyc"]
 # Experiments between two `Repo.maintain()` runs (ref packing and commit-graph).
@@ -313,6 +314,9 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
                                  figures.repeatability(attempts, result.get("device"), result.get("harness")))
         subject = (f"{slug}: {judged.subject_part()}" if judged.word == "interpreter" else
                    f"{slug}: {judged.subject_part()} vs base (geomean {result['geomean_us']:.1f} us)")
+    elif result["status"] == "stopped":
+        subject = racing.subject(slug, result.get("race") or {"incumbent": "the base", "timed": len(times),
+                                                               "total": "?"})
     else:
         subject = tr.subject(slug, result["status"], speedup, result.get("geomean_us"), result.get("reason"))
     # Only a real speedup may carry the lowercase word, so `git log --grep speedup` lists exactly those.
@@ -331,6 +335,12 @@ def result_trailers(doc: dict) -> list:
     if doc["status"] == "ok":
         out.append(("Kgit-Geomean-us", f"{doc['geomean_us']:.3f}"))
         out += figures.noise_trailer(doc)
+        out += [("Kgit-Time-us", f"{key} {value:.3f}") for key, value in measure.result_times(doc).items()]
+    if doc["status"] == "stopped":
+        # The shapes timed before the race stopped: kept, never ranked (no Kgit-Geomean-us).
+        race = doc.get("race") or {}
+        out.append(("Kgit-Stopped", f"after {race.get('timed')} of {race.get('total')} shapes, "
+                                    f"{race.get('slower')}x the time of {race.get('incumbent')}"))
         out += [("Kgit-Time-us", f"{key} {value:.3f}") for key, value in measure.result_times(doc).items()]
     out += cause.trailer(doc)
     out += [("Kgit-Harness", doc.get("harness") or ""), ("Kgit-Eval-s", f"{doc.get('eval_s') or 0:.1f}")]

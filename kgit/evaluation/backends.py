@@ -52,6 +52,9 @@ def get_evaluator(repo, config):
 class LocalEvaluator:
     """Harness children on this host, at most one per GPU at a time."""
 
+    # Accepts `race=` (an incumbent to race against; harness/racing.py).
+    races = True
+
     def __init__(self, repo, config, host: devices.Host | None = None, board: devices.Board = devices.BOARD):
         self.repo, self.config, self.board = repo, config, board
         self.host = host or devices.discover()
@@ -61,21 +64,22 @@ class LocalEvaluator:
     def slots(self) -> int:
         return len(self.devices)
 
-    def __call__(self, sha: str) -> dict:
+    def __call__(self, sha: str, race: dict | None = None) -> dict:
         key = self.board.acquire([("local", d or devices.CPU) for d in self.devices])
         device = None if key[1] == devices.CPU else key[1]
         env = devices.pin_env(self.host, device)
         try:
             with self.repo.worktree(sha) as path:
-                doc = self.run(path, env)
+                doc = self.run(path, env, race=race) if race else self.run(path, env)
         finally:
             self.board.release(key)
         doc["worker"] = {"backend": "local", "host": socket.gethostname(), "device": device or devices.CPU,
                          "env": env}
         return doc
 
-    def run(self, path: Path, env: dict) -> dict:
-        return evaluate.evaluate_tree(path, self.config, state_dir=self.repo.state / "scratch", devices_env=env)
+    def run(self, path: Path, env: dict, race: dict | None = None) -> dict:
+        return evaluate.evaluate_tree(path, self.config, state_dir=self.repo.state / "scratch", devices_env=env,
+                                      race=race)
 
 
 class CommandEvaluator:
