@@ -296,7 +296,8 @@ class Run:
                 self.repo, self.config, branch=state["branch"], tree=tree, parent=state["parent"], result=result,
                 notes=notes, plan=f"{plan.text()}\n\nBase chosen because: {selection.reason}",
                 expected_gain=plan.expected_gain, author=f"kgit ({model})", model=model, cost=cost, tokens=tokens)
-            if not reused and result["status"] != "rejected":
+            # A stopped result says "slower than this base", not what the tree measures: never reused.
+            if not reused and result["status"] not in ("rejected", "stopped"):
                 self.known[tree] = (outcome.sha, result)
             attempt = next(a for a in self.repo.read() if a.sha == outcome.sha)
             self.summary.rows.append(Row(outcome.sha, state["branch"], attempt.experiment, attempt.attempt,
@@ -330,7 +331,7 @@ class Run:
     def _remember(self, attempts):
         """Results of trees measured before this run, rebuilt from their trailers."""
         for a in attempts:
-            if a.status in ("rejected", "unknown") or a.tree in self.known:
+            if a.status in ("rejected", "unknown", "stopped") or a.tree in self.known:
                 continue
             self.known[a.tree] = (a.sha, _result_from(a))
 

@@ -315,7 +315,7 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
         subject = (f"{slug}: {judged.subject_part()}" if judged.word == "interpreter" else
                    f"{slug}: {judged.subject_part()} vs base (geomean {result['geomean_us']:.1f} us)")
     elif result["status"] == "stopped":
-        subject = racing.subject(slug, result.get("race") or {"incumbent": "the base", "timed": len(times),
+        subject = racing.subject(slug, result.get("race") or {"incumbent": info["base"][:10], "timed": len(times),
                                                                "total": "?"})
     else:
         subject = tr.subject(slug, result["status"], speedup, result.get("geomean_us"), result.get("reason"))

@@ -234,3 +234,14 @@ def test_judge_stops_a_candidate_far_slower_than_a_fictional_incumbent(kernel_re
     again = child.evaluate_tree(kernel_repo, config, state_dir=repo.state / "scratch",
                                 race={"name": "itself", "times": own, "noise": 0.01})
     assert again["status"] == "ok", again.get("error")
+
+
+def test_a_stopped_tree_is_raced_again_not_reused(kernel_repo):
+    repo, config = remote_gpu_repo(kernel_repo, pick=3, attempts=1)
+    evaluator = RacingEvaluator(kernel_repo, {"A": 95.0, "B": 200.0})
+    edits = [fake_llm.search_replace("kernel.py", SLOW_BLOCK, f"{SLOW_BLOCK}\n# variant {k}") for k in "ABB"]
+    fake = fake_llm.FakeLLM([("design", fake_llm.design(["Plan A", "Plan B", "Plan B again"], chosen=[0, 1, 2])),
+                             *[("write", e) for e in edits]])
+    summary = evolve.evolve(repo, config, client=fake, evaluate=evaluator)
+    assert [r.status for r in summary.rows] == ["ok", "stopped", "stopped"]
+    assert len(evaluator.races_seen) == 3 and summary.rows[2].reused == ""
