@@ -14,7 +14,7 @@ import pytest
 
 import fake_llm
 from conftest import fast_config_text
-from kgit import evolve, workflow as experiments
+from kgit import evolve, problems, workflow as experiments
 from kgit.archive import figures
 from kgit_harness import racing
 from kgit_harness import result as result_mod
@@ -245,3 +245,44 @@ def test_a_stopped_tree_is_raced_again_not_reused(kernel_repo):
     summary = evolve.evolve(repo, config, client=fake, evaluate=evaluator)
     assert [r.status for r in summary.rows] == ["ok", "stopped", "stopped"]
     assert len(evaluator.races_seen) == 3 and summary.rows[2].reused == ""
+
+
+def test_judge_consults_the_race_after_each_shape_and_stops(kernel_repo, tmp_path, monkeypatch):
+    """The judge's wiring on the CPU, run in-process: the rule is made to treat interpreter
+    timings as GPU ones (only here; the rule's own tests show it never does), so the judge's
+    stop can be seen without a GPU. The rule's arguments are checked on every call."""
+    from dataclasses import asdict
+
+    from kgit.evaluation import child
+    from kgit_harness import judge
+
+    repo, config = experiments.load(kernel_repo)
+    task = problems.load_task(kernel_repo / config.problem)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    problem_dir, candidate_dir = child.stage_candidate(kernel_repo, config.problem, task.files, scratch)
+    calls = []
+    real = racing.decide
+
+    def as_if_on_a_gpu(incumbent, timed, total, on_gpu, stat="mean_us"):
+        calls.append((len(timed), total, on_gpu, stat))
+        return real(incumbent, timed, total, True, stat)
+
+    monkeypatch.setattr(judge.racing, "decide", as_if_on_a_gpu)
+    keys = ["size=4096", "size=65536"]  # vector_add's CPU benchmark shapes
+    spec = {"problem_dir": str(problem_dir), "candidate_dir": str(candidate_dir), "timing": asdict(config.timing),
+            "secret_seed": 7, "timeout_s": 300, "sandbox": {}, "runner_prefix": [], "runner_cwd": str(scratch),
+            "race": {"name": "fictional", "times": {k: 1e-3 for k in keys}, "noise": 0.01}}
+    doc = judge.run(spec)
+    assert doc["status"] == "stopped", doc.get("error")
+    assert calls == [(1, 2, False, "mean_us")]
+    assert [s["key"] for s in doc["shapes"]] == keys[:1]
+    assert doc["race"]["incumbent"] == "fictional" and doc["geomean_us"] is None
+    assert doc["tests"] and all(t["ok"] for t in doc["tests"])
+    result_mod.validate(doc)
+
+    # Without an incumbent the same kernel is timed in full and ranked.
+    calls.clear()
+    doc = judge.run({**spec, "race": None, "secret_seed": 8})
+    assert doc["status"] == "ok" and len(doc["shapes"]) == 2 and calls == [(1, 2, False, "mean_us"),
+                                                                          (2, 2, False, "mean_us")]
