@@ -23,7 +23,7 @@ import time
 import traceback
 from pathlib import Path
 
-from kgit_harness import channel, checking, confine, peaks, pidone, policy, problem, racing, shared, timing
+from kgit_harness import channel, checking, confine, needs, peaks, pidone, policy, problem, racing, shared, timing
 from kgit_harness import result as result_mod
 
 _clock = time.perf_counter
@@ -254,7 +254,14 @@ def run(spec: dict) -> dict:
         doc["versions"] = timing.versions(torch)
         if refused is not None:
             raise refused
-        reference = _load_reference(Path(spec["problem_dir"]) / "reference.py")
+        # The problem's own code runs first: what fails there is the machine's lack, not the kernel's.
+        try:
+            reference = _load_reference(Path(spec["problem_dir"]) / "reference.py")
+            needs.check(task, reference, on_gpu, torch)
+        except needs.Unsupported as e:
+            raise Verdict("unsupported", _excerpt(e.__cause__ or e), reason=str(e)) from None
+        except Exception as e:  # noqa: BLE001 - the reference failed to import or to make an input
+            raise Verdict("unsupported", _excerpt(e), reason=needs.reason(e, on_gpu)) from None
         ready = runner.receive()
         channel.expect(ready, "ready")
         doc["confine"] = ready.get("confine") if isinstance(ready.get("confine"), dict) else None
@@ -264,7 +271,9 @@ def run(spec: dict) -> dict:
         runner.ask({"op": "load"})
         doc.update(_evaluate(spec, task, reference, runner, on_gpu, torch, doc))
     except Verdict as v:
-        doc.update(status=v.status, error=v.error, reason=v.reason)
+        # Every rejection names its rule; one without is a harness bug, said as such.
+        reason = v.reason or ("unexplained (a harness bug: the rule was not recorded)" if v.status == "rejected" else None)
+        doc.update(status=v.status, error=v.error, reason=reason)
     except channel.ChannelError as e:
         doc.update(status="rejected", error=f"the runner sent {e}", reason="broken channel protocol")
     except problem.ProblemError as e:

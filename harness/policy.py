@@ -19,8 +19,8 @@ FORBIDDEN_MODULES = {
     "gc": "object hunting through gc", "inspect": "introspection", "sys": "interpreter access",
     "importlib": "dynamic imports", "builtins": "patching builtins", "pickle": "arbitrary code loading",
     "time": "timer access", "signal": "signal handling", "os": "operating-system access",
-    "shutil": "file access", "pathlib": "file access", "io": "file access", "glob": "file access",
-    "kgit": "harness access", "reference": "the reference", "problem": "the reference",
+    "shutil": "file access", "io": "file access", "glob": "file access",
+    "kgit": "harness access", "kgit_harness": "harness access", "reference": "the reference", "problem": "the reference",
 }
 FORBIDDEN_CALLS = {
     "open": "file access", "exec": "dynamic code", "eval": "dynamic code", "compile": "dynamic code",
@@ -47,6 +47,18 @@ FORBIDDEN_NAMES = {
     "torch.jit.fork": "deferred work", "torch.futures": "deferred work",
     "torch.multiprocessing": "process spawning", "torch.overrides": "disabling the op guard",
     "torch.utils._python_dispatch": "disabling the op guard",
+}
+# Documented torch.backends switches a kernel may set, each to the values that only make
+# its own math stricter or change which algorithm runs, never how exact the reference
+# is: reduced precision switched off, cuDNN's autotuner or determinism chosen. The
+# harness computes expected outputs in the same process, so a switch that lowered
+# precision (allow_tf32 = True) would lower the reference's precision along with the
+# kernel's; those stay rejected as monkey-patching.
+BACKEND_SWITCHES = {
+    "torch.backends.cudnn.allow_tf32": (False,), "torch.backends.cuda.matmul.allow_tf32": (False,),
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": (False,),
+    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": (False,),
+    "torch.backends.cudnn.benchmark": (True, False), "torch.backends.cudnn.deterministic": (True, False),
 }
 # A forbidden module reached as an attribute of an allowed one (torch.sys, torch.threading).
 REACHED_MODULES = {"gc", "sys", "threading", "_thread", "importlib", "time", "os", "subprocess", "ctypes",
@@ -78,6 +90,22 @@ def _dotted(node) -> str | None:
     return None
 
 
+def _backend_switch(node, aliases) -> bool:
+    """Whether an assignment sets one of BACKEND_SWITCHES to one of its allowed constants."""
+    if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)):
+        return False
+    for target in node.targets:
+        dotted = _dotted(target) if isinstance(target, ast.Attribute) else None
+        if not dotted:
+            return False
+        head, _, rest = dotted.partition(".")
+        full = aliases.get(head, head) + ("." + rest if rest else "")
+        allowed = BACKEND_SWITCHES.get(full)
+        if allowed is None or not any(node.value.value is v for v in allowed):
+            return False
+    return True
+
+
 def _check_tree(tree, forbidden):
     aliases = {}  # local name -> full dotted module path, from imports
     for node in ast.walk(tree):
@@ -95,7 +123,10 @@ def _check_tree(tree, forbidden):
                 return f"forbidden import: {'.' * node.level}{module} ({why})", node
             for alias in node.names:
                 aliases[alias.asname or alias.name] = f"{module}.{alias.name}"
+    allowed_stores = {id(t) for node in ast.walk(tree) if _backend_switch(node, aliases) for t in node.targets}
     for node in ast.walk(tree):
+        if id(node) in allowed_stores or (isinstance(node, ast.Assign) and all(id(t) in allowed_stores for t in node.targets)):
+            continue
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FORBIDDEN_CALLS:
             return f"forbidden call: {node.func.id} ({FORBIDDEN_CALLS[node.func.id]})", node
         if isinstance(node, ast.Attribute) and FORBIDDEN_ATTRS.get(node.attr):

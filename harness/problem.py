@@ -30,8 +30,9 @@ class TaskError(ProblemError):
 
 TASK_KEYS = {
     "name", "summary", "description", "files", "output", "tests", "benchmarks", "cpu",
-    "ranking", "tolerance", "flops", "bytes", "forbidden", "references",
+    "ranking", "tolerance", "flops", "bytes", "forbidden", "references", "requires",
 }
+REQUIRES_KEYS = {"gpus", "arch", "modules"}
 RANKINGS = ("mean", "median", "min")
 
 
@@ -50,6 +51,12 @@ class Task:
     atol: float = 1e-6
     tolerance_why: str = ""
     output: int | None = None
+    # The error's RMS over the reference output's RMS must stay within this (per output
+    # tensor), on top of rtol/atol: a kernel returning zeros where the outputs are small
+    # passes any atol, not this.
+    relative: float | None = None
+    # What the problem needs of the machine (harness/needs.py): {gpus, arch, modules}.
+    requires: dict = field(default_factory=dict)
     flops: str | None = None
     bytes: str | None = None
     forbidden: list = field(default_factory=list)
@@ -63,8 +70,8 @@ class Task:
 
     def work(self, shape: dict) -> tuple[float | None, float | None]:
         """FLOPs and bytes moved for one shape, from the task's formulas."""
-        return (_formula(self.flops, shape) if self.flops else None,
-                _formula(self.bytes, shape) if self.bytes else None)
+        return (formula(self.flops, shape) if self.flops else None,
+                formula(self.bytes, shape) if self.bytes else None)
 
 
 def shape_key(shape: dict) -> str:
@@ -101,8 +108,12 @@ def load_task(problem_dir: Path) -> Task:
     if ranking not in RANKINGS:
         raise TaskError(f"{path}: ranking must be one of {', '.join(RANKINGS)}, not {ranking!r}.")
     tol = data.get("tolerance") or {}
-    if set(tol) - {"rtol", "atol", "why"}:
-        raise TaskError(f"{path}: tolerance may only hold rtol, atol and why.")
+    if set(tol) - {"rtol", "atol", "relative", "why"}:
+        raise TaskError(f"{path}: tolerance may only hold rtol, atol, relative and why.")
+    requires = data.get("requires") or {}
+    if not isinstance(requires, dict) or set(requires) - REQUIRES_KEYS:
+        raise TaskError(f"{path}: requires may only hold gpus (a count), arch (e.g. [sm_100]) and modules "
+                        "(Python module names).")
     files = data.get("files") or ["kernel.py"]
     return Task(
         name=str(data["name"]), summary=str(data.get("summary", "")).strip(),
@@ -111,6 +122,7 @@ def load_task(problem_dir: Path) -> Task:
         cpu_tests=cpu.get("tests") or [], cpu_benchmarks=cpu.get("benchmarks") or [],
         ranking=ranking, rtol=float(tol.get("rtol", 1e-5)), atol=float(tol.get("atol", 1e-6)),
         tolerance_why=str(tol.get("why", "")), output=data.get("output"),
+        relative=float(tol["relative"]) if tol.get("relative") is not None else None, requires=requires,
         flops=data.get("flops"), bytes=data.get("bytes"),
         forbidden=[str(f) for f in data.get("forbidden") or []],
         references=_check_references(path, data.get("references") or {}),
@@ -138,7 +150,7 @@ _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
 _FUNCS = {"ceil": math.ceil, "cdiv": lambda a, b: -(-a // b), "min": min, "max": max}
 
 
-def _formula(expr: str, shape: dict) -> float:
+def formula(expr: str, shape: dict) -> float:
     """Evaluate an arithmetic formula over the shape's keys (no names, calls or attributes beyond these)."""
 
     def ev(node):

@@ -17,7 +17,8 @@ from pathlib import Path
 SCHEMA = "kgit.result/1"
 # "stopped": correct, but racing (harness/racing.py) ended its timing once it was clearly
 # slower than the incumbent; it carries the shapes timed so far and never a geomean.
-STATUSES = ("ok", "incorrect", "compile-error", "runtime-error", "timeout", "crash", "rejected", "stopped")
+STATUSES = ("ok", "incorrect", "compile-error", "runtime-error", "timeout", "crash", "rejected", "unsupported",
+            "stopped")
 
 
 @dataclass

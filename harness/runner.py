@@ -21,7 +21,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from kgit_harness import channel, confine, shared, timing
+from kgit_harness import channel, confine, portable, shared, timing
 from kgit_harness.guards import Guards
 
 
@@ -249,6 +249,7 @@ def main(argv=None) -> int:
                             "problem_dir": setup.get("problem_dir")})
     import torch
 
+    portable.quiet_torch_compile()  # before any candidate code: torch's own threads are not the kernel's
     on_gpu = torch.cuda.is_available()
     if not on_gpu:
         # Must be set before triton.jit decorates anything in the candidate.

@@ -38,6 +38,8 @@ class EvaluatorConfig:
     scratch_gb: float = 1.0
     # Processes and threads one evaluation may run at once; None: 256 + 2 per CPU.
     max_processes: typing.Optional[int] = None
+    # Evaluations that may share one GPU at once (backend local), across kgit processes.
+    per_gpu: int = 1
 
     def validate(self, where):
         _choice(where + ".backend", self.backend, ("local", "ray", "command"))
@@ -59,6 +61,8 @@ class EvaluatorConfig:
         _positive(where + ".scratch_gb", self.scratch_gb)
         if self.max_processes is not None:
             _positive(where + ".max_processes", self.max_processes)
+        if isinstance(self.per_gpu, bool) or not isinstance(self.per_gpu, int) or self.per_gpu < 1:
+            raise ConfigError(f"{where}.per_gpu must be a whole number of evaluations, 1 or more, not {self.per_gpu!r}.")
 
 
 @dataclass

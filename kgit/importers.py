@@ -13,6 +13,7 @@ import ast
 import io
 import re
 import shutil
+import sys
 import tempfile
 import tokenize
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 import yaml
 
 from kgit import workflow as experiments
+from kgit_harness import problem as problem_format
 from kgit.errors import KgitError
 
 GPUMODE_HELPERS = "gpumode"  # subfolder of the problem holding the GPU MODE sources
@@ -62,6 +64,7 @@ def gpumode_problem(source: Path, dest: Path) -> tuple[Path, str]:
     if missing:
         raise ImportProblemError(f"{source} has no {' and no '.join(missing)}: {GPUMODE_SHAPE}.")
     reference_text = _read(source / "reference.py")
+    _refuse_forward_backward(source, reference_text)
     _require_names(source / "reference.py", reference_text, ("generate_input", "ref_kernel"))
     kernel = _read(submission)
     _require_names(submission, kernel, ("custom_kernel",))
@@ -79,7 +82,17 @@ def gpumode_problem(source: Path, dest: Path) -> tuple[Path, str]:
     has_check = "check_implementation" in _top_level_names(reference_text)
     (dest / "reference.py").write_text(_gpumode_adapter(has_check), encoding="utf-8")
 
-    output = _returned_input(_parse(source / "reference.py", reference_text))
+    reference_tree = _parse(source / "reference.py", reference_text)
+    output = _returned_input(reference_tree)
+    if output is None:
+        output = _unread_buffer(reference_tree)
+    if output is None:
+        output = _written_by_submission(_parse(submission, kernel))
+    helper_texts = [_read(p) for name, p in _gpumode_helpers(source, spec, submission) if name.endswith(".py")]
+    # The submission's imports are the baseline kernel's, not the problem's: a later kernel
+    # may drop them. Its words still tell which GPU the problem is for.
+    requires = _gpumode_requires(source, [reference_text, kernel, *helper_texts], reference_tree,
+                                 [ast.parse(t) for t in helper_texts], spec)
     description = str(spec.get("description") or "").strip()
     task = {
         "name": _gpumode_name(source),
@@ -89,8 +102,10 @@ def gpumode_problem(source: Path, dest: Path) -> tuple[Path, str]:
         "files": ["kernel.py"],
         "tests": spec["tests"],
         "benchmarks": spec["benchmarks"],
+        "cpu": _gpumode_cpu_shapes(spec["tests"]),
         "ranking": "mean",
         **({"output": output} if output is not None else {}),
+        **({"requires": requires} if requires else {}),
         "tolerance": {"why": "The GPU MODE reference's check_implementation decides." if has_check
                       else "No check_implementation in the GPU MODE reference: an allclose at kgit's default tolerance."},
     }
@@ -158,33 +173,191 @@ def _returned_input(tree: ast.Module) -> int | None:
     return None
 
 
+# Calls that make a fresh buffer for a kernel to fill: no values a reference could read.
+_BUFFER_CALLS = {"empty", "zeros", "empty_like", "zeros_like", "empty_strided", "new_empty", "new_zeros"}
+
+
+def _function(tree: ast.Module, name: str) -> ast.FunctionDef | None:
+    return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+
+
+def _unpacked(func: ast.FunctionDef) -> list | None:
+    """The names `a, b, c = data` binds from the function's first argument, in order."""
+    if not func.args.args:
+        return None
+    data = func.args.args[0].arg
+    for node in ast.walk(func):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id == data
+                and isinstance(node.targets[0], (ast.Tuple, ast.List))):
+            return [t.id if isinstance(t, ast.Name) else None for t in node.targets[0].elts]
+    return None
+
+
+def _loaded(func: ast.FunctionDef) -> set:
+    return {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _unread_buffer(tree: ast.Module) -> int | None:
+    """The index of an output buffer that generate_input makes and ref_kernel never reads.
+
+    The pmpp_v2 convention: generate_input returns `(..., torch.empty(...))`, ref_kernel
+    unpacks `..., output = data` and returns a fresh tensor, and a submission fills the
+    buffer. Both must agree: the element is a fresh buffer, and the reference ignores it.
+    """
+    ref, gen = _function(tree, "ref_kernel"), _function(tree, "generate_input")
+    names = _unpacked(ref) if ref else None
+    if not names or gen is None:
+        return None
+    unread = [i for i, name in enumerate(names) if name and name not in _loaded(ref)]
+    returns = [n.value for n in ast.walk(gen) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)]
+    if len(unread) != 1 or len(returns) != 1 or len(returns[0].elts) != len(names):
+        return None
+    made = returns[0].elts[unread[0]]
+    if isinstance(made, ast.Name):  # out = torch.empty(...); return a, b, out
+        made = next((n.value for n in ast.walk(gen) if isinstance(n, ast.Assign)
+                     and any(isinstance(t, ast.Name) and t.id == made.id for t in n.targets)), None)
+    callee = made.func if isinstance(made, ast.Call) else None
+    name = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", None)
+    return unread[0] if name in _BUFFER_CALLS else None
+
+
+def _written_by_submission(tree: ast.Module) -> int | None:
+    """The index of the input that custom_kernel writes into and returns, e.g. `c.copy_(...)`; `return c`."""
+    func = _function(tree, "custom_kernel")
+    names = _unpacked(func) if func else None
+    if not names:
+        return None
+    returned = {n.value.id for n in ast.walk(func) if isinstance(n, ast.Return) and isinstance(n.value, ast.Name)}
+    written = set()
+    for node in ast.walk(func):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr.endswith("_")
+                and not node.func.attr.startswith("_") and isinstance(node.func.value, ast.Name)):
+            written.add(node.func.value.id)  # out.copy_(...), out.zero_()
+        if isinstance(node, ast.Call):
+            written |= {k.value.id for k in node.keywords if k.arg == "out" and isinstance(k.value, ast.Name)}
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and isinstance(node.value, ast.Name):
+            written.add(node.value.id)  # out[...] = ...
+    hits = [i for i, name in enumerate(names) if name and name in written and name in returned]
+    return hits[0] if len(hits) == 1 else None
+
+
+# Words in a problem's sources that only an sm_100 GPU (B200) runs: Blackwell's tensor-core
+# instructions and the fp4 types its kernels and checks are written in. GPU MODE's `gpus:`
+# says where a competition ran (qr_v2 lists the B200 and runs on any CUDA GPU), so it is
+# not read as a requirement.
+_SM100_MARKERS = ("tcgen05", "sm_100", "sm100a", "float4_e2m1fn")
+_PROVIDED = {"task", "utils", "reference", "submission"}
+
+
+def _gpumode_requires(source: Path, texts: list, reference: ast.Module, others: list, spec: dict) -> dict:
+    """What the problem needs of the machine, read from its shapes and sources.
+
+    - gpus: the largest `world_size` of the shapes (distributed problems take `rank`);
+    - arch: sm_100 when the sources use what only Blackwell runs (_SM100_MARKERS);
+    - modules: the reference's and helpers' top-level imports that are neither the
+      standard library nor modules of the problem folder (aiter, cutlass, helion, cuda).
+    """
+    requires = {}
+    gen = _function(reference, "generate_input")
+    params = {a.arg for a in gen.args.args + gen.args.kwonlyargs} if gen else set()
+    sizes = [s.get("world_size") for s in spec["tests"] + spec["benchmarks"] if isinstance(s.get("world_size"), int)]
+    if sizes or "rank" in params:
+        requires["gpus"] = max(sizes + [2])
+    if any(marker in text for text in texts for marker in _SM100_MARKERS):
+        requires["arch"] = ["sm_100"]
+    local = _PROVIDED | {p.stem for p in source.glob("*.py")}
+    modules = set()
+    for tree in [reference] + others:
+        for node in tree.body:  # imports inside try/except or functions are optional ones
+            if isinstance(node, ast.Import):
+                modules |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                modules.add(node.module.split(".")[0])
+    modules = sorted(m for m in modules if m not in sys.stdlib_module_names and m not in local
+                     and m not in ("torch", "triton", "numpy"))
+    if modules:
+        requires["modules"] = modules
+    return requires
+
+
+def _size(shape: dict) -> int:
+    product = 1
+    for key, value in shape.items():
+        if key != "seed" and isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            product *= value
+    return product
+
+
+def _gpumode_cpu_shapes(tests: list) -> dict:
+    """Shapes for a host without a GPU: the two smallest tests, and the smallest as the benchmark.
+
+    GPU MODE benchmarks are sized for a GPU (linalg's reach n = 32768); its tests are
+    the problem author's own small cases, so correctness on a laptop uses those.
+    """
+    ordered = sorted(tests, key=_size)
+    return {"tests": ordered[:2], "benchmarks": ordered[:1]}
+
+
+_FORWARD_BACKWARD = ("generate_inputs", "reference_forward", "reference_backward")
+
+
+def _refuse_forward_backward(source: Path, text: str) -> None:
+    names = _top_level_names(text, source / "reference.py")
+    if "generate_input" not in names and any(n in names for n in _FORWARD_BACKWARD):
+        found = ", ".join(n for n in _FORWARD_BACKWARD if n in names)
+        raise ImportProblemError(
+            f"{source / 'reference.py'} is a forward-and-backward problem ({found}; the submission defines "
+            "functions such as cross_entropy_forward and cross_entropy_backward, and the folder's own eval.py "
+            "decides the batch size): kgit imports problems whose reference defines generate_input(**shape) and "
+            "ref_kernel(data) and whose submission defines custom_kernel(data). Write those three in the folder "
+            "(custom_kernel returning the forward and backward outputs as a tuple) and import it again.")
+
+
 def _gpumode_name(source: Path) -> str:
     first = _read(source / "task.yml").splitlines()[:1]
-    match = re.match(r"#\s*name:\s*(\S+)", first[0]) if first else None
-    return match.group(1) if match else source.name
+    match = re.match(r"#\s*name:\s*(.+?)\s*$", first[0]) if first else None
+    name = match.group(1).strip("\"'").strip() if match else ""
+    return name or source.name
 
 
 def _gpumode_adapter(has_check: bool) -> str:
-    check = "\ncheck_implementation = _reference.check_implementation\n" if has_check else ""
+    check = '''
+
+def check_implementation(data, output):
+    with _portable.on_cpu():
+        return _reference.check_implementation(data, output)
+''' if has_check else ""
     return f'''"""Written by `kgit init --from-gpumode`: the problem's own reference lives in gpumode/.
 
 GPU MODE references import their sibling modules (task.py, utils.py), so that folder
-goes on the import path before the reference is loaded.
+goes on the import path before the reference is loaded. They also name `device="cuda"`
+outright; on a host without a GPU, `portable.on_cpu()` maps it to the CPU while the
+reference's own code runs (on a GPU host it changes nothing).
 """
 
 import importlib.util
 import sys
 from pathlib import Path
 
+from kgit_harness import portable as _portable
+
 _HERE = Path(__file__).resolve().parent / "{GPUMODE_HELPERS}"
 if str(_HERE) not in sys.path:
     sys.path.insert(0, str(_HERE))
 _spec = importlib.util.spec_from_file_location("gpumode_reference", _HERE / "reference.py")
 _reference = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_reference)
+with _portable.on_cpu():
+    _spec.loader.exec_module(_reference)
 
-generate_input = _reference.generate_input
-ref_kernel = _reference.ref_kernel
+
+def generate_input(**shape):
+    with _portable.on_cpu():
+        return _reference.generate_input(**shape)
+
+
+def ref_kernel(data):
+    with _portable.on_cpu():
+        return _reference.ref_kernel(data)
 {check}'''
 
 
@@ -207,7 +380,9 @@ def kernelbench_problem(source: Path, dest: Path) -> tuple[Path, str]:
         raise ImportProblemError(f"{source} already defines ModelNew: import the problem file, not a solution; "
                                  "kgit writes the first ModelNew itself.")
 
-    shape = _kernelbench_sizes(tree) or {"inputs": "get_inputs"}
+    sizes = _kernelbench_sizes(tree)
+    shape = sizes or {"inputs": "get_inputs"}
+    cpu_shape = _kernelbench_cpu_shape(tree, sizes) if sizes else None
     dest.mkdir(parents=True)
     (dest / "reference.py").write_text(text.rstrip() + "\n\n\n" + _kernelbench_reference(), encoding="utf-8")
     kernel = _rename_model(text).rstrip() + "\n\n\n" + _kernelbench_kernel()
@@ -224,26 +399,82 @@ def kernelbench_problem(source: Path, dest: Path) -> tuple[Path, str]:
         "files": ["kernel.py"],
         "tests": [{**shape, "seed": 1}, {**shape, "seed": 2}],
         "benchmarks": [{**shape, "seed": 3}],
+        **({"cpu": {"tests": [{**cpu_shape, "seed": 1}, {**cpu_shape, "seed": 2}],
+                    "benchmarks": [{**cpu_shape, "seed": 3}]}} if cpu_shape else {}),
         "ranking": "mean",
-        "tolerance": {"rtol": 1e-2, "atol": 1e-2,
-                      "why": "KernelBench's own tolerance: fp32 outputs within 1e-2 absolute and relative."},
+        "tolerance": {"rtol": 1e-2, "atol": 1e-2, "relative": 1e-2,
+                      "why": "KernelBench's own tolerance: fp32 outputs within 1e-2 absolute and relative; and, "
+                             "as kgit adds, an error RMS within 1e-2 of the output's RMS, so outputs far "
+                             "below atol (softmaxes of ~1e-4) cannot pass as zeros."},
     }
     _write_task(dest, task)
     return dest, kernel
 
 
 def _kernelbench_sizes(tree: ast.Module) -> dict:
-    """Module-level numbers that get_inputs or get_init_inputs read: the benchmark's sizes."""
+    """Module-level numbers that get_inputs or get_init_inputs read: the benchmark's sizes.
+
+    A size may be an expression over earlier ones (`N = 2048 * 2`, `dim = N // 4`); it is
+    evaluated with the harness's arithmetic-only formula evaluator, never executed.
+    """
     constants = {}
     for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and isinstance(node.value, ast.Constant) and type(node.value.value) in (int, float)):
-            constants[node.targets[0].id] = node.value.value
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        value = _arithmetic(node.value, constants)
+        if value is not None:
+            constants[node.targets[0].id] = value
+    used = _names_read(tree, ("get_inputs", "get_init_inputs"))
+    return {name: value for name, value in constants.items() if name in used and name != "seed"}
+
+
+def _arithmetic(node: ast.expr, known: dict) -> int | float | None:
+    """The value of a constant expression over `known` names, or None if it is anything else."""
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    if not isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Call)):
+        return None
+    try:
+        value = problem_format.formula(ast.unparse(node), known)
+    except (problem_format.TaskError, ArithmeticError, TypeError, ValueError, SyntaxError):
+        return None
+    floats = any(isinstance(n, ast.Constant) and isinstance(n.value, float) for n in ast.walk(node)) \
+        or any(isinstance(n, ast.Div) for n in ast.walk(node)) \
+        or any(isinstance(known.get(n.id), float) for n in ast.walk(node) if isinstance(n, ast.Name))
+    return value if floats or value != int(value) else int(value)
+
+
+def _names_read(tree: ast.Module, functions: tuple) -> set:
     used = set()
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name in ("get_inputs", "get_init_inputs"):
+        if isinstance(node, ast.FunctionDef) and node.name in functions:
             used |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-    return {name: value for name, value in constants.items() if name in used and name != "seed"}
+    return used
+
+
+# The CPU shape keeps a batch of 2 and every other size at most 64: Model on the CPU,
+# checked in seconds, not the GPU's gigabytes.
+CPU_BATCH, CPU_SIZE = 2, 64
+
+
+def _kernelbench_cpu_shape(tree: ast.Module, sizes: dict) -> dict | None:
+    """The shape for a host without a GPU: get_inputs' sizes made small, or None if none can be.
+
+    Only sizes that nothing but get_inputs reads are shrunk: get_init_inputs builds the
+    weights (the kernel's ModelNew reads its own copy of those sizes), and a size Model
+    reads as a global must match between the reference and the kernel.
+    """
+    fixed = _names_read(tree, ("get_init_inputs",))
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            fixed |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    small = {}
+    for name, value in sizes.items():
+        if name in fixed or not isinstance(value, int) or value <= 0:
+            small[name] = value
+        else:
+            small[name] = min(value, CPU_BATCH if "batch" in name.lower() else CPU_SIZE)
+    return small if small != sizes else None
 
 
 def _kernelbench_reference() -> str:

@@ -4,6 +4,7 @@ that `evolve` shares with `record`.
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,9 +92,18 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
             where = "" if gpu_driver_present() else " (no GPU here: in the Triton CPU interpreter)"
             progress(f"measuring the {task.name} baseline{where}...")
         doc = evaluate.evaluate_tree(repo.root, config, state_dir=repo.state / "scratch")
+        if doc["status"] == "unsupported":
+            raise EvaluationFailed(f"the problem {task.name} is {tr.subject('', 'unsupported', None, None, doc.get('reason'))[2:]}; "
+                                   f"no kernel was judged:\n{_tail(doc.get('error') or '', 1500)}\nNothing was committed; "
+                                   "run `kgit init` on a machine that has what it needs, or edit the problem.", doc)
+        missing = re.search(r"ModuleNotFoundError: No module named '([^'.]+)", doc.get("error") or "")
+        if doc["status"] == "compile-error" and missing:
+            raise EvaluationFailed(f"the baseline kernel needs the Python module {missing.group(1)}, which is not "
+                                   f"installed here:\n{_tail(doc.get('error') or '', 1500)}\nNothing was committed; "
+                                   f"install it, or write {kernel_name} without it, and run `kgit init --force`.", doc)
         if doc["status"] != "ok":
             raise EvaluationFailed(f"the baseline kernel did not pass ({doc['status']}): "
-                                   f"{(doc.get('error') or '')[:1500]}\nNothing was committed. {kernel_name} is "
+                                   f"{_tail(doc.get('error') or '', 1500)}\nNothing was committed. {kernel_name} is "
                                    "the problem's own kernel, so fix it where it came from (the problem folder "
                                    "or the imported files) and run the same `kgit init` with --force, which "
                                    f"writes {config.problem}/, {kernel_name} and .kgit.yaml again.", doc)
@@ -112,6 +122,11 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
         repo.git("tag", "-f", BASELINE_TAG, sha)
         repo.sync_index()
     return Outcome(sha=sha, result=doc, speedup=1.0, speedup_baseline=1.0)
+
+
+def _tail(text: str, limit: int) -> str:
+    """At most `limit` characters of an error, its end kept: a traceback's last line says what failed."""
+    return text if len(text) <= limit else "...\n" + text[-limit:].split("\n", 1)[-1]
 
 
 def _check_overwrites(root: Path, names: list[str], force: bool):

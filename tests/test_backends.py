@@ -346,3 +346,36 @@ def test_each_visible_gpu_gets_a_pinned_slot_and_measures_with_events(kernel_rep
     if host.vendor == "nvidia":
         for doc in docs:
             assert f"visible={doc['worker']['device']}" in doc["stdout"]
+
+
+def test_a_gpu_is_held_across_kgit_processes(tmp_path):
+    # Two Boards stand for two kgit processes: the lock file still keeps them apart.
+    running, overlaps = [], []
+
+    def evaluate(board):
+        key = board.acquire([("local", "0", 0)])
+        try:
+            with devices.host_slot(key):
+                running.append(1)
+                overlaps.append(len(running))
+                time.sleep(0.2)
+                running.pop()
+        finally:
+            board.release(key)
+
+    workers = [threading.Thread(target=evaluate, args=(devices.Board(),)) for _ in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert overlaps == [1, 1, 1]
+
+
+def test_per_gpu_sets_the_slots_and_defaults_to_one(kernel_repo):
+    host = devices.Host("nvidia", ("0", "1"))
+    assert backends.LocalEvaluator(Repo(kernel_repo), _config(), host=host).slots == 2
+    config = _config()
+    config.evaluator.per_gpu = 2
+    assert backends.LocalEvaluator(Repo(kernel_repo), config, host=host).slots == 4
+    with pytest.raises(KgitError, match="per_gpu"):
+        config_mod.parse("evaluator:\n  per_gpu: 0\n", "test")

@@ -49,7 +49,11 @@ def test_init_from_gpumode_end_to_end(tmp_path, run_kgit, fast_config):
     assert "Scale each row" in task["summary"]
     trailers = _trailers(repo)
     assert "Kgit-Status: ok" in trailers
-    assert "Kgit-Time-us: rows=64,cols=256 " in trailers and "Kgit-Time-us: rows=8,cols=1000 " in trailers
+    # On the CPU the timed shape is the smallest test (task.yml's cpu section), not the benchmarks.
+    assert task["cpu"] == {"tests": [{"rows": 3, "cols": 5, "seed": 11}, {"rows": 17, "cols": 130, "seed": 12}],
+                           "benchmarks": [{"rows": 3, "cols": 5, "seed": 11}]}
+    assert task["benchmarks"][0] == {"rows": 64, "cols": 256, "seed": 21}
+    assert "Kgit-Time-us: rows=3,cols=5 " in trailers and "rows=64" not in trailers
     assert git(repo, "status", "--porcelain") == ""
 
 
@@ -59,7 +63,7 @@ def test_the_gpumode_check_is_the_one_that_decides(tmp_path):
     shutil.copytree(GPUMODE, source)
     shutil.copy2(GPUMODE.parent / "utils.py", tmp_path / "utils.py")
     problem_dir, kernel = importers.gpumode_problem(source, tmp_path / "problem")
-    assert "check_implementation = _reference.check_implementation" in (problem_dir / "reference.py").read_text()
+    assert "return _reference.check_implementation(data, output)" in (problem_dir / "reference.py").read_text()
     wrong = kernel.replace("out.mul_(scale.unsqueeze(1))", "out.mul_(scale.unsqueeze(1) * 1.001)")
     assert _evaluate(problem_dir, wrong, tmp_path)["status"] == "incorrect"
     assert _evaluate(problem_dir, kernel, tmp_path)["status"] == "ok"
@@ -150,7 +154,10 @@ def test_init_from_kernelbench_end_to_end(tmp_path, run_kgit, fast_config):
     assert "linear layer followed by ReLU" in task["summary"]
     trailers = _trailers(repo)
     assert "Kgit-Status: ok" in trailers
-    assert "Kgit-Time-us: batch_size=4,in_features=8,out_features=16 " in trailers
+    # On the CPU: the batch shrinks; the sizes get_init_inputs reads (the weights) stay.
+    assert task["cpu"]["benchmarks"] == [{"batch_size": 2, "in_features": 8, "out_features": 16, "seed": 3}]
+    assert task["tolerance"]["relative"] == 0.01
+    assert "Kgit-Time-us: batch_size=2,in_features=8,out_features=16 " in trailers
 
     # The reference really compares: a ModelNew that computes something else is incorrect.
     result = run_kgit(repo, "try", "sigmoid instead of relu")

@@ -14,7 +14,7 @@ _SPEEDUP = re.compile(r"speedup", re.I)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 FAILED_SUBJECT = {
     "incorrect": "incorrect", "compile-error": "compile error", "runtime-error": "runtime error",
-    "timeout": "timeout", "crash": "crash", "rejected": "rejected",
+    "timeout": "timeout", "crash": "crash", "rejected": "rejected", "unsupported": "unsupported here",
 }
 
 
@@ -40,8 +40,8 @@ def subject(slug: str, status: str, speedup: float | None, geomean_us: float | N
         ratio = f"{speedup:.2f}x" if speedup else "n/a"
         return f"{slug}: speedup {ratio} vs base (geomean {geomean_us:.1f} us)"
     word = FAILED_SUBJECT.get(status, status)
-    if status == "rejected" and reason:
-        word = f"rejected ({one_line(reason, 120)})"
+    if status in ("rejected", "unsupported") and reason:
+        word = f"{word} ({one_line(reason, 120)})"
     return scrub(f"{slug}: {word}")
 
 

@@ -15,6 +15,7 @@ its own. The result's `worker` field says where it ran.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -62,15 +63,18 @@ class LocalEvaluator:
 
     @property
     def slots(self) -> int:
-        return len(self.devices)
+        return len(self.devices) * self.config.evaluator.per_gpu
 
     def __call__(self, sha: str, race: dict | None = None) -> dict:
-        key = self.board.acquire([("local", d or devices.CPU) for d in self.devices])
+        share = range(self.config.evaluator.per_gpu)
+        key = self.board.acquire([("local", d or devices.CPU, k) for k in share for d in self.devices])
         device = None if key[1] == devices.CPU else key[1]
         env = devices.pin_env(self.host, device)
         try:
-            with self.repo.worktree(sha) as path:
-                doc = self.run(path, env, race=race) if race else self.run(path, env)
+            # A GPU is held host-wide, across kgit processes; the CPU slot only within this one.
+            with devices.host_slot(key) if device is not None else contextlib.nullcontext():
+                with self.repo.worktree(sha) as path:
+                    doc = self.run(path, env, race=race) if race else self.run(path, env)
         finally:
             self.board.release(key)
         doc["worker"] = {"backend": "local", "host": socket.gethostname(), "device": device or devices.CPU,

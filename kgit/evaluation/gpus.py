@@ -8,10 +8,14 @@ and only when those say nothing definite asks a short-lived child.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,6 +151,31 @@ class Board:
 
 
 BOARD = Board()
+
+
+def host_lock_dir() -> Path:
+    return Path(tempfile.gettempdir()) / f"kgit-devices-{os.getuid()}"
+
+
+@contextlib.contextmanager
+def host_slot(key):
+    """Hold `key`'s lock file: one holder at a time among all of this user's kgit processes.
+
+    The Board keeps one process's evaluators apart; two kgit processes on one host
+    (two repositories evolved at once, a conformance run with 4 workers) would each
+    think a GPU free and run side by side, and a correct kernel then fails for want
+    of GPU memory. flock is released by the kernel when its holder dies, so a killed
+    kgit leaves nothing held.
+    """
+    folder = host_lock_dir()
+    folder.mkdir(mode=0o700, exist_ok=True)
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(str(k) for k in key)) + ".lock"
+    fd = os.open(folder / name, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
 
 
 def ray_safe_env(env: dict) -> dict:

@@ -1,0 +1,123 @@
+"""What a problem needs that this machine may lack: the `unsupported` verdict.
+
+A problem written for a B200, for ROCm, for eight GPUs or around a module that is not
+installed cannot be judged here, and that is no fault of the kernel. The harness asks
+before the candidate is imported: the task's `requires` (task.yml), then the problem's
+own code (the reference's import, a dry run sizing every shape's inputs, one real
+`generate_input`). Whatever fails there is the problem's, and the result is
+`unsupported` with a reason that says what is missing, e.g. `needs sm_100`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import resource
+import traceback
+
+from kgit_harness import portable, problem
+
+# Copies of a shape's inputs alive at once while it is checked and timed: the input,
+# its pristine clone, and the re-check's regenerated inputs.
+HELD_COPIES = 3
+_NO_GPU = ("Torch not compiled with CUDA", "Found no NVIDIA driver", "No CUDA GPUs are available",
+           "no HIP GPUs are available", "CUDA driver initialization failed")
+_NO_MEMORY = ("can't allocate memory", "out of memory", "CUDA out of memory", "Cannot allocate memory")
+
+
+class Unsupported(Exception):
+    """The problem cannot run here; the message is the reason (`needs ...`)."""
+
+
+def check(task, reference, on_gpu: bool, torch) -> None:
+    """Raise Unsupported if this machine lacks what the problem needs."""
+    missing = required(task.requires, on_gpu, torch)
+    if missing:
+        raise Unsupported(missing)
+    available = _available_bytes(on_gpu, torch)
+    for kind in ("tests", "benchmarks"):
+        for shape in task.shapes(kind, on_gpu):
+            size = portable.input_bytes(reference.generate_input, shape)
+            if size is not None and available is not None and size * HELD_COPIES > available:
+                raise Unsupported(
+                    f"needs {_gb(size * HELD_COPIES)} of {'GPU ' if on_gpu else ''}memory for the {kind[:-1]} "
+                    f"shape {problem.shape_key(shape)} ({HELD_COPIES} copies of its {_gb(size)} of inputs), "
+                    f"{_gb(available)} available; give that shape a smaller `cpu:` entry in task.yml or run "
+                    "on a larger machine")
+    first = task.shapes("tests", on_gpu)[0]
+    try:
+        reference.generate_input(**first)
+    except Exception as e:  # noqa: BLE001 - the problem's own failure, classified below
+        raise Unsupported(reason(e, on_gpu)) from e
+
+
+def required(requires: dict, on_gpu: bool, torch) -> str | None:
+    """The first need in a task's `requires` that this machine does not meet, worded `needs ...`."""
+    gpus = int(requires.get("gpus") or 1)
+    if gpus > 1:
+        return (f"needs {gpus} GPUs (a distributed problem: kgit evaluates every kernel in one process "
+                "on one GPU)")
+    for module in requires.get("modules") or []:
+        if importlib.util.find_spec(str(module)) is None:
+            return f"needs the Python module {module}"
+    arch = [str(a) for a in requires.get("arch") or []]
+    if arch and not any(_has_arch(a, on_gpu, torch) for a in arch):
+        return "needs " + " or ".join(_arch_name(a) for a in arch)
+    return None
+
+
+def reason(exc: BaseException, on_gpu: bool) -> str:
+    """What a failure of the problem's own code says the machine lacks."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return f"needs the Python module {exc.name.split('.')[0]}"
+    text = str(exc)
+    if not on_gpu and any(marker in text for marker in _NO_GPU):
+        return "needs a GPU"
+    if isinstance(exc, MemoryError) or any(marker in text for marker in _NO_MEMORY):
+        return "needs more memory than this evaluation may use"
+    for marker, arch in (("sm_100", "sm_100"), ("sm100", "sm_100"), ("sm_120", "sm_120"), ("gfx942", "gfx942"),
+                         ("gfx950", "gfx950")):
+        if marker in text:
+            return f"needs {arch}"
+    line = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    return f"the problem's own code failed here: {line[:300]}"
+
+
+def _has_arch(arch: str, on_gpu: bool, torch) -> bool:
+    if not on_gpu:
+        return False
+    hip = getattr(torch.version, "hip", None)
+    if arch == "rocm":
+        return bool(hip)
+    if arch == "cuda":
+        return not hip
+    if arch.startswith("gfx"):
+        return bool(hip) and torch.cuda.get_device_properties(0).gcnArchName.startswith(arch)
+    if arch.startswith("sm_") and arch[3:].rstrip("a").isdigit():
+        major, minor = torch.cuda.get_device_capability()
+        # Same major version: sm_90a kernels do not run on sm_100, nor sm_100 ones on sm_90.
+        return not hip and major == int(arch[3:].rstrip("a")) // 10
+    raise problem.TaskError(f"task.yml requires.arch: unknown architecture {arch!r}; use sm_NN, gfxNNN, cuda or rocm.")
+
+
+def _arch_name(arch: str) -> str:
+    return {"rocm": "ROCm", "cuda": "an NVIDIA GPU"}.get(arch, arch)
+
+
+def _available_bytes(on_gpu: bool, torch) -> int | None:
+    if on_gpu:
+        free, _total = torch.cuda.mem_get_info()
+        return int(free)
+    limits = [resource.getrlimit(r)[0] for r in (resource.RLIMIT_DATA, resource.RLIMIT_AS)]
+    limits = [v for v in limits if v not in (resource.RLIM_INFINITY, -1) and v > 0]
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    limits.append(int(line.split()[1]) * 1024)
+    except OSError:
+        pass
+    return min(limits) if limits else None
+
+
+def _gb(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**28 else f"{n / 2**20:.0f} MiB"
