@@ -334,11 +334,14 @@ def apply(spec: dict) -> dict:
             missing.extend(refused)
         except OSError as e:
             missing.append(f"private filesystem view: hidden folders, size-capped scratch ({e.strerror or e})")
-        try:
-            private_shm(int(want.get("shm_bytes") or 1 << 30))
-            applied.append("private /dev/shm")
-        except OSError as e:
-            missing.append(f"private /dev/shm ({e.strerror or e})")
+        if not want.get("shm_bytes"):
+            missing.append("private /dev/shm (not on GPU hosts: CUDA IPC with the judge needs the host's)")
+        else:
+            try:
+                private_shm(int(want["shm_bytes"]))
+                applied.append("private /dev/shm")
+            except OSError as e:
+                missing.append(f"private /dev/shm ({e.strerror or e})")
     if want.get("read_only"):
         try:
             read_only_except([p for p in (want["scratch"], "/dev/shm") if os.path.isdir(p)])

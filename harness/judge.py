@@ -280,9 +280,32 @@ def run(spec: dict) -> dict:
         doc.update(status="crash", error=f"the problem could not be run: {e}")
     finally:
         if runner is not None:
+            doc["targets"] = _targets_collect(runner)  # [kgit targets, issue 14]
             runner.close()
     doc["eval_s"] = round(_clock() - started, 3)
     return doc
+
+
+def _targets_build(runner, names):
+    """Ask the runner to start its cross-compiles, even after a failed check; a runner that is
+    gone or refuses leaves the build facts out, never changes the verdict."""
+    runner.targets_started = False
+    try:
+        runner.ask({"op": "targets_build", "names": list(names)})
+        runner.targets_started = True
+    except (Verdict, channel.ChannelError):
+        pass
+
+
+def _targets_collect(runner) -> dict | None:
+    """The runner's build facts (candidate-reported), or None when none were started or it is gone."""
+    if not getattr(runner, "targets_started", False):
+        return None
+    try:
+        facts = runner.ask({"op": "targets_collect"}).get("targets")
+    except (Verdict, channel.ChannelError):
+        return None
+    return facts if isinstance(facts, dict) else None
 
 
 def _helpers(spec, task) -> str | None:
@@ -349,14 +372,24 @@ def _static_policy(spec, task) -> Verdict | None:
 def _evaluate(spec, task, reference, runner, on_gpu, torch, doc) -> dict:
     secret = int(spec.get("secret_seed", 0))
     tests = []
-    for shape in task.shapes("tests", on_gpu):
-        seeds = (int(shape.get("seed", 0)), checking.mix_seed(shape.get("seed", 0), secret, 7))
-        # The published seed and one derived from the secret: outputs memorised for the
-        # published inputs fail the second.
-        slots = Slots(torch, runner, task, reference, checking.make_input(reference, shape, seeds[0]), 1, on_gpu)
-        for seed in seeds:
-            tests.append(_check_shape(task, reference, slots, shape, seed))
-        slots.close()
+    # [kgit targets, issue 14] The runner captures the checks' launches and cross-compiles them
+    # for the build targets while the timing runs; collected in run() (docs/targets.md).
+    names = task.targets if spec.get("targets") is None else spec["targets"]
+    if names:
+        runner.ask({"op": "targets_start"})
+    try:
+        for shape in task.shapes("tests", on_gpu):
+            seeds = (int(shape.get("seed", 0)), checking.mix_seed(shape.get("seed", 0), secret, 7))
+            # The published seed and one derived from the secret: outputs memorised for the
+            # published inputs fail the second.
+            slots = Slots(torch, runner, task, reference, checking.make_input(reference, shape, seeds[0]), 1, on_gpu)
+            for seed in seeds:
+                tests.append(_check_shape(task, reference, slots, shape, seed))
+            slots.close()
+    finally:
+        if names:
+            _targets_build(runner, names)
+    # [end kgit targets]
     failed = [t for t in tests if not t["ok"]]
     if failed:
         return {"status": "incorrect", "tests": tests,

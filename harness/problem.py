@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from kgit_harness.targets import DEFAULT as DEFAULT_TARGETS, check_names as check_target_names
 
 
 class ProblemError(Exception):
@@ -30,7 +31,7 @@ class TaskError(ProblemError):
 
 TASK_KEYS = {
     "name", "summary", "description", "files", "output", "tests", "benchmarks", "cpu",
-    "ranking", "tolerance", "flops", "bytes", "forbidden", "references", "requires",
+    "ranking", "tolerance", "flops", "bytes", "forbidden", "references", "requires", "targets",
 }
 REQUIRES_KEYS = {"gpus", "arch", "modules"}
 RANKINGS = ("mean", "median", "min")
@@ -62,6 +63,8 @@ class Task:
     forbidden: list = field(default_factory=list)
     # Reference geomeans for the report, {device name: {label: us}}, e.g. a vendor library.
     references: dict = field(default_factory=dict)
+    # GPUs every candidate is cross-compiled for (harness/targets.py); absent: MI300X and H100/H200.
+    targets: list = field(default_factory=lambda: list(DEFAULT_TARGETS))
 
     def shapes(self, kind: str, on_gpu: bool) -> list:
         if on_gpu:
@@ -126,7 +129,17 @@ def load_task(problem_dir: Path) -> Task:
         flops=data.get("flops"), bytes=data.get("bytes"),
         forbidden=[str(f) for f in data.get("forbidden") or []],
         references=_check_references(path, data.get("references") or {}),
+        targets=_check_targets(path, data.get("targets", list(DEFAULT_TARGETS))),
     )
+
+
+def _check_targets(path, names) -> list:
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise TaskError(f"{path}: targets lists build targets such as [gfx942, sm_90a], not {names!r}.")
+    try:
+        return check_target_names(names)
+    except ValueError as e:
+        raise TaskError(f"{path}: {e}.") from None
 
 
 def _check_references(path, refs) -> dict:

@@ -41,6 +41,9 @@ class Result:
     # the untrusted side, see docs/harness.md).
     speed_of_light: dict | None = None
     confine: dict | None = None
+    # Added within kgit.result/1: the candidate's kernels cross-compiled for the build
+    # targets (harness/targets.py), candidate-reported; None when none were declared.
+    targets: dict | None = None
     extra: dict = field(default_factory=dict)
     schema: str = SCHEMA
 

@@ -91,11 +91,14 @@ class LLMConfig:
     timeout_s: float = 300
     retries: int = 4
     cache: bool = True
+    manual_timeout_s: typing.Optional[float] = None
 
     def validate(self, where):
         if not self.model.strip():
             raise ConfigError(f"{where}.model is empty: use a litellm model string or \"offline\".")
         _positive(where + ".timeout_s", self.timeout_s)
+        if self.manual_timeout_s is not None:
+            _positive(where + ".manual_timeout_s", self.manual_timeout_s)
         if self.retries < 0:
             raise ConfigError(f"{where}.retries must be 0 or more, not {self.retries}.")
 
@@ -114,10 +117,14 @@ class EvolveConfig:
     knowledge: list = field(default_factory=lambda: ["triton", "hopper", "cdna3", "fp8_gemm"])
     archive_tokens: int = 6000
     race: bool = True
+    # Profile the best attempt of each iteration with this hardware profiler (docs/targets.md).
+    profile: typing.Optional[str] = None
 
     def validate(self, where):
         if not isinstance(self.race, bool):
             raise ConfigError(f"{where}.race must be true or false, not {self.race!r}.")
+        if self.profile is not None:
+            _choice(where + ".profile", self.profile, ("ncu", "rocprofv3", "auto"))
         for name in ("iterations", "pick", "attempts", "jobs", "archive_tokens"):
             _positive(f"{where}.{name}", getattr(self, name))
         for name in ("max_cost_usd", "max_wall_s"):
@@ -134,8 +141,19 @@ class Config:
     timing: TimingConfig = field(default_factory=TimingConfig)
     llm: LLMConfig = field(default_factory=LLMConfig)
     evolve: EvolveConfig = field(default_factory=EvolveConfig)
+    # Build targets every candidate is cross-compiled for (docs/targets.md); null: the
+    # problem's declared ones. require_targets makes a failed build a failing status.
+    targets: typing.Optional[list] = None
+    require_targets: bool = False
 
     def validate(self, where):
+        if self.targets is not None:
+            from kgit_harness.targets import check_names
+
+            try:
+                check_names(self.targets)
+            except ValueError as e:
+                raise ConfigError(f"{where}targets: {e}.") from None
         parts = pathlib.PurePosixPath(self.problem).parts
         if not parts or self.problem.startswith(("/", "\\")) or ".." in parts or parts[0] == ".git":
             raise ConfigError(f"{where}problem must name a folder inside the repository, such as \"problem\", "

@@ -5,17 +5,29 @@ and exits with `exit_code`; anything that is not a KgitError is a bug and keeps 
 traceback.
 """
 
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """What kgit's exit status tells a script."""
+
+    DONE = 0
+    FIX_NEEDED = 1  # a KgitError: the message says what to fix
+    USAGE = 2  # the command line is wrong
+    EVALUATION_FAILED = 3  # the thing evaluated did not pass (the command itself worked)
+    INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
+
 
 class KgitError(Exception):
     """A problem the user can fix; the message names the fix."""
 
-    exit_code = 1
+    exit_code = ExitCode.FIX_NEEDED
 
 
 class UsageError(KgitError):
     """The command line itself is wrong."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class ConfigError(KgitError):
@@ -37,7 +49,7 @@ class LockedError(KgitError):
 class EvaluationFailed(KgitError):
     """The thing the user asked to evaluate did not pass (exit code 3)."""
 
-    exit_code = 3
+    exit_code = ExitCode.EVALUATION_FAILED
 
     def __init__(self, message, result=None):
         super().__init__(message)

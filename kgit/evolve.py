@@ -21,8 +21,9 @@ from tabulate import tabulate
 from kgit.evaluation import backends
 from kgit import workflow as experiments
 from kgit.archive import trailers as tr
+from kgit.archive.refs import ExperimentRef
 from kgit.archive.repo import Repo
-from kgit.errors import KgitError, LLMUnavailable
+from kgit.errors import KgitError, LLMError, LLMUnavailable
 from kgit import problems as problem_mod
 from kgit_harness import result as result_mod
 from kgit.archive import figures, measure, notebook, trees
@@ -31,6 +32,7 @@ from kgit.scientist import protocol
 from kgit.scientist import write as write_mod
 from kgit.scientist.answers import Selection
 from kgit.scientist.llm import Client, Reply
+from kgit.costs import cost_text
 
 ERROR_CHARS = 3000
 
@@ -58,6 +60,9 @@ class Summary:
     cost: float = 0.0
     tokens: int = 0
     unpriced_calls: int = 0
+    calls: int = 0  # model calls answered (cached ones included)
+    model_failures: list = field(default_factory=list)  # one line per model call that got no answer
+    models: list = field(default_factory=list)  # the stages' models; ["offline"] for an offline run
     skipped: list = field(default_factory=list)  # reasons of iterations that produced no plan
     interrupted: bool = False
     best_before: object = None
@@ -92,16 +97,17 @@ class Run:
         self.repo, self.config = repo, config
         self.task = problem_mod.load_task(repo.root / config.problem)
         self.editable = self.task.files
-        self.client = client or Client(config.llm, repo.state / "cache" / "llm")
+        self.stopping = threading.Event()
+        self.client = client or Client(config.llm, repo.state / "cache" / "llm", manual_dir=repo.state / "manual",
+                                       progress=progress, stopping=self.stopping)
         self.scientist = protocol.make(self.client)
         # One evaluator for the run: its device pool is what lets `jobs` hypotheses share the GPUs.
         self.evaluate = evaluate or backends.get_evaluator(repo, config)
         self.progress = progress or (lambda line: None)
         self.clock = clock
         self.started = clock()
-        self.summary = Summary()
+        self.summary = Summary(models=sorted({self.client.model(s) for s in ("select", "design", "write")}))
         self.commit_lock = threading.Lock()
-        self.stopping = threading.Event()
         self.known: dict[str, tuple[str, dict]] = {}  # tree -> (sha, result) of evaluated attempts
         self.measured_on: tuple | None = None  # (device, harness) of this run's latest evaluation
         self.ctx = protocol.build(repo, config, self.task, repo.root / config.problem, repo.read())
@@ -128,6 +134,8 @@ class Run:
                     if not self.iteration(number):
                         break
                     self.summary.iterations = number
+                    if self.summary.model_failures and not self.summary.calls:
+                        break  # no model call has answered yet: the next iteration would fail the same way
                 else:
                     self.summary.stop = (self._budget_stop() or
                                          f"ran {self.config.evolve.iterations} iteration(s) (evolve.iterations / -n)")
@@ -138,6 +146,9 @@ class Run:
             final = self.repo.read()
             self.summary.best_after = experiments.best(final)
             self.summary.rule = figures.rule(final)
+        if self.summary.model_failures and not self.summary.calls and not self.summary.interrupted:
+            raise LLMError(f"every model call of this run failed ({len(self.summary.model_failures)} call(s); "
+                           f"the attempts made are in the archive): {self.summary.model_failures[0]}")
         return self.summary
 
     def iteration(self, number: int) -> bool:
@@ -150,6 +161,7 @@ class Run:
         except LLMUnavailable as e:
             selection, replies = Selection(best.sha, None, "fallback to the best attempt"), []
             note = f"the selector did not answer: {e}"
+            self.summary.model_failures.append(" ".join(str(e).split()))
             self.summary.skipped.append(f"iteration {number}: select fell back to the best attempt ({e})")
         self._account(replies)
         self._line(tag, "select", "select", f"base {selection.base[:10]}" +
@@ -159,6 +171,7 @@ class Run:
             designed = self.scientist.design(self.ctx, attempts, selection)
         except LLMUnavailable as e:
             designed = protocol.Designed(None, [], f"the designer did not answer: {e}")
+            self.summary.model_failures.append(" ".join(str(e).split()))
         plans, design_replies, error = designed.plans, designed.replies, designed.error
         self._account(design_replies)
         if designed.lessons is not None:
@@ -188,8 +201,10 @@ class Run:
                 self.hypothesis(tag, iteration, plan, shared, len(plans))
         else:
             with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kgit-hypothesis") as pool:
-                futures = [pool.submit(self.hypothesis, tag, iteration, p, shared, len(plans)) for p in plans]
                 try:
+                    # Submitting inside the try: a Ctrl-C between two submits must set the stop
+                    # event too, or the pool would wait forever on a writer waiting for its answer.
+                    futures = [pool.submit(self.hypothesis, tag, iteration, p, shared, len(plans)) for p in plans]
                     for f in futures:
                         f.result()
                 except BaseException:
@@ -197,6 +212,10 @@ class Run:
                     # other hypotheses at their next attempt instead of letting them run on.
                     self.stopping.set()
                     raise
+        if self.config.evolve.profile:  # issue 14: hardware counters of the best attempt so far
+            from kgit.evaluation import profile as profile_mod
+
+            self._line(tag, "profile", "design", profile_mod.after_iteration(self.repo, self.config))
         return True
 
     # -- one hypothesis: the writer's attempts ------------------------------------------
@@ -217,6 +236,7 @@ class Run:
                 # Recorded like edits that did not apply (an empty commit carrying the error);
                 # this hypothesis stops, the run goes on.
                 new_files, edit_error, reply, unanswered = None, f"the writer did not answer: {e}", None, True
+                self.summary.model_failures.append(" ".join(str(e).split()))
             replies = [reply] if reply else []
             if attempt == 1:
                 replies += _share(shared, shares)
@@ -290,7 +310,8 @@ class Run:
             if state["branch"] is None:
                 attempts = self.repo.read()
                 number = experiments.next_experiment(self.repo, attempts)
-                state["branch"] = f"kgit/{number}-{tr.slugify(plan.title)}{_base_suffix(attempts, state['parent'])}"
+                slug = tr.slugify(plan.title) + _base_suffix(attempts, state["parent"])
+                state["branch"] = ExperimentRef(number, slug).branch
                 self.repo.create_branch(state["branch"], state["parent"], plan.title, reference)
             outcome = experiments.commit_attempt(
                 self.repo, self.config, branch=state["branch"], tree=tree, parent=state["parent"], result=result,
@@ -317,6 +338,7 @@ class Run:
     def _account(self, replies: list[Reply]):
         with self.commit_lock:
             for r in replies:
+                self.summary.calls += 1
                 if r.cost is None:
                     self.summary.unpriced_calls += 1
                 else:
@@ -325,7 +347,8 @@ class Run:
 
     def _line(self, tag, stage, client_stage, text):
         model = self.client.model(client_stage)
-        spent = "no model calls" if protocol.is_offline(model) else f"{self.summary.tokens} tok, ${self.summary.cost:.4f}"
+        spent = ("no model calls" if protocol.is_offline(model) else "no calls" if not self.summary.calls else
+                 f"{self.summary.tokens} tok, {cost_text(self.summary.cost, self.summary.unpriced_calls)}")
         self.progress(f"{tag} {stage:<6} {model} ({spent} so far): {text}")
 
     def _remember(self, attempts):
@@ -363,13 +386,13 @@ def _rejected(reason: str, error: str) -> dict:
 
 def _result_from(a) -> dict:
     """A result document rebuilt from an attempt's trailers (what reusing its measurement needs)."""
-    doc = result_mod.new(a.status if a.status in result_mod.STATUSES else "crash",
-                         reason=a._one("Kgit-Reason"), device=a.device, timing=a.timing, harness=a.harness,
-                         eval_s=0.0, error=f"the same tree was measured as {a.sha[:10]} ({a.status}); "
-                                           f"`git show {a.sha[:10]}` has its error excerpt.")
+    fields = tr.to_result(a)
+    status = fields.pop("status")
+    doc = result_mod.new(status if status in result_mod.STATUSES else "crash",
+                         **{**fields, "eval_s": 0.0}, error=f"the same tree was measured as {a.sha[:10]} ({a.status}); "
+                                                             f"`git show {a.sha[:10]}` has its error excerpt.")
     if a.ok:
-        doc.update(geomean_us=a.geomean, error=None,
-                   shapes=[{"key": k, "mean_us": v} for k, v in a.times.items()])
+        doc["error"] = None
     return doc
 
 
@@ -407,16 +430,21 @@ def summary_text(summary: Summary) -> str:
              # An interpreter ratio is no speed figure: shown to nobody as one.
              "" if r.speedup is None or summary.correctness_only else f"{r.speedup:.2f}x",
              "" if r.tokens is None else r.tokens,
-             "unknown" if r.cost is None and not protocol.is_offline(r.model) else "" if r.cost is None else f"{r.cost:.4f}"]
+             "unpriced" if r.cost is None and not protocol.is_offline(r.model) else "" if r.cost is None
+             else f"{r.cost:.4f}"]
             for r in summary.rows]
     lines = [tabulate(rows, headers=["exp", "att", "branch", "sha", "status", "geomean us", "vs base", "tokens",
                                      "cost usd"], tablefmt="simple") if rows else "no attempts were made."]
     lines.append(f"\n{len(summary.rows)} attempt(s) in {summary.iterations} iteration(s); "
                  f"{sum(r.status == 'ok' for r in summary.rows)} correct. Stopped: {summary.stop}.")
-    used = summary.tokens or summary.cost or summary.unpriced_calls
-    lines.append("model use: none (offline)" if not used else f"model use: {summary.tokens} tokens, ${summary.cost:.4f}" +
-                 (f"; {summary.unpriced_calls} call(s) had no price in litellm's table, so the cost and "
-                  "--max-cost count only priced calls" if summary.unpriced_calls else ""))
+    if all(protocol.is_offline(m) for m in summary.models):
+        lines.append("model use: none (offline)")
+    else:
+        lines.append(f"model use: {summary.calls} call(s) to {', '.join(summary.models)}, "
+                     f"{summary.tokens or 'no'} tokens counted, {cost_text(summary.cost, summary.unpriced_calls)}" +
+                     ("; a call without a price (a model litellm's table lacks, or the manual model) is not "
+                      "counted by --max-cost" if summary.unpriced_calls else "") +
+                     (f"; {len(summary.model_failures)} call(s) got no answer" if summary.model_failures else ""))
     for reason in summary.skipped:
         lines.append(f"skipped {reason}")
     before, after = summary.best_before, summary.best_after

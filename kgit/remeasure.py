@@ -11,10 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kgit.archive import measure
-from kgit.archive.repo import BASELINE_TAG, NOTES_REF
+from kgit.archive.remotes import sync  # noqa: F401  (kgit sync; the git side lives in the archive)
+from kgit.archive.repo import BASELINE_TAG
 from kgit.evaluation.backends import get_evaluator
-from kgit.errors import GitError, KgitError
+from kgit.errors import KgitError
 from kgit.workflow import best, find, resolve
+
+ERROR_EXCERPT_CHARS = 2000
 
 
 @dataclass
@@ -59,7 +62,7 @@ def remeasure(repo, config, revs=(), *, device_tag: str | None = None, repeat: i
 
         def one(sha):
             doc = evaluator(sha)
-            record = measure.note_record(doc, tag="remeasure")
+            record = failure_fields(doc) | measure.note_record(doc, tag="remeasure")
             if device_tag:
                 record["device_tag"] = device_tag
             return Remeasured(sha, record, doc)
@@ -72,69 +75,25 @@ def remeasure(repo, config, revs=(), *, device_tag: str | None = None, repeat: i
                 repo.add_note(item.sha, item.record)
                 if progress:
                     progress(f"{item.sha[:10]}: {item.result['status']}"
+                             + (f" ({item.record['reason']})" if item.record.get("reason") else "")
                              + (f", {item.record['geomean_us']:.2f} us" if item.record.get("geomean_us") else "")
                              + f" on {item.record.get('device_tag') or item.record.get('device')}")
                 done.append(item)
     return done
 
 
-def sync(repo, remote: str = "origin") -> dict:
-    """Fetch the remote's refs/notes/kgit, merge it into ours (union of lines), push the result."""
-    if remote not in repo.git("remote").split() and "/" not in remote and ":" not in remote:
-        raise KgitError(f"no remote named {remote!r}; `git remote -v` lists them, `git remote add NAME URL` adds one.")
-    staging = f"refs/notes/kgit-sync/{_ref_safe(remote)}"
-    with repo.lock("sync"):
-        for _ in range(3):
-            fetched = _fetch(repo, remote, staging)
-            merged = _merge(repo, staging) if fetched else "no remote notes"
-            if not _has_ref(repo, NOTES_REF):
-                repo.git("update-ref", "-d", staging, check=False)
-                return {"remote": remote, "merged": merged, "pushed": False, "notes": 0}
-            push = repo.git("push", "--porcelain", remote, f"{NOTES_REF}:{NOTES_REF}", check=False)
-            if "[rejected]" not in push and not _push_ok(push):
-                # Not a race with another pusher: let git's own error (auth, network) through.
-                repo.git("push", "--quiet", remote, f"{NOTES_REF}:{NOTES_REF}")
-                push = repo.git("push", "--porcelain", remote, f"{NOTES_REF}:{NOTES_REF}", check=False)
-            if _push_ok(push):
-                repo.git("update-ref", "-d", staging, check=False)
-                count = len(repo.git("notes", "--ref", NOTES_REF, "list").splitlines())
-                return {"remote": remote, "merged": merged, "pushed": True, "notes": count}
-            # Someone pushed notes in between: fetch and merge again.
-        raise GitError(f"pushing {NOTES_REF} to {remote} was rejected three times; another machine keeps "
-                       f"pushing notes. Run `kgit sync {remote}` again.\n{push[-800:]}")
+def failure_fields(doc: dict) -> dict:
+    """What a failed re-measurement keeps besides its status: the one-line reason and the end of the error.
 
-
-def _fetch(repo, remote, staging) -> bool:
-    out = repo.git("ls-remote", remote, NOTES_REF, check=False)
-    if not out.strip():
-        return False
-    repo.git("fetch", "--quiet", "--no-tags", remote, f"+{NOTES_REF}:{staging}")
-    return True
-
-
-def _merge(repo, staging) -> str:
-    theirs = repo.git("rev-parse", staging).strip()
-    if not _has_ref(repo, NOTES_REF):
-        repo.update_ref(NOTES_REF, theirs, reason="kgit sync: notes from the remote")
-        return "took the remote's notes"
-    ours = repo.git("rev-parse", NOTES_REF).strip()
-    if ours == theirs:
-        return "already in sync"
-    # cat_sort_uniq keeps every line of both sides: each line is one measurement.
-    repo.git("notes", "--ref", NOTES_REF, "merge", "--quiet", "-s", "cat_sort_uniq", staging,
-             env=repo.identity_env())
-    return "merged"
-
-
-def _has_ref(repo, ref) -> bool:
-    return bool(repo.git("rev-parse", "--verify", "--quiet", ref, check=False).strip())
-
-
-def _push_ok(porcelain: str) -> bool:
-    # --porcelain: one line per ref, flag first: " " pushed, "=" up to date, "!" rejected.
-    lines = [line for line in porcelain.splitlines() if NOTES_REF in line and "\t" in line]
-    return bool(lines) and all(line[0] in " +=*" for line in lines)
-
-
-def _ref_safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)
+    A note is one JSON line, so the excerpt is bounded; the whole error is the evaluator's
+    to log. Correct results keep neither.
+    """
+    if doc.get("status") == "ok":
+        return {}
+    out = {}
+    if doc.get("reason"):
+        out["reason"] = " ".join(str(doc["reason"]).split())
+    error = (doc.get("error") or "").strip()
+    if error:
+        out["error_excerpt"] = error[-ERROR_EXCERPT_CHARS:]
+    return out

@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kgit import config as config_mod
-from kgit.evaluation import child as evaluate
-from kgit.archive import cause, figures, measure
+from kgit.evaluation import buildfacts, child as evaluate
+from kgit.archive import figures, measure
 from kgit.archive import trailers as tr
-from kgit.archive.repo import BASELINE_TAG, Attempt, Repo, parse_branch, run_git
+from kgit.archive import trees
+from kgit.archive.refs import ExperimentRef
+from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
 from kgit.errors import EvaluationFailed, KgitError, NotAKernelRepo
 from kgit import problems as problem_mod
 from kgit.scientist.protocol import is_offline
@@ -59,9 +61,7 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
             raise KgitError(f"{problem_dir / name} is missing: a problem needs task.yml and reference.py.")
     _check_overwrites(path, [config.problem + "/", *task.files, ".kgit.yaml"], force)
     path.mkdir(parents=True, exist_ok=True)
-    if run_git(["rev-parse", "--is-inside-work-tree"], path, check=False).strip() != "true":
-        run_git(["init", "--quiet"], path)
-    repo = Repo(Path(run_git(["rev-parse", "--show-toplevel"], path).strip()))
+    repo = Repo.open_or_init(path)
     if repo.root != path:
         raise KgitError(f"{path} is inside the git repository {repo.root}; a kernel repository is a whole "
                         f"repository. Run `kgit init` in {repo.root}, or pick a folder outside it.")
@@ -112,14 +112,14 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
         message = tr.Message(
             subject=f"kgit baseline: {task.name} (geomean {doc['geomean_us']:.1f} us)",
             paragraphs=[f"Baseline kernel of the problem {task.name}, measured by kgit init.", task.summary],
-            trailers=[("Kgit-Experiment", 0), ("Kgit-Attempt", 0), ("Kgit-Branch", repo.head_branch() or "HEAD"),
-                      ("Kgit-Hypothesis", "baseline"), *result_trailers(doc),
-                      ("Kgit-Speedup", "1.00"), ("Kgit-Speedup-Baseline", "1.00"), ("Kgit-Model", "human")],
+            trailers=tr.lines({"experiment": 0, "attempt": 0, "branch": repo.head_branch() or "HEAD",
+                               "hypothesis": "baseline", **tr.from_result(doc),
+                               "speedup": "1.00", "speedup_baseline": "1.00", "model": "human"}),
         ).render(ok=False)
         head = repo.head()
         sha = repo.commit_tree(tree, [head] if head else [], message)
         repo.update_ref("HEAD", sha, head, reason="kgit init")
-        repo.git("tag", "-f", BASELINE_TAG, sha)
+        repo.tag_baseline(sha)
         repo.sync_index()
     return Outcome(sha=sha, result=doc, speedup=1.0, speedup_baseline=1.0)
 
@@ -214,12 +214,12 @@ def start(repo: Repo, hypothesis: str, base: str | None = None, *, checkout: boo
             raise KgitError("the work tree has uncommitted changes; commit or stash them (`git stash`) "
                             "before `kgit try` checks out the new experiment branch.")
         number = next_experiment(repo, attempts)
-        branch = f"kgit/{number}-{tr.slugify(hypothesis)}"
+        branch = ExperimentRef(number, tr.slugify(hypothesis)).branch
         repo.create_branch(branch, base_sha, hypothesis)
         if number % MAINTAIN_EVERY == 0:
             repo.maintain()
         if checkout:
-            repo.git("checkout", "--quiet", branch)
+            repo.checkout(branch)
     return branch, base_sha
 
 
@@ -231,7 +231,7 @@ def record(repo: Repo, config, notes: str = "", *, allow_unchanged: bool = False
     `allow_unchanged`: it would commit a copy and measure it again.
     """
     branch = repo.head_branch()
-    if not branch or not parse_branch(branch):
+    if not branch or not ExperimentRef.match(branch):
         raise KgitError(f"`kgit record` works on an experiment branch, and HEAD is {branch or 'detached'}. "
                         'Start one with `kgit try "HYPOTHESIS"`, or check one out with `git checkout kgit/N-...`.')
     task = problem_mod.load_task(repo.root / config.problem)
@@ -254,7 +254,7 @@ def record(repo: Repo, config, notes: str = "", *, allow_unchanged: bool = False
 def _refuse_unchanged(repo: Repo, branch: str, tree: str, parent: str):
     base = repo.branch_meta(branch)["base"] or parent
     for sha, what in ((parent, f"the tip of {branch}"), (base, "the experiment's base")):
-        if repo.git("rev-parse", f"{sha}^{{tree}}").strip() == tree:
+        if trees.tree_of(repo, sha) == tree:
             raise KgitError(f"nothing changed: the work tree equals {what} ({sha[:10]}), so recording would commit "
                             "a copy of it. Edit the kernel first; to time that commit again without a new commit, "
                             f"run `kgit remeasure {sha[:10]}`, or commit it as a new attempt anyway with "
@@ -269,7 +269,7 @@ def evaluate_rev(repo: Repo, config, rev: str) -> dict:
 
 
 def experiment_info(repo: Repo, attempts: list[Attempt], branch: str) -> dict:
-    number, _ = parse_branch(branch)
+    number = ExperimentRef.parse(branch).number
     mine = sorted((a for a in attempts if a.experiment == number), key=lambda a: a.attempt)
     meta = repo.branch_meta(branch)
     last = mine[-1] if mine else None
@@ -286,6 +286,7 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
                    author: str | None, model: str, cost: float | None = None, tokens: int | None = None,
                    extra_trailers: list | None = None) -> Outcome:
     """Commit one attempt on `branch` (whose tip must be `parent`) with its result; the lock is held."""
+    buildfacts.apply_policy(result, config)  # require_targets (issue 14): in place, so evolve sees it too
     attempts = repo.read()
     info = experiment_info(repo, attempts, branch)
     number = info["number"]
@@ -299,24 +300,15 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
         baseline_m = base_m if baseline_sha == info["base"] else _reference_measurement(repo, config, attempts, baseline_sha, result)
     speedup = measure.ratio(base_m, result.get("geomean_us"), times)
     speedup_baseline = measure.ratio(baseline_m, result.get("geomean_us"), times)
-    slug = parse_branch(branch)[1]
-    trailers = [("Kgit-Experiment", number), ("Kgit-Attempt", index), ("Kgit-Branch", branch),
-                ("Kgit-Base", info["base"])]
-    if info["reference"]:
-        trailers.append(("Kgit-Reference", info["reference"]))
-    trailers.append(("Kgit-Hypothesis", info["hypothesis"]))
-    if expected_gain:
-        trailers.append(("Kgit-Expected-Gain", expected_gain))
-    trailers += result_trailers(result)
-    if speedup is not None:
-        trailers.append(("Kgit-Speedup", f"{speedup:.3f}"))
-    if speedup_baseline is not None:
-        trailers.append(("Kgit-Speedup-Baseline", f"{speedup_baseline:.3f}"))
-    trailers.append(("Kgit-Model", model))
-    if cost is not None or not (model == "human" or is_offline(model)):
-        trailers.append(("Kgit-Cost-USD", "unknown" if cost is None else f"{cost:.4f}"))
-    if tokens is not None:
-        trailers.append(("Kgit-Tokens", int(tokens)))
+    slug = ExperimentRef.parse(branch).slug
+    priced = cost is not None or not (model == "human" or is_offline(model))
+    trailers = tr.lines({
+        "experiment": number, "attempt": index, "branch": branch, "base": info["base"],
+        "reference": info["reference"] or None, "hypothesis": info["hypothesis"],
+        "expected_gain": expected_gain or None, **tr.from_result(result), "speedup": speedup,
+        "speedup_baseline": speedup_baseline, "model": model,
+        "cost": ("unknown" if cost is None else cost) if priced else None, "tokens": tokens,
+    })
     trailers += extra_trailers or []
     paragraphs = [f"Hypothesis: {info['hypothesis']}", plan, f"Notes: {notes}" if notes else ""]
     if not ok and result.get("error"):
@@ -343,22 +335,14 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
 
 
 def result_trailers(doc: dict) -> list:
-    out = [("Kgit-Status", doc["status"])]
-    if doc.get("reason"):
-        out.append(("Kgit-Reason", doc["reason"]))
-    out += [("Kgit-Device", doc.get("device") or "unknown"), ("Kgit-Timing", doc.get("timing") or "none")]
-    if doc["status"] == "ok":
-        out.append(("Kgit-Geomean-us", f"{doc['geomean_us']:.3f}"))
-        out += figures.noise_trailer(doc)
-        out += [("Kgit-Time-us", f"{key} {value:.3f}") for key, value in measure.result_times(doc).items()]
+    # Kgit-Target-<name> (issue 14, docs/targets.md): one trailer per declared target.
+    out = tr.lines(tr.from_result(doc)) + buildfacts.trailers(doc)
     if doc["status"] == "stopped":
         # The shapes timed before the race stopped: kept, never ranked (no Kgit-Geomean-us).
         race = doc.get("race") or {}
         out.append(("Kgit-Stopped", f"after {race.get('timed')} of {race.get('total')} shapes, "
                                     f"{race.get('slower')}x the time of {race.get('incumbent')}"))
         out += [("Kgit-Time-us", f"{key} {value:.3f}") for key, value in measure.result_times(doc).items()]
-    out += cause.trailer(doc)
-    out += [("Kgit-Harness", doc.get("harness") or ""), ("Kgit-Eval-s", f"{doc.get('eval_s') or 0:.1f}")]
     return out
 
 
@@ -389,10 +373,7 @@ def describe(repo: Repo, rev: str) -> tuple[Attempt, str, dict, str]:
     attempt = find(attempts, sha)
     if attempt is None:
         raise KgitError(f"{rev} ({sha[:10]}) is not a kgit attempt; `kgit log` lists the attempts.")
-    body = repo.git("show", "-s", "--format=%b", sha)
-    paragraphs = body.rstrip().split("\n\n")
-    if paragraphs and tr.parse(paragraphs[-1]).get("Kgit-Experiment"):
-        paragraphs = paragraphs[:-1]
+    paragraphs = tr.strip_trailers(repo.body(sha))
     base_times = {}
     diffstat = ""
     if attempt.base:
@@ -401,5 +382,5 @@ def describe(repo: Repo, rev: str) -> tuple[Attempt, str, dict, str]:
             found = measure.comparable(base, attempt.device, attempt.harness)
             base_times = (found or {}).get("times", {})
         # The base comes from a trailer, which anyone can write: never let it read as an option.
-        diffstat = repo.git("diff", "--stat", "--end-of-options", attempt.base, sha, check=False)
+        diffstat = repo.diff(attempt.base, sha, stat=True)
     return attempt, "\n\n".join(paragraphs), base_times, diffstat

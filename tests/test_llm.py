@@ -6,17 +6,23 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
+import re
+import signal
 import subprocess
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
 import fake_llm
 from conftest import fast_config_text
 from kgit.config import LLMConfig
-from kgit.errors import LLMError
-from kgit.scientist import llm
+from kgit.errors import LLMError, LLMUnavailable
+from kgit.scientist import llm, manual
 
 SECRET = "sk-test-0123456789abcdef"
 
@@ -157,7 +163,10 @@ def test_evolve_through_a_local_openai_compatible_server(kernel_repo, run_kgit, 
     assert result.exit_code == 0, result.output
     assert [r["path"] for r in server.requests] == ["/v1/chat/completions"] * 2
     assert server.requests[0]["body"]["model"] == "test-model"
-    assert "had no price" in result.output
+    # The model has no price: every figure says unpriced, none says $0.
+    assert "2 call(s) to openai/test-model, 150 tokens counted, unpriced (2 calls without a price)" in result.stdout
+    assert "unpriced (1 call without a price) so far" in result.stderr
+    assert "$0.0" not in result.output and "offline" not in result.output
 
     def git(*args):
         return subprocess.run(["git", *args], cwd=kernel_repo, capture_output=True, text=True, check=True).stdout
@@ -170,3 +179,274 @@ def test_evolve_through_a_local_openai_compatible_server(kernel_repo, run_kgit, 
     assert SECRET not in git("log", "--all", "--format=%B") + result.output
     cache = list((kernel_repo / ".git" / "kgit" / "cache" / "llm").rglob("*.json"))
     assert len(cache) == 2 and all(SECRET not in p.read_text() for p in cache)
+
+
+# -- the manual model: requests and answers as files ------------------------------------
+def _manual_client(tmp_path, sleep, **settings):
+    lines = []
+    config = LLMConfig(model="manual", **settings)
+    client = llm.Client(config, tmp_path / "cache", sleep=sleep, manual_dir=tmp_path / "manual",
+                        progress=lines.append)
+    return client, lines
+
+
+def _newest(folder):
+    return max(folder.iterdir(), key=lambda p: p.stat().st_mtime_ns)
+
+
+def test_manual_answer_is_read_only_once_its_marker_exists(tmp_path):
+    folder = tmp_path / "manual"
+    full = "The plan, at length.\n\n```json\n{\"base\": \"abc\"}\n```\n"
+    polls = []
+
+    def answer_in_steps(seconds):
+        # Each poll of kgit's wait is one step of a slow writer; only the marker finishes it.
+        polls.append(seconds)
+        request = folder / "0001-design.request.md"
+        answer, done = folder / "0001-design.answer.md", folder / "0001-design.done"
+        if len(polls) == 1:
+            assert _newest(folder) == request  # the request to answer is the newest file
+            answer.write_text(full[:10])
+        elif len(polls) == 2:
+            answer.write_text(full)
+        else:
+            done.touch()
+
+    client, lines = _manual_client(tmp_path, answer_in_steps)
+    messages = [{"role": "user", "content": "Design plans.\n\n## Task\nadd two vectors"},
+                {"role": "assistant", "content": "no json here"},
+                {"role": "user", "content": "That answer could not be used. Answer again."}]
+    reply = client.ask("design", messages)
+    assert reply.text == full and len(polls) == 3  # the partial answer of poll 1 was never read
+    assert (reply.model, reply.cost, reply.tokens, reply.cached) == ("manual", None, None, False)
+    request = folder / "0001-design.request.md"
+    assert str((folder / "0001-design.answer.md").resolve()) in lines[-1]
+    assert str((folder / "0001-design.done").resolve()) in lines[-1]
+    text = request.read_text()
+    assert "```json" in text and "Stage: design" in text
+    assert manual.parse_request(text) == messages
+    # The same request again is answered from the cache; the transcript files stay.
+    again = client.ask("design", messages)
+    assert again.text == full and again.cached and len(polls) == 3
+    assert sorted(p.name for p in folder.iterdir()) == ["0001-design.answer.md", "0001-design.done",
+                                                       "0001-design.request.md"]
+
+
+def test_manual_requests_are_numbered_and_say_what_to_answer(tmp_path):
+    folder = tmp_path / "manual"
+
+    def answer(seconds):
+        pending = _newest(folder)
+        stem = pending.name[: -len(".request.md")]
+        (folder / f"{stem}.answer.md").write_text(f"answer to {stem}")
+        (folder / f"{stem}.done").touch()
+
+    client, lines = _manual_client(tmp_path, answer)
+    assert client.ask("select", [{"role": "user", "content": "pick a base"}]).text == "answer to 0001-select"
+    assert client.ask("write", [{"role": "user", "content": "the edits"}]).text == "answer to 0002-write"
+    write_request = (folder / "0002-write.request.md").read_text()
+    assert "SEARCH" in write_request and "REPLACE" in write_request
+    assert "```json" in (folder / "0001-select.request.md").read_text()
+    assert sum("write the answer to" in line for line in lines) == 2
+
+
+def test_manual_wait_interrupted_leaves_the_request_for_the_next_run(tmp_path):
+    folder = tmp_path / "manual"
+
+    def ctrl_c(seconds):
+        raise KeyboardInterrupt
+
+    messages = [{"role": "user", "content": "pick a base"}]
+    client, _ = _manual_client(tmp_path, ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        client.ask("select", messages)
+    # Answered while no run waits; the next run asks the same question and takes that answer.
+    (folder / "0001-select.answer.md").write_text("late answer")
+    (folder / "0001-select.done").touch()
+    client, lines = _manual_client(tmp_path, ctrl_c)
+    assert client.ask("select", messages).text == "late answer"
+    assert sorted(p.name for p in folder.iterdir()) == ["0001-select.answer.md", "0001-select.done",
+                                                       "0001-select.request.md"]
+
+
+def test_manual_wait_ends_on_the_timeout_or_when_the_run_stops(tmp_path):
+    client, _ = _manual_client(tmp_path, lambda s: time.sleep(0.01), manual_timeout_s=0.05)
+    with pytest.raises(LLMUnavailable, match="llm.manual_timeout_s"):
+        client.ask("design", [{"role": "user", "content": "plans"}])
+    stopping = threading.Event()
+    stopping.set()
+    channel = manual.Channel(tmp_path / "other", stopping=stopping, sleep=lambda s: None)
+    with pytest.raises(KeyboardInterrupt):
+        channel.ask("write", [{"role": "user", "content": "edits"}], "0" * 64)
+
+
+def test_manual_marker_without_an_answer_is_an_empty_answer(tmp_path):
+    folder = tmp_path / "manual"
+    client, _ = _manual_client(tmp_path, lambda s: (folder / "0001-write.done").touch(), cache=False)
+    assert client.ask("write", [{"role": "user", "content": "edits"}]).text == ""
+
+
+def test_manual_model_needs_a_repository_folder(tmp_path):
+    client = llm.Client(LLMConfig(model="manual"), None)
+    with pytest.raises(LLMError, match="kgit evolve --model manual"):
+        client.ask("select", [{"role": "user", "content": "hi"}])
+
+
+def _drive_manual_run(proc, state, answers, seen, failures):
+    """Answer each request `kgit evolve --model manual` announces on stderr, as an agent would."""
+    announce = re.compile(r"manual model: (\w+) request (\S+)$")
+    handin = re.compile(r"write the answer to (\S+), then create (\S+)$")
+    try:
+        request = None
+        for line in proc.stderr:
+            seen.append(line.rstrip("\n"))
+            if found := announce.search(seen[-1]):
+                request = Path(found.group(2))
+                continue
+            if not (found := handin.search(seen[-1])):
+                continue
+            answer, done = Path(found.group(1)), Path(found.group(2))
+            assert request is not None and _newest(state) == request  # the request is the newest file
+            assert answer.parent == state and answer.is_absolute()
+            stage = request.name.split("-", 1)[1].split(".")[0]
+            messages = manual.parse_request(request.read_text())
+            assert messages and messages[-1]["role"] == "user"
+            answer.write_text(answers[stage][:20])  # a slow writer: half an answer first
+            answer.write_text(answers[stage])
+            done.touch()
+    except BaseException as e:  # noqa: BLE001 - reported by the test, and the run must not wait forever
+        failures.append(repr(e))
+        proc.kill()
+
+
+def test_evolve_with_the_manual_model_end_to_end(kernel_repo, tmp_path):
+    """`kgit evolve --model manual -n 1` in a subprocess, answered from a thread through the files."""
+    (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"pick": 1, "attempts": 1, "knowledge": []}))
+    baseline = subprocess.run(["git", "rev-parse", "kgit/baseline"], cwd=kernel_repo, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    notes = "Doubling the block halves the programs launched.\n\nNo speedup is claimed before it is measured."
+    answers = {
+        "select": fake_llm.selection(baseline[:10]),
+        "design": fake_llm.design(["Larger blocks per program"]),
+        "write": fake_llm.search_replace("kernel.py", "BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 2048 4096",
+                                         "BLOCK_SIZE = 2048  # kgit: tune 256 512 1024 2048 4096", note=notes),
+    }
+    state = (kernel_repo / ".git" / "kgit" / "manual").resolve()
+    seen, failures = [], []
+    with open(tmp_path / "stdout.txt", "w") as stdout:
+        proc = subprocess.Popen([sys.executable, "-m", "kgit", "evolve", "--model", "manual", "-n", "1"],
+                                cwd=kernel_repo, stdout=stdout, stderr=subprocess.PIPE, text=True)
+        driver = threading.Thread(target=_drive_manual_run, args=(proc, state, answers, seen, failures), daemon=True)
+        driver.start()
+        try:
+            proc.wait(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    driver.join(timeout=60)
+    out = (tmp_path / "stdout.txt").read_text()
+    stderr = "\n".join(seen)
+    assert not failures and proc.returncode == 0, (failures, out + stderr)
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=kernel_repo, capture_output=True, text=True, check=True).stdout
+
+    message = git("log", "-1", "--format=%B", "--branches=kgit/*")
+    assert "Kgit-Status: ok" in message and "Kgit-Model: manual" in message and "Kgit-Cost-USD: unknown" in message
+    assert "Doubling the block halves the programs launched.\n\nNo speed-up is claimed" in message
+    assert "kernel.py kernel.py" not in message
+    asked = sorted(p.name for p in state.iterdir() if p.name.endswith(".request.md"))
+    stages = [name.split("-", 1)[1].split(".")[0] for name in asked]
+    assert stages[-2:] == ["design", "write"] and set(stages) <= {"select", "design", "write"}
+    for name in asked:  # the transcript: every request with its answer and marker, kept after the run
+        stem = name[: -len(".request.md")]
+        assert (state / f"{stem}.answer.md").exists() and (state / f"{stem}.done").exists()
+    assert "unpriced" in out and "$0.0000" not in out and "offline" not in out
+    assert "$0.0000" not in stderr
+
+
+def test_manual_run_interrupted_while_waiting_resumes_on_the_same_request(kernel_repo):
+    from kgit import evolve, workflow
+
+    (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"pick": 1, "attempts": 1, "knowledge": []}))
+    repo, config = workflow.load(kernel_repo)
+    config = evolve.with_overrides(config, model="manual")
+    folder = repo.state / "manual"
+    answers = {
+        "select": fake_llm.selection(repo.rev("kgit/baseline")[:10]),
+        "design": fake_llm.design(["Larger blocks per program"]),
+        "write": fake_llm.search_replace("kernel.py", "BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 2048 4096",
+                                         "BLOCK_SIZE = 2048  # kgit: tune 256 512 1024 2048 4096"),
+    }
+
+    def driver(interrupt_at):
+        def poll(seconds):
+            request = _newest(folder)
+            stage = request.name.split("-", 1)[1].split(".")[0]
+            if stage == interrupt_at:
+                raise KeyboardInterrupt  # Ctrl-C while kgit waits for this answer
+            stem = request.name[: -len(".request.md")]
+            (folder / f"{stem}.answer.md").write_text(answers[stage])
+            (folder / f"{stem}.done").touch()
+        return poll
+
+    refs_before = subprocess.run(["git", "for-each-ref"], cwd=kernel_repo, capture_output=True, text=True).stdout
+    client = llm.Client(config.llm, repo.state / "cache" / "llm", sleep=driver("design"), manual_dir=folder,
+                        progress=lambda line: None)
+    first = evolve.evolve(repo, config, client=client)
+    assert first.interrupted and first.rows == []
+    assert subprocess.run(["git", "for-each-ref"], cwd=kernel_repo, capture_output=True,
+                          text=True).stdout == refs_before  # no branch, no commit, nothing half made
+    with repo.lock("test"):
+        pass  # the lock was released
+
+    client = llm.Client(config.llm, repo.state / "cache" / "llm", sleep=driver(None), manual_dir=folder,
+                        progress=lambda line: None)
+    second = evolve.evolve(repo, config, client=client)
+    assert [r.status for r in second.rows] == ["ok"] and second.rows[0].model == "manual"
+    # Earlier answers came from the cache, and the design request was the one left waiting:
+    # one request per stage in all (select may be skipped when only the baseline exists).
+    stages = [p.name.split("-", 1)[1] for p in sorted(folder.glob("*.request.md"))]
+    assert stages[-2:] == ["design.request.md", "write.request.md"] and len(stages) == len(set(stages))
+
+
+def test_manual_ctrl_c_stops_every_hypothesis_waiting(kernel_repo):
+    """With evolve.jobs = 2 both writers wait in threads; Ctrl-C reaches the main thread, and the
+    run's stop event ends both waits, so the run ends instead of hanging on them."""
+    from kgit import evolve, workflow
+
+    (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"pick": 2, "attempts": 1, "jobs": 2,
+                                                                     "knowledge": []}))
+    repo, config = workflow.load(kernel_repo)
+    config = evolve.with_overrides(config, model="manual")
+    folder = repo.state / "manual"
+    answers = {"select": fake_llm.selection(repo.rev("kgit/baseline")[:10]),
+               "design": fake_llm.design(["Larger blocks", "Smaller blocks"], chosen=[0, 1])}
+    sent, polls_after = [], []
+
+    def poll(seconds):
+        pending = [p for p in folder.glob("*.request.md") if not p.with_name(
+            p.name.replace(".request.md", ".done")).exists()]
+        for request in pending:
+            stage = request.name.split("-", 1)[1].split(".")[0]
+            if stage in answers:
+                stem = request.name[: -len(".request.md")]
+                (folder / f"{stem}.answer.md").write_text(answers[stage])
+                (folder / f"{stem}.done").touch()
+                return
+        if len(pending) == 2 and not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does: the main thread gets KeyboardInterrupt
+        elif sent:
+            polls_after.append(1)
+            if len(polls_after) > 2000:
+                raise AssertionError("a writer kept waiting after Ctrl-C")
+        time.sleep(0.005)
+
+    run = evolve.Run(repo, config, progress=lambda line: None)
+    run.client.manual._sleep = poll  # the driver answers between polls; the rest is the run's own client
+    summary = run.run()
+    assert summary.interrupted and sent and summary.rows == []
+    assert len(polls_after) <= 2000
+    stages = [p.name.split("-", 1)[1] for p in sorted(folder.glob("*.request.md"))]
+    assert stages[-3:] == ["design.request.md", "write.request.md", "write.request.md"]

@@ -8,6 +8,7 @@ the API key.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -127,6 +128,63 @@ def test_persistent_faults_end_in_one_llm_error(key, step):
     assert SECRET not in message
 
 
+def _closed_port() -> int:
+    """A local port where nothing listens (bound once to pick it, then closed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_every_retry_says_so_on_the_progress_line(key):
+    sleeps, lines = [], []
+    with FaultServer([("status", 429), ("status", 503), ("answer", "finally")]) as server:
+        config = LLMConfig(model="openai/test-model", api_base=server.url, cache=False, retries=2)
+        reply = _ask(llm.Client(config, None, sleep=sleeps.append, progress=lines.append))
+    assert reply.text == "finally" and len(lines) == 2
+    assert "RateLimitError" in lines[0] and "try 2 of 3" in lines[0]
+    assert "try 3 of 3" in lines[1] and all("retrying in" in line for line in lines)
+
+
+def test_a_missing_key_is_fatal_at_once(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    sleeps = []
+    with FaultServer([("answer", "never sent")]) as server:
+        with pytest.raises(LLMError) as err:
+            _ask(_client(server, sleeps, retries=4))
+    assert type(err.value) is LLMError  # fatal: evolve stops instead of recording and going on
+    assert server.requests == 0 and sleeps == []
+    assert "has no API key" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_refused_connection_is_retried_twice_then_fatal(key):
+    sleeps, lines = [], []
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    config = LLMConfig(model="openai/test-model", api_base=url, cache=False, retries=4)
+    client = llm.Client(config, None, sleep=sleeps.append, progress=lines.append)
+    with pytest.raises(LLMError) as err:
+        _ask(client)
+    assert type(err.value) is LLMError and "nothing accepts connections" in str(err.value)
+    assert url in str(err.value) and "tried 3 time(s)" in str(err.value)
+    assert len(sleeps) == 2 and len(lines) == 2 and all("retrying in" in line for line in lines)
+
+
+def test_setup_problems_are_found_in_the_exception_chain():
+    class Wrapped(Exception):
+        pass
+
+    try:
+        try:
+            raise ConnectionRefusedError(111, "refused")
+        except ConnectionRefusedError as inner:
+            raise Wrapped("Connection error.") from inner
+    except Wrapped as outer:
+        assert llm.setup_problem(outer) == "refused"
+    assert llm.setup_problem(Wrapped("OpenAIException - Missing credentials. Please pass an `api_key`")) == "no key"
+    assert llm.setup_problem(Wrapped("Missing Anthropic API Key - A call is being made")) == "no key"
+    assert llm.setup_problem(Wrapped("Rate limit reached")) is None
+
+
 def test_authentication_errors_are_not_retried(key):
     sleeps = []
     with FaultServer([("status", 401)]) as server:
@@ -206,12 +264,46 @@ def test_a_dead_server_is_recorded_and_the_run_goes_on(kernel_repo, run_kgit, ke
     assert not list((kernel_repo / ".git" / "kgit" / "worktrees").glob("*"))
 
 
-def test_a_server_dead_from_the_start_skips_the_iteration(kernel_repo, run_kgit, key):
+def test_a_server_dead_from_the_start_fails_the_run_in_one_line(kernel_repo, run_kgit, key):
+    """Every model call failed: the run exits non-zero with the cause, and never calls itself offline."""
     with FaultServer([("status", 503)]) as server:
-        result = _evolve(kernel_repo, run_kgit, server)
-    assert result.exit_code == 0, result.output
-    assert "the designer did not answer" in result.output
+        result = _evolve(kernel_repo, run_kgit, server, iterations=3)
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("kgit: ")]
+    assert len(errors) == 1, result.stderr
+    assert "every model call of this run failed" in errors[0] and "503" in errors[0]
+    assert "the designer did not answer" in result.stderr
+    assert "offline" not in result.output
+    # Stopped after the first iteration instead of failing the same way twice more: the
+    # design call's first try and one retry (the select call is skipped, its choice forced).
+    assert server.requests == 2
     assert [a.experiment for a in Repo(kernel_repo).read()] == [0]
+    retries = [line for line in result.stderr.splitlines() if "retrying in" in line]
+    assert len(retries) == 1 and all("openai/test-model" in line and "503" in line for line in retries)
+
+
+def test_a_run_without_a_key_fails_at_once_in_one_line(kernel_repo, run_kgit, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    with FaultServer([("answer", "never sent")]) as server:
+        result = _evolve(kernel_repo, run_kgit, server)
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("kgit: ")]
+    assert len(errors) == 1 and "has no API key" in errors[0] and "OPENAI_API_KEY" in errors[0]
+    assert server.requests == 0 and "retrying" not in result.stderr and "offline" not in result.output
+
+
+def test_a_run_against_a_refused_port_fails_fast_in_one_line(kernel_repo, run_kgit, key):
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"pick": 1, "attempts": 1, "knowledge": []},
+                                                             llm={"retries": 4, "timeout_s": 5}))
+    result = run_kgit(kernel_repo, "evolve", "--model", "openai/test-model", "--api-base", url)
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("kgit: ")]
+    assert len(errors) == 1 and "nothing accepts connections" in errors[0] and url in errors[0]
+    # Two short retries, each announced, instead of llm.retries (4) silent ones.
+    assert len([line for line in result.stderr.splitlines() if "retrying in" in line]) == 2
+    assert "offline" not in result.output and [a.experiment for a in Repo(kernel_repo).read()] == [0]
 
 
 def test_a_fatal_model_error_stops_with_one_line(kernel_repo, run_kgit, key):

@@ -13,6 +13,7 @@ from kgit.archive import measure
 from kgit import remeasure as rm
 from kgit.archive.repo import BASELINE_TAG, NOTES_REF, Repo
 from kgit.errors import GitError, KgitError
+from kgit.review import text as report
 from kgit_harness import result as result_mod
 
 from conftest import fast_config_text, git
@@ -141,3 +142,30 @@ def test_sync_reports_git_errors_of_an_unreachable_remote(kernel_repo, tmp_path)
     _note(kernel_repo, "local")
     with pytest.raises(GitError, match="git push"):
         rm.sync(Repo(kernel_repo), str(tmp_path / "no-such-remote.git"))
+
+
+def test_a_failed_remeasurement_keeps_its_reason_and_error_excerpt(kernel_repo):
+    repo = Repo(kernel_repo)
+    config = config_mod.parse(fast_config_text())
+    error = "Traceback (most recent call last):\n" + "  frame\n" * 600 + "ValueError: grid too large for H200"
+
+    def rejecting(sha):
+        return result_mod.new("rejected", device="NVIDIA H200", timing="events", error=error,
+                              reason="persistent grid launched more programs than the device holds")
+
+    rejecting.slots = 1
+    lines = []
+    done = rm.remeasure(repo, config, ["kgit/baseline"], evaluator=rejecting, progress=lines.append)
+    note = git(kernel_repo, "notes", "--ref", NOTES_REF, "show", BASELINE_TAG)
+    record = json.loads(note.strip().splitlines()[-1])
+    assert record == done[0].record and record["status"] == "rejected"
+    assert record["reason"] == "persistent grid launched more programs than the device holds"
+    excerpt = record["error_excerpt"]
+    assert excerpt.endswith("ValueError: grid too large for H200") and len(excerpt) == rm.ERROR_EXCERPT_CHARS
+    assert "persistent grid launched" in lines[0] and "rejected" in lines[0]
+    baseline = next(a for a in repo.read() if a.is_baseline)
+    shown = report.attempt_text(baseline, "", {}, "")
+    assert "remeasured: NVIDIA H200: rejected (persistent grid launched more programs" in shown
+    # A correct re-measurement carries neither.
+    ok = rm.remeasure(repo, config, ["kgit/baseline"], evaluator=FakeEvaluator([9.0]))
+    assert "reason" not in ok[0].record and "error_excerpt" not in ok[0].record

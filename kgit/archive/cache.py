@@ -9,19 +9,26 @@ notes commit (re-measurements attach to old commits), or a different cache forma
 
 Two files: `archive-records.jsonl`, one attempt per line, only ever appended to (so
 growth costs the new lines, not a rewrite of 100 MB), and `archive-state.json`, the
-tips and how many of those lines are valid (a crash mid-append leaves extra lines,
-which are ignored). JSON, not pickle: evaluated code may be able to write here on some
-hosts, and loading must not run anything.
+tips and how many of those lines (and bytes) are valid (a crash mid-append leaves
+extra lines, which are ignored). JSON, not pickle: evaluated code may be able to write
+here on some hosts, and loading must not run anything. All 100,000 lines are read
+with one orjson call, with the garbage collector paused.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
-FORMAT = 2
+import orjson
+
+from kgit.archive.attempt import Attempt
+
+FORMAT = 3
 _ATTEMPT_FIELDS = ("sha", "parents", "tree", "author", "email", "time", "subject", "block", "raw_notes")
 
 
@@ -35,19 +42,44 @@ def _load(state_path: Path, records_path: Path):
         state = json.loads(state_path.read_text(encoding="utf-8"))
         if not isinstance(state, dict) or state.get("format") != FORMAT:
             return None, None
-        records = []
-        with open(records_path, encoding="utf-8") as f:
-            for _, line in zip(range(state["lines"]), f):
-                records.append(json.loads(line))
-        if len(records) != state["lines"]:
+        size = state["bytes"]
+        # Every line but the file's first starts with a comma, so "[" + the valid bytes
+        # + "]" is one JSON array: one parse for the whole archive, read in place.
+        buf = bytearray(size + 2)
+        with open(records_path, "rb") as f:
+            if f.readinto(memoryview(buf)[1:size + 1]) != size:
+                return None, None
+        buf[0], buf[-1] = ord("["), ord("]")
+        records = orjson.loads(buf)
+        if len(records) != state["lines"] or not all(type(r) is list and len(r) == _WIDTH for r in records):
             return None, None
         return state, records
     except (OSError, ValueError, KeyError, TypeError):
         return None, None
 
 
-def _line(attempt) -> str:
-    return json.dumps([getattr(attempt, f) for f in _ATTEMPT_FIELDS], separators=(",", ":")) + "\n"
+_WIDTH = len(_ATTEMPT_FIELDS)
+
+
+@contextmanager
+def gc_paused():
+    """No cyclic garbage collection while 100,000 attempts' dicts are made: it would scan
+    the growing heap again and again (half of a warm read). The data holds no cycles."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:  # another thread that paused it first turns it back on
+            gc.enable()
+
+
+def _line(attempt, first: bool) -> bytes:
+    return (b"" if first else b",") + orjson.dumps([getattr(attempt, f) for f in _ATTEMPT_FIELDS]) + b"\n"
+
+
+def _attempt(record: list) -> Attempt:
+    return Attempt(*record)
 
 
 def _write_state(path: Path, state: dict):
@@ -65,7 +97,7 @@ def _save(state_path: Path, records_path: Path, state: dict, attempts: list, app
 
     `append_at` is the byte length of the valid records (None: rewrite them all).
     """
-    data = "".join(_line(a) for a in attempts).encode("utf-8")
+    data = b"".join(_line(a, append_at in (None, 0) and i == 0) for i, a in enumerate(attempts))
     try:
         state_path.parent.mkdir(parents=True, exist_ok=True)
         if append_at is None:
@@ -96,14 +128,18 @@ def _grew(old_tip: str, new_tip: str, new_by_sha: dict) -> bool:
     return True
 
 
-def read(repo, log_args: list[str], refs: dict[str, str], parse) -> list:
+def read(repo, refs: dict[str, str], log) -> list:
+    with gc_paused():
+        return _read(repo, refs, log)
+
+
+def _read(repo, refs: dict[str, str], log) -> list:
     """The archive, from the cache plus ONE `git log` over what is new (or everything).
 
-    `log_args` is the full-read `git log` command; `refs` maps each kgit ref (branches,
-    "baseline", "notes") to its sha.
+    `refs` maps each kgit ref (branches, "baseline", "notes") to its sha; `log(exclude)`
+    runs the archive's `git log`, less what is reachable from the shas `exclude`, and
+    returns its attempts.
     """
-    from kgit.archive.repo import Attempt
-
     state_path, records_path = _paths(repo)
     cached, records = _load(state_path, records_path)
     tips = {ref: sha for ref, sha in refs.items() if ref.startswith("refs/heads/")}
@@ -113,7 +149,7 @@ def read(repo, log_args: list[str], refs: dict[str, str], parse) -> list:
     if usable:
         # Everything reachable from these is in the cache already (the baseline included).
         old_tips = sorted(set(cached["tips"].values()) | {cached["baseline"]})
-        new = parse(repo.git(*log_args, "--stdin", input="".join(f"^{sha}\n" for sha in old_tips)))
+        new = log(old_tips)
         new_by_sha = {a.sha: a for a in new}
         moved = [(cached["tips"][ref], tips[ref]) for ref in cached["tips"] if tips[ref] != cached["tips"][ref]]
         if all(_grew(old, now, new_by_sha) for old, now in moved):
@@ -123,8 +159,8 @@ def read(repo, log_args: list[str], refs: dict[str, str], parse) -> list:
             new = [a for a in new if a.sha not in known]
             if new or tips != cached["tips"]:
                 _save(state_path, records_path, {**state, "lines": len(records) + len(new)}, new, cached["bytes"])
-            return new + [Attempt(*r) for r in records]
-    attempts = parse(repo.git(*log_args))
+            return new + [_attempt(r) for r in records]
+    attempts = log([])
     seen: set = set()
     attempts = [a for a in attempts if not (a.sha in seen or seen.add(a.sha))]
     _save(state_path, records_path, {**state, "lines": len(attempts)}, attempts, None)

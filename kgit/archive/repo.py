@@ -1,5 +1,7 @@
-"""The whole git surface of kgit: attempt commits, branches, tags, notes, worktrees,
-the archive lock, and reading the archive with one `git log -z` call.
+"""The repository: attempt commits, branches, tags, notes, worktrees, the archive lock,
+and reading the archive with one `git log -z` call. With the other modules of
+kgit/archive it is the whole git surface of kgit; its git processes run through
+GitPython's command wrapper (kgit/archive/command.py).
 
 Commits are made with plumbing (`commit-tree` + `update-ref`) so that a crash can never
 leave a half-made commit or a changed index behind. Argument lists only, never shells.
@@ -8,150 +10,27 @@ leave a half-made commit or a changed index behind. Argument lists only, never s
 from __future__ import annotations
 
 import fcntl
-import functools
 import json
 import os
 import re
-import subprocess
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from kgit.cleanup import remove_tree
 from kgit.archive import cache as archive_cache
+from kgit.archive import command
 from kgit.archive import trailers as tr
+from kgit.archive.attempt import LOG_FORMAT, Attempt, parse_log, parse_records  # noqa: F401  (Attempt, parse_log: the archive's API)
+from kgit.archive.refs import BASELINE_TAG, BRANCH_PREFIX, NOTES_REF, ExperimentRef
 from kgit.errors import GitError, KgitError, LockedError, NotAKernelRepo
 
-BRANCH_PREFIX = "kgit/"
-BASELINE_TAG = "kgit/baseline"
-NOTES_REF = "refs/notes/kgit"
 FALLBACK_NAME, FALLBACK_EMAIL = "kgit", "kgit@localhost"
-_BRANCH_RE = re.compile(r"^kgit/(\d+)-([a-z0-9-]+)$")
-# One record per commit: fields split by \x1f, records by NUL (git log -z). The raw
-# message (%B) is cheaper for git than %(trailers), and its trailer block is parsed
-# lazily, only for the attempts a caller actually looks at.
-_FIELDS = ["%H", "%P", "%T", "%an", "%ae", "%at", "%B", "%N"]
-_TRAILER_LINE = re.compile(r"^(Kgit-[A-Za-z0-9-]+): ?(.*)$", re.M)
-_LOG_FORMAT = "%x1f".join(_FIELDS)
 
 
 def run_git(args, cwd, input=None, env=None, check=True) -> str:
-    full_env = None
-    if env:
-        full_env = dict(os.environ)
-        full_env.update(env)
-    proc = subprocess.run(["git", *args], cwd=cwd, input=input, capture_output=True,
-                          text=True, encoding="utf-8", errors="replace", env=full_env)
-    if check and proc.returncode != 0:
-        raise GitError(f"git {' '.join(args[:3])} failed: {proc.stderr.strip()[:800]}")
-    return proc.stdout
-
-
-@dataclass
-class Attempt:
-    sha: str
-    parents: list
-    tree: str
-    author: str
-    email: str
-    time: int
-    subject: str
-    block: str  # the message's last paragraph: its trailers, parsed on first use
-    raw_notes: str = ""
-
-    @functools.cached_property
-    def trailers(self) -> dict[str, list[str]]:
-        found: dict[str, list[str]] = {}
-        for key, value in _TRAILER_LINE.findall(self.block):
-            found.setdefault(key, []).append(value.strip())
-        return found
-
-    @functools.cached_property
-    def notes(self) -> list[dict]:
-        return _parse_notes(self.raw_notes) if self.raw_notes else []
-
-    def _one(self, key, default=None):
-        values = self.trailers.get(key)
-        return values[-1] if values else default
-
-    def _float(self, key):
-        try:
-            return float(self._one(key))
-        except (TypeError, ValueError):
-            return None
-
-    def _int(self, key) -> int:
-        # A hand-edited commit may carry anything here; -1 keeps it out of the
-        # baseline (0) and out of every real experiment instead of breaking `kgit log`.
-        try:
-            return int(self._one(key, "0"))
-        except ValueError:
-            return -1
-
-    @property
-    def experiment(self) -> int:
-        return self._int("Kgit-Experiment")
-
-    @property
-    def attempt(self) -> int:
-        return self._int("Kgit-Attempt")
-
-    @property
-    def is_baseline(self) -> bool:
-        return self.experiment == 0
-
-    status = property(lambda self: self._one("Kgit-Status", "unknown"))
-    hypothesis = property(lambda self: self._one("Kgit-Hypothesis", ""))
-    base = property(lambda self: self._one("Kgit-Base"))
-    reference = property(lambda self: self._one("Kgit-Reference"))
-    branch = property(lambda self: self._one("Kgit-Branch", ""))
-    device = property(lambda self: self._one("Kgit-Device", ""))
-    timing = property(lambda self: self._one("Kgit-Timing", ""))
-    harness = property(lambda self: self._one("Kgit-Harness", ""))
-    model = property(lambda self: self._one("Kgit-Model", ""))
-    geomean = property(lambda self: self._float("Kgit-Geomean-us"))
-    speedup = property(lambda self: self._float("Kgit-Speedup"))
-    speedup_baseline = property(lambda self: self._float("Kgit-Speedup-Baseline"))
-    cost = property(lambda self: self._float("Kgit-Cost-USD"))
-    tokens = property(lambda self: self._float("Kgit-Tokens"))
-    eval_s = property(lambda self: self._float("Kgit-Eval-s"))
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok" and self.geomean is not None
-
-    @property
-    def times(self) -> dict[str, float]:
-        out = {}
-        for value in self.trailers.get("Kgit-Time-us", []):
-            key, _, number = value.rpartition(" ")
-            try:
-                out[key] = float(number)
-            except ValueError:
-                continue
-        return out
-
-    def measurement(self) -> dict:
-        """The commit's own measurement in the shape of a note record."""
-        return {"device": self.device, "harness": self.harness, "timing": self.timing,
-                "geomean_us": self.geomean, "times": self.times, "source": "commit"}
-
-    def measurements(self) -> list[dict]:
-        own = [self.measurement()] if self.ok else []
-        return own + [n for n in self.notes if n.get("geomean_us")]
-
-    def to_json(self) -> dict:
-        return {
-            "sha": self.sha, "parents": self.parents, "experiment": self.experiment,
-            "attempt": self.attempt, "branch": self.branch, "status": self.status,
-            "hypothesis": self.hypothesis, "base": self.base, "reference": self.reference,
-            "device": self.device, "timing": self.timing, "geomean_us": self.geomean,
-            "speedup": self.speedup, "speedup_baseline": self.speedup_baseline,
-            "times_us": self.times, "model": self.model, "cost_usd": self.cost,
-            "tokens": self.tokens, "eval_s": self.eval_s, "author": self.author,
-            "time": self.time, "subject": self.subject, "notes": self.notes,
-        }
+    """`git ARGS` in `cwd`, which need not be a repository (yet)."""
+    return command.run(command.runner(cwd), args, input=input, env=env, check=check)
 
 
 class Repo:
@@ -159,25 +38,47 @@ class Repo:
 
     def __init__(self, root: Path):
         self.root = Path(root).resolve()
-        git_dir = Path(run_git(["rev-parse", "--git-common-dir"], self.root).strip())
-        self.git_dir = (self.root / git_dir).resolve() if not git_dir.is_absolute() else git_dir
+        found = command.open_repository(self.root)
+        if found is None:
+            raise GitError(f"{self.root} is not a git repository; `git init` makes one, `kgit init` a kernel "
+                           "repository.")
+        # GitPython's command wrapper, run in the work tree (or in `root` when that is below it).
+        top = Path(found.working_tree_dir or found.git_dir).resolve()
+        self._git = found.git if top == self.root else command.runner(self.root)
+        self.git_dir = Path(found.common_dir).resolve()
         self.state = self.git_dir / "kgit"
+        self._blobs = command.BlobReader(self._git)
 
     @classmethod
     def find(cls, path=".", require_kgit=True) -> "Repo":
         path = Path(path).resolve()
-        proc = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path, capture_output=True, text=True)
-        if proc.returncode != 0:
+        top = _toplevel(path)
+        if top is None:
             raise NotAKernelRepo(f"{path} is not inside a git repository. Create a kernel repository with "
                                  "`kgit init --problem vector_add` (see `kgit problems`).")
-        repo = cls(Path(proc.stdout.strip()))
+        repo = cls(top)
         if require_kgit and not (repo.root / ".kgit.yaml").exists():
             raise NotAKernelRepo(f"{repo.root} has no .kgit.yaml, so it is not a kernel repository. "
                                  "Run `kgit init --problem NAME` there first (see `kgit problems`).")
         return repo
 
+    @classmethod
+    def open_or_init(cls, path: Path) -> "Repo":
+        """The repository `path` is in, made with `git init` when it is in none."""
+        if run_git(["rev-parse", "--is-inside-work-tree"], path, check=False).strip() != "true":
+            run_git(["init", "--quiet"], path)
+        return cls(_toplevel(path))
+
     def git(self, *args, input=None, env=None, check=True) -> str:
-        return run_git(list(args), self.root, input=input, env=env, check=check)
+        return command.run(self._git, args, input=input, env=env, check=check)
+
+    def succeeds(self, *args) -> bool:
+        """Whether `git ARGS` exits 0."""
+        return command.succeeds(self._git, args)
+
+    def read_file(self, rev: str, path: str) -> str | None:
+        """The text of `path` at `rev` (None when absent), through the persistent cat-file process."""
+        return self._blobs.read(rev, path)
 
     # -- identity ---------------------------------------------------------------
     def identity_env(self, author: str | None = None) -> dict:
@@ -208,6 +109,53 @@ class Repo:
         out = self.git("rev-parse", "--verify", "--quiet", "HEAD", check=False).strip()
         return out or None
 
+    def resolve(self, ref: str) -> str | None:
+        """The object `ref` names, or None when it names nothing."""
+        return self.git("rev-parse", "--verify", "--quiet", ref, check=False).strip() or None
+
+    def baseline(self) -> str | None:
+        """The baseline commit (the kgit/baseline tag), or None before `kgit init`."""
+        return self.resolve(f"refs/tags/{BASELINE_TAG}^{{commit}}")
+
+    def has_commit(self, sha: str) -> bool:
+        return self.succeeds("cat-file", "-e", f"{sha}^{{commit}}")
+
+    def is_ancestor(self, sha: str, tip: str) -> bool:
+        return self.succeeds("merge-base", "--is-ancestor", sha, tip)
+
+    def subject(self, rev: str) -> str:
+        return self.git("show", "-s", "--format=%s", rev).strip()
+
+    def body(self, rev: str) -> str:
+        """The commit message without its subject line."""
+        return self.git("show", "-s", "--format=%b", rev)
+
+    def bodies(self, shas: list[str]) -> dict[str, str]:
+        """The message bodies of several commits from one git call."""
+        out = self.git("show", "-s", "-z", "--format=%H%x1f%b", *shas)
+        found = {}
+        for record in out.split("\0"):
+            sha, sep, body = record.partition("\x1f")
+            if sep:
+                found[sha.strip()] = body
+        return found
+
+    def messages(self, tip: str, grep: str) -> list[tuple[str, str]]:
+        """(sha, full message) of the commits reachable from `tip` whose message holds `grep`, newest first."""
+        out = self.git("log", "-z", f"--grep={grep}", "--format=%H%x1f%B", tip)
+        found = []
+        for record in out.split("\0"):
+            sha, sep, message = record.partition("\x1f")
+            if sep:
+                found.append((sha.strip(), message))
+        return found
+
+    def diff(self, a: str, b: str, stat: bool = False) -> str:
+        """`git diff` from `a` to `b` ("" when git cannot tell); the revisions never read as options."""
+        if stat:
+            return self.git("diff", "--stat", "--end-of-options", a, b, check=False)
+        return self.git("diff", a, b)
+
     def tracked_changes(self) -> str:
         return self.git("status", "--porcelain", "--untracked-files=no")
 
@@ -221,12 +169,23 @@ class Repo:
         args = ["update-ref", "-m", reason, ref, new] + ([old] if old else [])
         self.git(*args)
 
-    def snapshot_tree(self, paths: list[str]) -> str:
-        """The tree of HEAD plus the working tree's tracked changes and `paths`, via a private index."""
+    @contextmanager
+    def private_index(self):
+        """The environment of git calls that build a tree in a throwaway index file.
+
+        The file is `.git/kgit/index-<pid>-<random>`: the pid lets `clean_worktrees` tell a
+        killed process's leftover from the index of a command that is still running.
+        """
         self.state.mkdir(parents=True, exist_ok=True)
         index = self.state / f"index-{os.getpid()}-{uuid.uuid4().hex}"
-        env = {"GIT_INDEX_FILE": str(index)}
         try:
+            yield {"GIT_INDEX_FILE": str(index)}
+        finally:
+            index.unlink(missing_ok=True)
+
+    def snapshot_tree(self, paths: list[str]) -> str:
+        """The tree of HEAD plus the working tree's tracked changes and `paths`, via a private index."""
+        with self.private_index() as env:
             if self.head():
                 self.git("read-tree", "HEAD", env=env)
             self.git("add", "-u", env=env)
@@ -234,8 +193,16 @@ class Repo:
             if existing:
                 self.git("add", "-f", "--", *existing, env=env)
             return self.git("write-tree", env=env).strip()
-        finally:
-            index.unlink(missing_ok=True)
+
+    def tag_baseline(self, sha: str):
+        self.git("tag", "-f", BASELINE_TAG, sha)
+
+    def delete_ref(self, ref: str):
+        self.git("update-ref", "-d", ref, check=False)
+
+    def checkout(self, branch: str):
+        """Check out `branch` (what `kgit try` does for you; nothing else moves your work tree)."""
+        self.git("checkout", "--quiet", branch)
 
     def sync_index(self):
         """After HEAD moved to a tree equal to the work tree, make the index agree (work tree untouched)."""
@@ -246,9 +213,9 @@ class Repo:
         out = self.git("for-each-ref", "--format=%(refname:short)", "refs/heads/" + BRANCH_PREFIX)
         found = {}
         for name in out.split():
-            m = _BRANCH_RE.match(name)
-            if m:
-                found[int(m.group(1))] = name
+            ref = ExperimentRef.match(name)
+            if ref:
+                found[ref.number] = name
         return found
 
     def branch_meta(self, branch: str) -> dict:
@@ -290,9 +257,16 @@ class Repo:
         baseline = refs.get("baseline")
         if not baseline:
             return []
-        args = ["log", "-z", f"--format={_LOG_FORMAT}", f"--notes={NOTES_REF}",
+        args = ["log", "-z", f"--format={LOG_FORMAT}", f"--notes={NOTES_REF}",
                 f"--branches={BRANCH_PREFIX}*", baseline, "--not", f"{baseline}^@"]
-        return archive_cache.read(self, args, refs, parse_log)
+
+        def log(exclude: list[str]) -> list[Attempt]:
+            if not exclude:
+                return parse_records(command.records(self._git, args))
+            return parse_records(command.records(self._git, [*args, "--stdin"],
+                                                 input="".join(f"^{sha}\n" for sha in exclude)))
+
+        return archive_cache.read(self, refs, log)
 
     def kgit_refs(self) -> dict[str, str]:
         """Sha of every experiment branch (by full ref name), plus "baseline" and "notes"."""
@@ -398,38 +372,12 @@ def _owner_alive(name: str) -> bool:
     return True
 
 
-def parse_log(out: str) -> list[Attempt]:
-    attempts = []
-    width = len(_FIELDS)
-    for record in out.split("\0"):
-        fields = record.split("\x1f")
-        if len(fields) != width:
-            continue
-        sha, parents, tree, author, email, when, message, notes = fields
-        end = message.rstrip("\n")
-        cut = end.rfind("\n\n")
-        block = end[cut + 2:] if cut >= 0 else ""
-        # Only kgit's commits carry the experiment trailer; the rest is the user's history.
-        if "Kgit-Experiment:" not in block:
-            continue
-        subject = message.lstrip("\n").split("\n", 1)[0]
-        attempts.append(Attempt(sha.lstrip("\n"), parents.split(), tree, author, email, int(when or 0),
-                                subject, block, notes))
-    return attempts
-
-
-def _parse_notes(text: str) -> list[dict]:
-    records = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return records
+def _toplevel(path: Path) -> Path | None:
+    out = run_git(["rev-parse", "--show-toplevel"], path, check=False).strip()
+    return Path(out) if out else None
 
 
 def parse_branch(name: str) -> tuple[int, str] | None:
-    m = _BRANCH_RE.match(name or "")
-    return (int(m.group(1)), m.group(2)) if m else None
+    """(number, slug) of an experiment branch name, or None (ExperimentRef.match as a tuple)."""
+    ref = ExperimentRef.match(name)
+    return (ref.number, ref.slug) if ref else None

@@ -1,5 +1,11 @@
 """Attempt commit messages: subject, body and git trailers, written and parsed.
 
+`SCHEMA` is the one table of kgit's trailers: each key, the attribute it becomes on an
+`Attempt`, how its value is written and read, and which field of a harness result it
+carries. Writing (`lines`, `from_result`), reading (`kgit.archive.attempt`) and turning
+an attempt back into a result (`to_result`) all come from it, so a new trailer is one
+row here.
+
 The lowercase word "speedup" appears only in messages of timed, correct attempts, so
 `git log --all --grep speedup` lists exactly those; everything else kgit quotes
 (hypotheses, notes, errors) is scrubbed of it.
@@ -9,6 +15,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from kgit.archive import cause, figures
+from kgit.archive.measure import result_times
 
 _SPEEDUP = re.compile(r"speedup", re.I)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -70,3 +79,108 @@ def parse(block: str) -> dict[str, list[str]]:
         if sep and key and " " not in key.strip():
             found.setdefault(key.strip(), []).append(value.strip())
     return found
+
+
+def strip_trailers(body: str) -> list[str]:
+    """The paragraphs of a commit body without kgit's trailer block."""
+    paragraphs = body.rstrip().split("\n\n")
+    if paragraphs and parse(paragraphs[-1]).get("Kgit-Experiment"):
+        paragraphs = paragraphs[:-1]
+    return paragraphs
+
+
+# -- the schema -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Trailer:
+    """One trailer key of kgit's attempt commits."""
+
+    key: str
+    attr: str  # the Attempt attribute that reads it
+    kind: str = "text"  # text | int | float | times ("<shape> <us>", one line per shape)
+    default: object = None  # what the attribute is when the commit has no such trailer
+    fmt: str = "{}"  # how a number is written; strings are written as they are
+    result: str | None = None  # the harness result field it carries (from_result, to_result)
+    result_default: object = None  # written when the result leaves that field empty
+    ok_only: bool = False  # carried only by a correct, timed result
+    json: str | None = None  # its key in `Attempt.to_json()` (`kgit log --json`)
+
+
+# In the order kgit writes them.
+SCHEMA = (
+    Trailer("Kgit-Experiment", "experiment", "int", json="experiment"),
+    Trailer("Kgit-Attempt", "attempt", "int", json="attempt"),
+    Trailer("Kgit-Branch", "branch", default="", json="branch"),
+    Trailer("Kgit-Base", "base", json="base"),
+    Trailer("Kgit-Reference", "reference", json="reference"),
+    Trailer("Kgit-Hypothesis", "hypothesis", default="", json="hypothesis"),
+    Trailer("Kgit-Expected-Gain", "expected_gain"),
+    Trailer("Kgit-Status", "status", default="unknown", result="status", json="status"),
+    Trailer("Kgit-Reason", "reason", result="reason"),
+    Trailer("Kgit-Device", "device", default="", result="device", result_default="unknown", json="device"),
+    Trailer("Kgit-Timing", "timing", default="", result="timing", result_default="none", json="timing"),
+    Trailer("Kgit-Geomean-us", "geomean", "float", fmt="{:.3f}", result="geomean_us", ok_only=True,
+            json="geomean_us"),
+    Trailer("Kgit-Noise", "noise"),  # "<relative standard error>%", from the result's spreads (figures.py)
+    Trailer("Kgit-Time-us", "times", "times", fmt="{:.3f}", result="shapes", ok_only=True, json="times_us"),
+    Trailer("Kgit-Cause", "cause"),  # a failure's one-line cause (cause.py)
+    Trailer("Kgit-Harness", "harness", default="", result="harness", result_default=""),
+    Trailer("Kgit-Eval-s", "eval_s", "float", fmt="{:.1f}", result="eval_s", result_default=0, json="eval_s"),
+    Trailer("Kgit-Speedup", "speedup", "float", fmt="{:.3f}", json="speedup"),
+    Trailer("Kgit-Speedup-Baseline", "speedup_baseline", "float", fmt="{:.3f}", json="speedup_baseline"),
+    Trailer("Kgit-Model", "model", default="", json="model"),
+    Trailer("Kgit-Cost-USD", "cost", "float", fmt="{:.4f}", json="cost_usd"),
+    Trailer("Kgit-Tokens", "tokens", "float", fmt="{:d}", json="tokens"),
+    Trailer("Kgit-Squash-Of", "squash_of"),
+)
+BY_ATTR = {t.attr: t for t in SCHEMA}
+BY_KEY = {t.key: t for t in SCHEMA}
+
+
+def lines(values: dict) -> list[tuple[str, str]]:
+    """[(key, value)] for the attributes in `values`, in schema order; None leaves a trailer out."""
+    unknown = set(values) - set(BY_ATTR)
+    if unknown:
+        raise ValueError(f"no trailer for {sorted(unknown)}")  # a programming error: add a SCHEMA row
+    out = []
+    for t in SCHEMA:
+        value = values.get(t.attr)
+        if value is None:
+            continue
+        if t.kind == "times":
+            out += [(t.key, f"{shape} {t.fmt.format(us)}") for shape, us in value.items()]
+        elif isinstance(value, str):
+            out.append((t.key, value))
+        else:
+            out.append((t.key, t.fmt.format(int(value) if t.fmt == "{:d}" else value)))
+    return out
+
+
+def from_result(doc: dict) -> dict:
+    """The trailer values (by attribute) that carry a harness result."""
+    ok = doc["status"] == "ok"
+    values = {}
+    for t in SCHEMA:
+        if t.result is None or (t.ok_only and not ok):
+            continue
+        if t.kind == "times":
+            values[t.attr] = result_times(doc)
+            continue
+        value = doc.get(t.result)
+        if value is None or value == "":
+            value = t.result_default
+        values[t.attr] = value
+    # Two trailers are derived from the result rather than copied from a field.
+    for key, value in (figures.noise_trailer(doc) if ok else []) + cause.trailer(doc):
+        values[BY_KEY[key].attr] = value
+    return values
+
+
+def to_result(attempt) -> dict:
+    """The result fields an attempt's trailers carry (`from_result` read backwards)."""
+    doc = {}
+    for t in SCHEMA:
+        if t.result is None or (t.ok_only and not attempt.ok):
+            continue
+        value = getattr(attempt, t.attr)
+        doc[t.result] = [{"key": k, "mean_us": v} for k, v in value.items()] if t.kind == "times" else value
+    return doc

@@ -126,6 +126,7 @@ def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, dev
                                             max_processes=config.evaluator.max_processes, hide_problem=True,
                                             trusted_init=isolation.namespaces),
         "runner_prefix": list(isolation.prefix), "runner_cwd": str(scratch),
+        "targets": config.targets,  # None: the problem's declared build targets (docs/targets.md)
         "race": race,
     }
     result_r, result_w = os.pipe()

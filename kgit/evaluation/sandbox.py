@@ -94,7 +94,9 @@ class Isolation:
             "nproc": nproc if self.namespaces and os.geteuid() != 0 else None,
             "pids_cgroup": cgroups.pids_cgroup(nproc) if self.namespaces else None,
             "scratch_bytes": int(scratch_gb * (1 << 30)) if self.namespaces else None,
-            "shm_bytes": 1 << 30,
+            # Measured on the H200: with a private /dev/shm in the runner, CUDA IPC from the
+            # judge fails (cudaErrorMapBufferObjectFailed), so GPU hosts keep the host's.
+            "shm_bytes": 0 if gpu_driver_present() else 1 << 30,
             "hide": hidden_folders(scratch, hide) if self.namespaces else [],
             "hide_problem": bool(hide_problem),
         }

@@ -14,6 +14,8 @@ from tabulate import tabulate
 from kgit.archive import measure
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
 from kgit.errors import KgitError
+from kgit.costs import cost_text, unpriced
+from kgit.review.text import num as _num
 from kgit.workflow import best as best_of
 from kgit.workflow import find, resolve
 from kgit_harness import peaks as devices_mod
@@ -44,6 +46,15 @@ class Experiment:
     @property
     def cost(self) -> float:
         return sum(a.cost or 0.0 for a in self.attempts)
+
+    @property
+    def unpriced(self) -> int:
+        """Attempts whose model calls had no price: their cost is unknown, not zero."""
+        return sum(unpriced(a) for a in self.attempts)
+
+    @property
+    def cost_label(self) -> str:
+        return cost_text(self.cost, self.unpriced, 3, "attempt") if self.cost or self.unpriced else "-"
 
     @property
     def eval_s(self) -> float:
@@ -91,7 +102,7 @@ class Campaign:
         return {
             "experiments": len(self.experiments), "attempts": len(tried), "correct": len(ok),
             "success_rate": len(ok) / len(tried) if tried else None,
-            "cost_usd": sum(priced), "gpu_s": sum(a.eval_s or 0.0 for a in self.attempts),
+            "cost_usd": sum(priced), "unpriced_attempts": sum(unpriced(a) for a in tried), "gpu_s": sum(a.eval_s or 0.0 for a in self.attempts),
             "best_speedup": self.best.speedup_baseline or 1.0, "best_geomean_us": self.best.geomean,
             "best_sha": self.best.sha, "device": self.device,
         }
@@ -164,7 +175,7 @@ def from_attempts(attempts: list, baseline: Attempt, task=None) -> Campaign:
 
 
 def _baseline(repo: Repo, attempts: list) -> Attempt:
-    sha = repo.git("rev-parse", "--verify", "--quiet", f"refs/tags/{BASELINE_TAG}^{{commit}}", check=False).strip()
+    sha = repo.baseline()
     found = find(attempts, sha) if sha else None
     if found is None:
         raise KgitError(f"{repo.root} has no kgit archive yet ({BASELINE_TAG} is missing); "
@@ -256,7 +267,7 @@ def compare(repo: Repo, rev_a: str, rev_b: str) -> dict:
         why = (f"A and B were never measured on one device with one harness (A: {a.device}, B: {b.device}); "
                f"measure B where A ran with `kgit remeasure {b.sha[:10]}`")
     return {"a": a.to_json(), "b": b.to_json(), "device": device, "rows": rows, "speedup": ratio,
-            "not_comparable": why, "diff": repo.git("diff", a.sha, b.sha)}
+            "not_comparable": why, "diff": repo.diff(a.sha, b.sha)}
 
 
 def _attempt(repo: Repo, attempts: list, rev: str) -> Attempt:
@@ -274,7 +285,7 @@ def compare_text(doc: dict) -> str:
     if doc["not_comparable"]:
         lines += ["", f"no timing comparison: {doc['not_comparable']}."]
     else:
-        rows = [[r["shape"], _num(r["a_us"]), _num(r["b_us"]), _num(r["speedup"], "{:.2f}x")] for r in doc["rows"]]
+        rows = [[r["shape"], _num(r["a_us"], "{:.2f}"), _num(r["b_us"], "{:.2f}"), _num(r["speedup"], "{:.2f}x")] for r in doc["rows"]]
         lines += ["", f"on {doc['device']}; speedup = A time / B time (above 1: B is faster)",
                   tabulate(rows, headers=["shape", "A us", "B us", "speedup"], tablefmt="simple"),
                   f"geomean speedup: {_num(doc['speedup'], '{:.3f}x')}"]
@@ -289,7 +300,7 @@ def lineage_of(repo: Repo, rev: str) -> list[Attempt]:
 
 
 def lineage_text(chain: list[Attempt]) -> str:
-    rows = [[a.experiment, a.attempt, a.sha[:10], a.status, _num(a.geomean), _num(a.speedup, "{:.2f}x"),
+    rows = [[a.experiment, a.attempt, a.sha[:10], a.status, _num(a.geomean, "{:.2f}"), _num(a.speedup, "{:.2f}x"),
              _num(a.speedup_baseline, "{:.2f}x"), a.device, short(a.hypothesis, 60)] for a in chain]
     return tabulate(rows, headers=["exp", "att", "sha", "status", "geomean us", "vs base", "vs baseline",
                                    "measured on", "hypothesis"], tablefmt="simple")
@@ -302,7 +313,7 @@ def experiment_rows(campaign: Campaign) -> list[list]:
     for e in campaign.experiments.values():
         parent = "-" if e.parent is None else ("baseline" if e.parent == 0 else f"#{e.parent}")
         rows.append([e.number, e.hypothesis, parent, e.outcome, len(e.attempts),
-                     f"${e.cost:.3f}" if e.cost else "-", e.models])
+                     e.cost_label, e.models])
     return rows
 
 
@@ -314,7 +325,7 @@ def summary_lines(campaign: Campaign) -> list[str]:
     rate = "-" if t["success_rate"] is None else f"{t['success_rate']:.0%}"
     return [
         f"{t['experiments']} experiments, {t['attempts']} attempts, {t['correct']} correct ({rate})",
-        f"LLM cost ${t['cost_usd']:.2f}; evaluation time {t['gpu_s'] / 60:.1f} min",
+        f"LLM cost {cost_text(t['cost_usd'], t['unpriced_attempts'], 2, 'attempt')}; evaluation time {t['gpu_s'] / 60:.1f} min",
         f"best: {t['best_sha'][:10]} {campaign.best.branch or 'baseline'}, {_us(t['best_geomean_us'])}, "
         f"{t['best_speedup']:.2f}x vs baseline on {t['device']}",
     ]
@@ -325,7 +336,7 @@ def markdown(campaign: Campaign, title: str) -> str:
     if campaign.best.timing == "interpreter":
         lines.append("- timings come from the Triton CPU interpreter and say nothing about GPU speed")
     lines += ["", "## Best path", ""]
-    lines.append(tabulate([[a.experiment, a.sha[:10], _num(campaign.geomean_of(a)), _num(a.speedup_baseline, "{:.2f}x"),
+    lines.append(tabulate([[a.experiment, a.sha[:10], _num(campaign.geomean_of(a), "{:.2f}"), _num(a.speedup_baseline, "{:.2f}x"),
                             short(a.hypothesis, 80)] for a in campaign.best_path],
                           headers=["exp", "sha", "geomean us", "vs baseline", "hypothesis"], tablefmt="github"))
     lines += ["", f"## Per-shape speedup of the best attempt vs the baseline ({campaign.device})", ""]
@@ -345,10 +356,6 @@ def markdown(campaign: Campaign, title: str) -> str:
     if campaign.notebook:
         lines += ["", "## Lab notebook (the designer's lessons so far)", ""] + [f"- {item}" for item in campaign.notebook]
     return "\n".join(lines) + "\n"
-
-
-def _num(value, fmt="{:.2f}"):
-    return "" if value is None else fmt.format(value)
 
 
 def _us(value):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kgit.review import plots
 from kgit.review import campaign as review
+from kgit.costs import cost_text
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1100px;
@@ -72,7 +73,7 @@ def render(campaign, title: str) -> str:
         f"<h1>kgit report: {escape(title)}</h1>",
         f'<p class="sub">generated {when} from the archive of {len(campaign.attempts)} commits</p>',
         _summary(campaign), _progress(campaign), _lineage(campaign), _shapes(campaign),
-        _references(campaign), _hypotheses(campaign), _notebook(campaign), "</body></html>",
+        _references(campaign), _targets(campaign), _hypotheses(campaign), _notebook(campaign), "</body></html>",
     ]
     return "\n".join(p for p in parts if p)
 
@@ -94,7 +95,7 @@ def _summary(c) -> str:
     cards = [
         (f"{t['best_speedup']:.2f}x", "best vs baseline"), (_us(t["best_geomean_us"]), "best geomean"),
         (str(t["experiments"]), "experiments"), (str(t["attempts"]), "attempts"),
-        (rate, f"correct ({t['correct']})"), (f"${t['cost_usd']:.2f}", "LLM cost"),
+        (rate, f"correct ({t['correct']})"), (cost_text(t["cost_usd"], t["unpriced_attempts"], 2, "attempt"), "LLM cost"),
         (f"{t['gpu_s'] / 60:.1f} min", "evaluation time"),
     ]
     html = ['<section id="summary"><h2>Summary</h2><div class="cards">']
@@ -145,6 +146,20 @@ def _references(c) -> str:
                    for label, us in c.references.items())
     return ('<section id="references"><h2>Reference lines</h2><table><tr><th>reference</th><th>geomean us</th>'
             f"<th>best time / reference</th></tr>{rows}</table></section>")
+
+
+def _targets(c) -> str:
+    """Build facts of the baseline and the best attempt per target GPU (docs/targets.md)."""
+    pairs = [("baseline", c.baseline), ("best", c.best)] if c.best.sha != c.baseline.sha else [("baseline", c.baseline)]
+    names = list(dict.fromkeys(n for _, a in pairs for n in a.targets))
+    if not names:
+        return ""
+    head = "".join(f"<th>{escape(label)} <code>{a.sha[:10]}</code></th>" for label, a in pairs)
+    rows = "".join(f"<tr><td>{escape(n)}</td>" + "".join(f"<td>{escape(a.targets.get(n, '-'))}</td>" for _, a in pairs)
+                   + "</tr>" for n in names)
+    return ('<section id="targets"><h2>Build targets</h2><p class="note">Compiled for each target by Triton on the '
+            "evaluating machine, reported by the candidate's process.</p>"
+            f"<table><tr><th>target</th>{head}</tr>{rows}</table></section>")
 
 
 def _hypotheses(c) -> str:

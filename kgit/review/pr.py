@@ -25,8 +25,11 @@ from tabulate import tabulate
 from kgit.review import campaign as review
 from kgit.archive import measure
 from kgit.archive import trailers as tr
-from kgit.archive.repo import Repo, parse_branch
+from kgit.archive import remotes
+from kgit.archive.refs import ExperimentRef
+from kgit.archive.repo import Repo
 from kgit.errors import KgitError
+from kgit.costs import cost_text
 
 REVIEW_PREFIX = "kgit-review/"
 _SQUASH_OF = re.compile(r"Kgit-Squash-Of: ([0-9a-f]{40})")
@@ -62,7 +65,7 @@ def propose(repo: Repo, task, experiment: str, remote: str = "origin", base_bran
     if best is None:
         raise KgitError(f"experiment {exp.number} has no correct attempt, so there is nothing to propose; "
                         f"`kgit lineage {exp.branch}` and `kgit show {exp.branch}` show what happened.")
-    if not repo.git("remote", "get-url", remote, check=False).strip():
+    if not remotes.url(repo, remote):
         raise KgitError(f"no git remote named {remote!r}; add one (`git remote add {remote} URL`) or name "
                         "another with --remote.")
     target_note = ""
@@ -74,7 +77,7 @@ def propose(repo: Repo, task, experiment: str, remote: str = "origin", base_bran
     parent = steps[0].base if steps else campaign.baseline.sha
     merged = _squashed_on(repo, tip)
     while steps:
-        if _is_ancestor(repo, steps[0].sha, tip):
+        if repo.is_ancestor(steps[0].sha, tip):
             parent = steps.pop(0).sha
         elif steps[0].sha in merged:  # an earlier `kgit pr` of this step was merged
             parent = merged[steps.pop(0).sha]
@@ -95,13 +98,13 @@ def propose(repo: Repo, task, experiment: str, remote: str = "origin", base_bran
                              [tr.scrub(f"Squashed from attempt {step.sha} ({step.branch}, attempt "
                                        f"{step.attempt}); every attempt stays in the kgit archive."),
                               tr.scrub(step.hypothesis)],
-                             [("Kgit-Squash-Of", step.sha)]).render(ok=False)
+                             tr.lines({"squash_of": step.sha})).render(ok=False)
         parent = repo.commit_tree(step.tree, [parent], message)
         stack.append((step.experiment, parent))
-    branch = f"{REVIEW_PREFIX}{exp.number}-{parse_branch(exp.branch)[1]}"
+    branch = f"{REVIEW_PREFIX}{exp.number}-{ExperimentRef.parse(exp.branch).slug}"
     # The review branch is kgit's own: rerunning `kgit pr` replaces it with fresh commits.
     repo.update_ref(f"refs/heads/{branch}", parent, reason=f"kgit pr {exp.number}")
-    repo.git("push", "--force", "--quiet", remote, f"{parent}:refs/heads/{branch}")
+    remotes.push(repo, remote, f"{parent}:refs/heads/{branch}", force=True)
 
     body = pr_body(campaign, exp, bodies, remote=remote, branch=branch, squashed=parent,
                    stack=stack, base_branch=base_branch, figures=figures)
@@ -118,9 +121,9 @@ def propose(repo: Repo, task, experiment: str, remote: str = "origin", base_bran
 
 def _number(text: str) -> int:
     text = str(text).strip().lstrip("#")
-    found = parse_branch(text)
+    found = ExperimentRef.match(text)
     if found:
-        return found[0]
+        return found.number
     try:
         return int(text)
     except ValueError:
@@ -136,9 +139,9 @@ def _default_base_branch(repo: Repo, campaign, remote: str) -> tuple[str, str]:
     """
     local = campaign.baseline.branch
     local = local if local and local != "HEAD" else ""
-    if local and repo.git("ls-remote", remote, f"refs/heads/{local}").strip():
+    if local and remotes.remote_sha(repo, remote, f"refs/heads/{local}"):
         return local, ""
-    default = _remote_default_branch(repo, remote)
+    default = remotes.default_branch(repo, remote)
     if default:
         why = (f"{remote} has no branch {local}, so the pull request targets {remote}'s default branch {default}"
                if local else f"the baseline was committed on no branch, so the pull request targets "
@@ -147,34 +150,14 @@ def _default_base_branch(repo: Repo, campaign, remote: str) -> tuple[str, str]:
     return local or "main", ""
 
 
-def _remote_default_branch(repo: Repo, remote: str) -> str:
-    """The branch the remote's HEAD points at (`git ls-remote --symref`), or ""."""
-    out = repo.git("ls-remote", "--symref", remote, "HEAD", check=False)
-    for line in out.splitlines():
-        if line.startswith("ref: refs/heads/") and line.rstrip().endswith("HEAD"):
-            return line[len("ref: refs/heads/"):].split("\t")[0].strip()
-    return ""
-
-
 def _remote_tip(repo: Repo, remote: str, branch: str) -> str:
-    out = repo.git("ls-remote", remote, f"refs/heads/{branch}").split()
-    if not out:
+    tip = remotes.remote_sha(repo, remote, f"refs/heads/{branch}")
+    if tip is None:
         raise KgitError(f"{remote} has no branch {branch}; push it first (`git push {remote} {branch}`) "
                         "or name the pull request's target with --base-branch.")
-    tip = out[0]
-    if not _has(repo, tip):  # the ancestry check needs the remote's commits here
-        repo.git("fetch", "--quiet", remote, f"refs/heads/{branch}")
+    if not repo.has_commit(tip):  # the ancestry check needs the remote's commits here
+        remotes.fetch(repo, remote, f"refs/heads/{branch}")
     return tip
-
-
-def _has(repo: Repo, sha: str) -> bool:
-    return subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=repo.root,
-                          capture_output=True).returncode == 0
-
-
-def _is_ancestor(repo: Repo, sha: str, tip: str) -> bool:
-    return subprocess.run(["git", "merge-base", "--is-ancestor", sha, tip], cwd=repo.root,
-                          capture_output=True).returncode == 0
 
 
 def _squashed_on(repo: Repo, tip: str) -> dict[str, str]:
@@ -184,24 +167,15 @@ def _squashed_on(repo: Repo, tip: str) -> dict[str, str]:
     their messages in its own, so the trailer is searched anywhere in the message.
     """
     found = {}
-    out = repo.git("log", "-z", "--grep=Kgit-Squash-Of: ", "--format=%H%x1f%B", tip)
-    for record in out.split("\0"):
-        sha, sep, message = record.partition("\x1f")
-        if sep:
-            for attempt in _SQUASH_OF.findall(message):
-                found.setdefault(attempt, sha.strip())  # newest first: the latest merge wins
+    for sha, message in repo.messages(tip, grep="Kgit-Squash-Of: "):
+        for attempt in _SQUASH_OF.findall(message):
+            found.setdefault(attempt, sha)  # newest first: the latest merge wins
     return found
 
 
 def _bodies(repo: Repo, shas: list[str]) -> dict[str, str]:
     """The message bodies of several commits from one git call."""
-    out = repo.git("show", "-s", "-z", "--format=%H%x1f%b", *shas)
-    found = {}
-    for record in out.split("\0"):
-        sha, sep, body = record.partition("\x1f")
-        if sep:
-            found[sha.strip()] = body
-    return found
+    return repo.bodies(shas)
 
 
 def _open(repo: Repo, proposal: Proposal, gh: str):
@@ -295,7 +269,8 @@ def pr_body(campaign, exp, bodies: dict, *, remote: str, branch: str, squashed: 
     cost = sum(a.cost or 0.0 for a in exp.attempts)
     tokens = sum(a.tokens or 0 for a in exp.attempts)
     lines += ["## Model and cost", "",
-              f"Model: {exp.models}; LLM cost ${cost:.3f} ({int(tokens)} tokens); "
+              f"Model: {exp.models}; LLM cost {cost_text(cost, exp.unpriced, 3, 'attempt')} "
+              f"({int(tokens)} tokens); "
               f"evaluation time {exp.eval_s:.0f} s over {len(exp.attempts)} attempt(s).", ""]
     lines += ["## Reproduce", "", "```",
               f"git fetch {remote} {branch}",
@@ -308,9 +283,7 @@ def pr_body(campaign, exp, bodies: dict, *, remote: str, branch: str, squashed: 
 
 def _plan(body: str) -> str:
     """The commit body without its trailer block and error excerpt."""
-    paragraphs = body.rstrip().split("\n\n")
-    if paragraphs and tr.parse(paragraphs[-1]).get("Kgit-Experiment"):
-        paragraphs = paragraphs[:-1]
+    paragraphs = tr.strip_trailers(body)
     keep = [p.strip() for p in paragraphs if p.strip() and not p.startswith(("Hypothesis:", "Error excerpt:"))]
     return "\n\n".join(keep)
 
@@ -342,9 +315,8 @@ def _attempts_table(exp, bodies: dict, figures: Figures) -> str:
 
 
 def _why(attempt, body: str) -> str:
-    reason = attempt.trailers.get("Kgit-Reason")
-    if reason:
-        return reason[-1]
+    if attempt.reason:
+        return attempt.reason
     for paragraph in body.split("\n\n"):
         if paragraph.startswith("Error excerpt:"):
             # A traceback ends with the exception itself: its last line says the most.

@@ -6,10 +6,15 @@ from tabulate import tabulate
 
 from kgit.problems import shipped
 from kgit.problems import load_task
+from kgit.costs import unpriced
 
 
-def _num(value, fmt="{:.1f}"):
+def num(value, fmt="{:.1f}"):
+    """A number for a table cell; "" for a missing one."""
     return "" if value is None else fmt.format(value)
+
+
+_num = num
 
 
 def _short(text: str, width: int) -> str:
@@ -33,15 +38,18 @@ def log_table(attempts) -> str:
 
 
 def devices_table(attempts) -> str:
-    """One row per attempt and device: the latest geomean and the spread of repeated measurements."""
+    """One row per attempt and device: the latest geomean and the spread of repeated measurements,
+    beside the attempt's static build facts per target."""
     from kgit.archive.measure import by_device
+    from kgit.evaluation.buildfacts import short
 
     rows = []
     for a in sorted(attempts, key=lambda a: (a.experiment, a.attempt)):
         for device, m in by_device(a).items():
             rows.append([a.experiment, a.attempt, a.sha[:10], device, _num(m["latest_us"], "{:.2f}"), m["n"],
-                         _num(m["min_us"], "{:.2f}"), _num(m["max_us"], "{:.2f}"), _num(m["spread"], "{:.1%}")])
-    headers = ["exp", "att", "sha", "device", "latest us", "n", "min us", "max us", "spread"]
+                         _num(m["min_us"], "{:.2f}"), _num(m["max_us"], "{:.2f}"), _num(m["spread"], "{:.1%}"),
+                         short(a.targets)])
+    headers = ["exp", "att", "sha", "device", "latest us", "n", "min us", "max us", "spread", "build targets"]
     return tabulate(rows, headers=headers, tablefmt="simple")
 
 
@@ -77,6 +85,9 @@ def result_summary(result: dict) -> str:
         lines += ["", shape_table(result)]
     if result.get("error"):
         lines += ["", "error:", result["error"].rstrip()[-3000:]]
+    from kgit.evaluation.buildfacts import trailers
+
+    lines += [f"{key[len('Kgit-'):].lower()}: {value}" for key, value in trailers(result)]
     return "\n".join(lines)
 
 
@@ -90,8 +101,14 @@ def attempt_text(attempt, body: str, base_times: dict, diffstat: str) -> str:
         f"device:     {attempt.device} ({attempt.timing})",
         f"geomean:    {_num(attempt.geomean, '{:.2f} us')}   vs base {_num(attempt.speedup, '{:.2f}x')}   "
         f"vs baseline {_num(attempt.speedup_baseline, '{:.2f}x')}",
-        f"model:      {attempt.model}" + (f"   cost ${attempt.cost:.4f}" if attempt.cost is not None else ""),
+        f"model:      {attempt.model}" + (f"   cost ${attempt.cost:.4f}" if attempt.cost is not None else
+                                           "   cost unpriced" if unpriced(attempt) else ""),
     ]
+    for note in attempt.notes:  # re-measurements; a failed one shows its reason (the excerpt is in the note)
+        figure = f"{note['geomean_us']:.2f} us" if note.get("geomean_us") else note.get("status") or "?"
+        lines.append(f"remeasured: {note.get('device_tag') or note.get('device') or 'unknown'}: {figure}"
+                     + (f" ({note['reason']})" if note.get("reason") else ""))
+    lines += [f"target:     {name} {value}" for name, value in attempt.targets.items()]
     if body.strip():
         lines += ["", body.strip()]
     if attempt.times:

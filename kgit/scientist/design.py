@@ -8,6 +8,7 @@ history and decides.
 from __future__ import annotations
 
 from kgit.archive import notebook
+from kgit.evaluation import buildfacts
 from kgit.scientist import prompts
 from kgit.scientist.answers import ask_json, design
 from kgit.scientist.view import ArchiveView
@@ -44,7 +45,8 @@ def prompt(repo_root, selection, base_files, reference_files, attempts, pick, le
                           reference=(selection.reference or "none")[:10],
                           reference_code=prompts.code_block(reference_files) if reference_files else "(none chosen)",
                           figures=view.explanation(), history=history(attempts, view=view),
-                          notebook=notebook.text(lessons), pick=pick)
+                          notebook=notebook.text(lessons), pick=pick,
+                          targets=buildfacts.base_facts(attempts, selection.base))
 
 
 def ask(client, messages: list[dict], pick: int):

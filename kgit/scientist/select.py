@@ -9,6 +9,7 @@ never shown as performance (kgit/scientist/view.py).
 from __future__ import annotations
 
 from kgit.archive import figures, measure, notebook
+from kgit.evaluation import buildfacts
 from kgit.scientist import prompts
 from kgit.scientist.answers import Selection, ask_json, selection
 from kgit.scientist.view import ArchiveView
@@ -25,6 +26,8 @@ def row(a, view: ArchiveView | None = None) -> str:
     times = view.comparable_times(a) if a.ok else {}
     if times:
         line += " | per shape: " + " ".join(f"{k}:{v:.1f}" for k, v in times.items())
+    if a.targets:  # build facts per target GPU (issue 14)
+        line += " | targets: " + buildfacts.short(a.targets)
     if a.raw_notes:  # re-measured: the latest geomean per GPU and the spread of repeats (its repeatability)
         per_device = {dev: d for dev, d in measure.by_device(a).items() if not figures.is_interpreter(None, dev)}
         if len(per_device) > 1 or any(d["n"] > 1 for d in per_device.values()):

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 
+from kgit.archive import trailers as tr
 from kgit.scientist import edits, prompts
 
-NOTES_CHARS = 1500
-_BLOCKS = re.compile(r"<<<<<<< SEARCH.*?>>>>>>> REPLACE|```.*?```", re.S)
+NOTES_CHARS = 4000
+_FENCE = re.compile(r"^\s*(```+|~~~+)")
 
 
 def regions_note(files: dict[str, str]) -> str:
@@ -43,9 +44,38 @@ def fix_prompt(repo_root, plan, number, files, error, attempt, attempts, editabl
 
 
 def notes(answer: str) -> str:
-    """The writer's prose: the answer without its edit blocks and code."""
-    text = " ".join(_BLOCKS.sub(" ", answer).split())
-    return text[:NOTES_CHARS]
+    """The writer's prose as written, paragraphs kept: the answer without its edit blocks, its
+    code and the file-name lines that introduce them. "speedup" is rewritten as in every
+    quoted text (archive/trailers.py), so that `git log --grep speedup` stays exact."""
+    lines = (answer or "").splitlines()
+    is_code = [False] * len(lines)
+    i = 0
+    while i < len(lines):
+        fence = _FENCE.match(lines[i])
+        if fence:
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].strip().startswith(fence.group(1))),
+                       len(lines) - 1)
+        elif lines[i].strip().startswith("<<<<<<<") and "SEARCH" in lines[i]:
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].strip().startswith(">>>>>>>")),
+                       len(lines) - 1)
+        else:
+            i += 1
+            continue
+        is_code[i:end + 1] = [True] * (end + 1 - i)
+        i = end + 1
+    kept = []
+    for i, line in enumerate(lines):
+        if is_code[i]:
+            kept.append("")
+            continue
+        after = next((j for j in range(i + 1, len(lines)) if lines[j].strip()), None)
+        if after is not None and is_code[after] and edits._looks_like_file(edits._path_of(line)):
+            continue  # the name of the file the next block edits
+        kept.append(line.rstrip())
+    text = tr.scrub(re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip())
+    if len(text) > NOTES_CHARS:
+        text = text[:NOTES_CHARS].rstrip() + f" [notes cut at {NOTES_CHARS} characters]"
+    return text
 
 
 def implement(client, messages: list[dict], files: dict[str, str], editable: list[str]):

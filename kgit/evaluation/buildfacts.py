@@ -1,0 +1,91 @@
+"""Build facts on kgit's side: the `Kgit-Target-<name>` trailers, the require_targets
+policy, and the lines the designer, writer and selector read.
+
+The facts themselves are made in the candidate's process (kgit_harness/targets.py)
+and arrive in the result document's `targets` entry. They are candidate-reported:
+a kernel could forge them, so `require_targets` is a policy for honest kernels, not
+a security boundary (docs/targets.md).
+"""
+
+from __future__ import annotations
+
+import re
+
+from kgit_harness import targets as harness_targets
+
+TRAILER_PREFIX = "Kgit-Target-"  # + the target's name, "_" written "-" (git trailer keys allow no "_")
+# Names a build target in prose: the hardware it stands for.
+HARDWARE = {"gfx942": "MI300X", "gfx950": "MI350X", "gfx90a": "MI250X", "sm_90a": "H100/H200", "sm_90": "H100/H200",
+            "sm_80": "A100"}
+
+
+def trailers(doc: dict) -> list[tuple[str, str]]:
+    """One trailer per build target, then which Triton made the facts."""
+    facts = doc.get("targets") or {}
+    results = facts.get("results") or {}
+    out = [(TRAILER_PREFIX + harness_targets.key_of_name(name), harness_targets.trailer_value(res))
+           for name, res in results.items()]
+    if out:
+        out.append(("Kgit-Targets-Compiler", f"triton {facts.get('triton') or 'unknown'}, candidate-reported"))
+    return out
+
+
+def apply_policy(doc: dict, config) -> dict:
+    """With `require_targets`, an ok result whose kernels do not build for a target fails."""
+    if not getattr(config, "require_targets", False) or doc.get("status") != "ok":
+        return doc
+    results = (doc.get("targets") or {}).get("results") or {}
+    failing = [n for n, r in results.items() if r.get("builds") is False]
+    if failing:
+        lines = [f"{n} ({HARDWARE.get(n, n)}): {results[n].get('error')}" for n in failing]
+        doc.update(status="compile-error", reason="does not build for a declared target",
+                   error="The kernel is correct on this machine but does not build for the declared target(s) "
+                         "(require_targets is on):\n" + "\n".join(lines))
+    return doc
+
+
+def short(targets: dict[str, str]) -> str:
+    """`gfx942 vgpr 218 occ 1; sm_90a fails` for a table cell."""
+    cells = []
+    for name, value in targets.items():
+        if value.startswith("builds"):
+            regs = re.search(r"(vgpr|regs) (\d+)", value)
+            occ = re.search(r"occupancy (\d+)", value)
+            spill = re.search(r"spill ([^,]+)", value)
+            cell = f"{name} {regs.group(1)} {regs.group(2)}" if regs else name
+            cell += f" occ {occ.group(1)}" if occ else ""
+            cell += f" spill {spill.group(1)}" if spill and spill.group(1).strip() != "0" else ""
+        else:
+            cell = f"{name} {value.split(':', 1)[0]}"
+        cells.append(cell)
+    return "; ".join(cells)
+
+
+def base_facts(attempts, sha: str | None) -> str:
+    """The $targets text of a prompt: the build facts and latest profile of attempt `sha`."""
+    from kgit.evaluation import profile
+
+    attempt = next((a for a in attempts if a.sha == sha), None)
+    if attempt is None:
+        return prompt_lines({})
+    record = profile.latest(attempt)
+    return prompt_lines(attempt.targets, profile.lines(record) if record else None)
+
+
+def prompt_lines(targets: dict[str, str], profile: list[str] | None = None) -> str:
+    """What the designer and writer read about the base: build facts per target, and the
+    hardware-counter lines of its profile when one was taken."""
+    if not targets and not profile:
+        return "No build facts were recorded for this kernel."
+    lines = []
+    if targets:
+        lines.append("Compiled for each declared target GPU by Triton on the evaluating machine (reported by the "
+                     "candidate's process; occupancy is waves per SIMD on AMD, blocks per SM on NVIDIA):")
+        lines += [f"- {name} ({HARDWARE.get(name, name)}): {value}" for name, value in targets.items()]
+        failing = [n for n, v in targets.items() if v.startswith("fails")]
+        if failing:
+            lines.append(f"It does not build for {', '.join(failing)}: a kernel must build for every declared target.")
+    if profile:
+        lines.append("Hardware counters:")
+        lines += [f"- {line}" for line in profile]
+    return "\n".join(lines)

@@ -1,0 +1,265 @@
+"""Build facts for the target GPUs: capture of real launches, cross-compiles, trailers, policy."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kgit import config as config_mod
+from kgit.archive.repo import Repo
+from kgit.evaluation import buildfacts
+from kgit_harness import problem, targets
+
+DATA = Path(__file__).parent / "data" / "targets"
+BOTH = ["gfx942", "sm_90a"]
+
+
+def _load(path: Path, monkeypatch, interpret: bool = True):
+    """Import a kernel file with @triton.jit made in interpreter (or compiled) mode."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1" if interpret else "0")
+    name = f"_kgit_test_{path.stem}_{interpret}_{abs(hash(str(path)))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # inspect.getsource needs to find it
+    spec.loader.exec_module(module)
+    return module
+
+
+def _probe(kernel: Path, data: str, **kwargs) -> dict:
+    """Capture and build facts in a fresh interpreter process (tests/targets_probe.py)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(Path(__file__).parent / "targets_probe.py"), str(kernel), data,
+                           json.dumps(kwargs)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def fp8_facts():
+    folder = problem.shipped()["fp8_blockscale_gemm"]
+    probe = _probe(folder / "kernel.py", "reference.generate_input(m=64, n=576, k=256, seed=1)")
+    assert probe["host_error"] is None
+    return probe["targets"]
+
+
+def test_fp8_baseline_builds_for_mi300_and_hopper_with_the_targets_own_fp8(fp8_facts):
+    assert fp8_facts["reported_by"] == "candidate"
+    assert fp8_facts["triton"] and fp8_facts["variants"] == 1
+    amd, nv = fp8_facts["results"]["gfx942"], fp8_facts["results"]["sm_90a"]
+    assert amd["builds"] is True and nv["builds"] is True, (amd["error"], nv["error"])
+    (k_amd,), (k_nv,) = amd["kernels"], nv["kernels"]
+    # MI300 runs the FNUZ fp8 the problem gives it there; Hopper the OCP one.
+    assert k_amd["signature"]["a_ptr"] == "*fp8e4b8" and k_nv["signature"]["a_ptr"] == "*fp8e4nv"
+    assert 0 < k_amd["vgpr"] <= 512 and k_amd["sgpr"] > 0 and 1 <= k_amd["occupancy"] <= 8
+    assert k_amd["lds_bytes"] > 0 and k_amd["occupancy_unit"] == "waves/SIMD"
+    assert 0 < k_nv["registers"] <= 255 and k_nv["shared_bytes"] > 0 and 1 <= k_nv["occupancy"] <= 32
+    assert k_nv["occupancy_unit"] == "blocks/SM"
+    # The launch's real specialization went in: strides equal to 1 are constants.
+    assert "stride_am" not in k_nv["signature"] and "stride_ak" in k_nv["signature"]
+    assert targets.trailer_value(amd).startswith(f"builds; vgpr {k_amd['vgpr']}, lds ")
+
+
+def test_softmax_baseline_builds_for_both_targets():
+    probe = _probe(problem.shipped()["softmax"] / "kernel.py", "reference.generate_input(rows=8, cols=1000, seed=3)")
+    assert probe["host_error"] is None
+    doc = probe["targets"]
+    for name in BOTH:
+        result = doc["results"][name]
+        assert result["builds"] is True, result["error"]
+        summary = targets.summary(result)
+        assert summary["regs"] > 0 and summary["occupancy"] >= 1 and summary["spill_bytes"] == 0
+        # BLOCK is next_power_of_2(cols): the constexpr of this launch.
+        assert result["kernels"][0]["options"] == {"num_warps": 4, "num_stages": 1}
+
+
+def test_inline_ptx_builds_for_hopper_only_and_says_why():
+    probe = _probe(DATA / "ptx_only.py", "torch.randn(300)")
+    assert "inline_asm" in probe["host_error"]  # the interpreter cannot run asm
+    doc = probe["targets"]
+    amd, nv = doc["results"]["gfx942"], doc["results"]["sm_90a"]
+    assert nv["builds"] is True
+    assert amd["builds"] is False and "invalid instruction" in amd["error"]
+    assert targets.trailer_value(amd) == f"fails: {amd['error']}"
+    assert targets.failing(doc, BOTH) == ["gfx942"]
+
+
+def test_absurd_tile_reports_lds_and_shared_memory_overflow():
+    probe = _probe(DATA / "huge_tile.py", "(torch.randn(16, 16).half(), torch.randn(16, 16).half())")
+    assert probe["host_error"] is None
+    doc = probe["targets"]
+    amd, nv = doc["results"]["gfx942"], doc["results"]["sm_90a"]
+    assert amd["builds"] is False and "of LDS per workgroup; gfx942 has 64 KiB" in amd["error"]
+    assert amd["kernels"][0]["lds_bytes"] > 65536 and amd["kernels"][0]["occupancy"] == 0
+    assert targets.trailer_value(amd).startswith("fails: does not fit: needs ")
+    # Hopper has room for it (227 KiB a block), at one or two blocks per SM.
+    (k_nv,) = nv["kernels"]
+    assert nv["builds"] is True and k_nv["shared_bytes"] > 65536 and 1 <= k_nv["occupancy"] <= 2
+    assert k_nv["spill_bytes"] == k_nv["spill_stores"] + k_nv["spill_loads"] >= 0
+
+
+def test_capture_of_compiled_jit_functions_reads_the_real_specialization(monkeypatch):
+    kernel = _load(DATA / "ptx_only.py", monkeypatch, interpret=False)
+    from triton.runtime.jit import JITFunction
+
+    assert isinstance(kernel._copy_bits, JITFunction)
+    x = torch.randn(256)
+    y = torch.empty(256, dtype=torch.int32)
+    with targets.capture() as launches:
+        for n in (256, 1):  # no GPU: each launch fails after the capture saw it
+            with pytest.raises(Exception):
+                kernel._copy_bits[(2,)](x, y, n, BLOCK=128, num_warps=2)
+    assert launches.total == 2 and len(launches.variants) == 2
+    first, second = launches.variants
+    assert first.options == {"num_warps": 2}
+    # n=256 is divisible by 16; n=1 becomes a constant, as Triton specializes it.
+    assert first.specialization["cuda"][2] == ("i32", "D") and second.specialization["cuda"][2][0] == "constexpr"
+    assert first.specialization["hip"][0][0] == "*fp32" and first.specialization["hip"][1][0] == "*i32"
+    # Outside the block nothing is recorded any more, and run is Triton's own again.
+    assert not getattr(JITFunction.run, "_kgit_capture", False)
+
+
+@pytest.mark.gpu
+def test_an_autotuner_counts_only_the_configuration_it_runs(monkeypatch):
+    # The autotuner needs a GPU to time its configurations (the interpreter has no benchmarker).
+    kernel = _load(DATA / "autotuned.py", monkeypatch, interpret=False)
+    with targets.capture() as launches:
+        kernel.custom_kernel(torch.randn(1000, device="cuda"))
+    tuner = kernel._copy
+    assert len(tuner.configs) == 2 and launches.total == 1
+    (variant,) = launches.variants
+    chosen = tuner.best_config
+    assert variant.options["num_warps"] == chosen.num_warps
+    assert variant.specialization["cuda"][-1] == ("constexpr", chosen.kwargs["BLOCK"])
+
+
+def test_no_launch_gives_unknown_not_a_failure():
+    with targets.capture() as launches:
+        pass
+    doc = targets.build_facts(launches, BOTH)
+    assert doc["variants"] == 0
+    for name in BOTH:
+        assert doc["results"][name]["builds"] is None
+        assert targets.trailer_value(doc["results"][name]) == "unknown: no Triton kernel was launched"
+    assert targets.failing(doc, BOTH) == []
+
+
+def test_a_compiler_that_dies_costs_its_target_only():
+    children = {"dies": targets._fork(lambda: os.kill(os.getpid(), signal.SIGKILL)),
+                "answers": targets._fork(lambda: {"builds": True})}
+    answers = targets._collect(children, timeout_s=60)
+    assert answers["dies"] == {"crash": "the compiler died (signal 9)"}
+    assert answers["answers"] == {"builds": True}
+
+
+def test_a_refused_fork_costs_the_facts_not_the_evaluation(monkeypatch):
+    kernel = _load(DATA / "ptx_only.py", monkeypatch, interpret=False)
+    with targets.capture() as launches:
+        with pytest.raises(Exception):  # no GPU: the launch fails after the capture saw it
+            kernel.custom_kernel(torch.randn(8))
+
+    def refuse(work):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(targets, "_fork", refuse)
+    doc = targets.build_facts(launches, BOTH)
+    for name in BOTH:
+        assert doc["results"][name]["builds"] is None
+        assert "no compile process could be started" in doc["results"][name]["error"]
+
+
+def test_a_compile_that_overruns_is_killed():
+    import time
+
+    answers = targets._collect({"slow": targets._fork(lambda: time.sleep(60))}, timeout_s=0.5)
+    assert answers["slow"] == {"crash": "the compile did not finish within 0 s"}
+
+
+def test_target_names_are_checked_in_task_and_config(tmp_path):
+    folder = tmp_path / "p"
+    folder.mkdir()
+    (folder / "task.yml").write_text("name: x\ntests: [{n: 1}]\nbenchmarks: [{n: 1}]\ntargets: [gfx942, sm_100]\n")
+    with pytest.raises(problem.TaskError, match="unknown build target 'sm_100'"):
+        problem.load_task(folder)
+    (folder / "task.yml").write_text("name: x\ntests: [{n: 1}]\nbenchmarks: [{n: 1}]\n")
+    assert problem.load_task(folder).targets == ["gfx942", "sm_90a"]  # imported problems get the default
+    for name, path in problem.shipped().items():
+        assert problem.load_task(path).targets == ["gfx942", "sm_90a"], name
+    with pytest.raises(Exception, match="targets: unknown build target 'mi300'"):
+        config_mod.parse("targets: [mi300]\n")
+    assert config_mod.parse("targets: []\nrequire_targets: true\n").require_targets is True
+
+
+def _doc(status="ok", amd_builds=True):
+    amd = ({"builds": True, "error": None, "kernels": [{"vgpr": 128, "agpr": 0, "lds_bytes": 65536,
+                                                       "scratch_bytes": 0, "vgpr_spill": 0, "occupancy": 2}]}
+           if amd_builds else {"builds": False, "error": "RuntimeError: boom", "kernels": []})
+    nv = {"builds": True, "error": None, "kernels": [{"registers": 96, "shared_bytes": 1536, "spill_bytes": 8,
+                                                      "occupancy": 4}]}
+    return {"status": status, "error": None, "reason": None,
+            "targets": {"triton": "3.9.0", "results": {"gfx942": amd, "sm_90a": nv}}}
+
+
+def test_trailers_one_per_target_and_their_round_trip():
+    lines = buildfacts.trailers(_doc())
+    assert lines == [("Kgit-Target-gfx942", "builds; vgpr 128, lds 64 KiB, spill 0, occupancy 2"),
+                     ("Kgit-Target-sm-90a", "builds; regs 96, smem 1.5 KiB, spill 8 B, occupancy 4"),
+                     ("Kgit-Targets-Compiler", "triton 3.9.0, candidate-reported")]
+    assert buildfacts.trailers(_doc(amd_builds=False))[0] == ("Kgit-Target-gfx942", "fails: RuntimeError: boom")
+    assert buildfacts.trailers({"status": "ok", "targets": None}) == []
+
+
+@pytest.mark.parametrize("required", [False, True])
+def test_require_targets_fails_an_attempt_that_does_not_build(required):
+    config = config_mod.parse(f"require_targets: {str(required).lower()}\n")
+    doc = buildfacts.apply_policy(_doc(amd_builds=False), config)
+    if required:
+        assert doc["status"] == "compile-error" and doc["reason"] == "does not build for a declared target"
+        assert "gfx942 (MI300X): RuntimeError: boom" in doc["error"]
+    else:
+        assert doc["status"] == "ok" and doc["error"] is None
+    assert buildfacts.apply_policy(_doc(), config)["status"] == "ok"
+
+
+def test_the_attempt_shows_its_targets_in_show_and_log(softmax_repo, run_kgit):
+    repo = Repo(softmax_repo)
+    (baseline,) = repo.read()
+    assert set(baseline.targets) == {"gfx942", "sm_90a"}
+    assert all(v.startswith("builds; ") for v in baseline.targets.values()), baseline.targets
+    shown = run_kgit(softmax_repo, "show", "kgit/baseline")
+    assert "target:     gfx942 builds; vgpr " in shown.output and "target:     sm_90a builds; regs " in shown.output
+    logged = json.loads(run_kgit(softmax_repo, "log", "--json").output)
+    assert logged[0]["targets"] == baseline.targets
+    devices = run_kgit(softmax_repo, "log", "--devices").output
+    assert "build targets" in devices and "gfx942 vgpr " in devices
+    from kgit.review import campaign, html
+
+    page = html.render(campaign.load(repo, None), "softmax")
+    assert '<section id="targets"><h2>Build targets</h2>' in page and baseline.targets["sm_90a"] in page
+
+
+def test_an_attempt_that_fails_here_still_says_where_it_builds(softmax_repo, run_kgit):
+    """Inline PTX cannot run in the CPU interpreter (runtime-error), and does not build for MI300."""
+    assert run_kgit(softmax_repo, "try", "copy the bits through inline PTX").exit_code == 0
+    (softmax_repo / "kernel.py").write_text((DATA / "ptx_only.py").read_text())
+    run_kgit(softmax_repo, "record")
+    attempt = next(a for a in Repo(softmax_repo).read() if not a.is_baseline)
+    assert attempt.status == "runtime-error"
+    assert attempt.targets["gfx942"].startswith("fails: ") and "invalid instruction" in attempt.targets["gfx942"]
+    assert attempt.targets["sm_90a"].startswith("builds; regs ")
+    assert "target:     gfx942 fails: " in run_kgit(softmax_repo, "show").output
+
+
+def test_prompt_lines_name_the_hardware_and_the_failures():
+    text = buildfacts.prompt_lines({"gfx942": "fails: x", "sm_90a": "builds; regs 96"},
+                                   ["memory-bound at 78% of peak bandwidth"])
+    assert "- gfx942 (MI300X): fails: x" in text and "- sm_90a (H100/H200): builds; regs 96" in text
+    assert "It does not build for gfx942" in text and "- memory-bound at 78% of peak bandwidth" in text
+    assert buildfacts.prompt_lines({}) == "No build facts were recorded for this kernel."
