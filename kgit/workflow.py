@@ -309,7 +309,7 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
         "speedup_baseline": speedup_baseline, "model": model,
         "cost": ("unknown" if cost is None else cost) if priced else None, "tokens": tokens,
     })
-    trailers += extra_trailers or []
+    trailers += stopped_trailers(result) + (extra_trailers or [])
     paragraphs = [f"Hypothesis: {info['hypothesis']}", plan, f"Notes: {notes}" if notes else ""]
     if not ok and result.get("error"):
         paragraphs.append("Error excerpt:\n" + _indent(result["error"][-2500:]))
@@ -336,14 +336,17 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
 
 def result_trailers(doc: dict) -> list:
     # Kgit-Target-<name> (issue 14, docs/targets.md): one trailer per declared target.
-    out = tr.lines(tr.from_result(doc)) + buildfacts.trailers(doc)
-    if doc["status"] == "stopped":
-        # The shapes timed before the race stopped: kept, never ranked (no Kgit-Geomean-us).
-        race = doc.get("race") or {}
-        out.append(("Kgit-Stopped", f"after {race.get('timed')} of {race.get('total')} shapes, "
-                                    f"{race.get('slower')}x the time of {race.get('incumbent')}"))
-        out += [("Kgit-Time-us", f"{key} {value:.3f}") for key, value in measure.result_times(doc).items()]
-    return out
+    return tr.lines(tr.from_result(doc)) + buildfacts.trailers(doc) + stopped_trailers(doc)
+
+
+def stopped_trailers(doc: dict) -> list:
+    """A stopped result's race and the shapes timed before it stopped: kept, never ranked (no Kgit-Geomean-us)."""
+    if doc["status"] != "stopped":
+        return []
+    race = doc.get("race") or {}
+    return ([("Kgit-Stopped", f"after {race.get('timed')} of {race.get('total')} shapes, "
+                              f"{race.get('slower')}x the time of {race.get('incumbent')}")]
+            + [("Kgit-Time-us", f"{key} {value:.3f}") for key, value in measure.result_times(doc).items()])
 
 
 def _reference_measurement(repo, config, attempts, sha, result) -> dict | None:
