@@ -224,16 +224,19 @@ def test_stats_and_rse():
     assert timing._rse([5.0, 5.0]) == 0.0
 
 
-@pytest.mark.parametrize("batch, mean, call, disagrees", [
-    (None, 10.0, 5.0, False),      # CPU: the judge's clock is the figure, nothing to cross-check
-    (12.0, 10.0, 5.0, False),      # honest, GPU-bound
-    (73.4, 7.8, 65.0, False),      # honest, host-bound (vector_add 1M on the H200: the guarded launch)
-    (150.0, 2.0, 5.0, True),       # side stream: events saw 2 us, the GPU was busy 150 us a call
-    (300.0, 0.5, 0.5, True),       # forged events, honest host figure
-    (300.0, 0.5, 250.0, False),    # both figures forged: not caught here (docs/harness.md), only by the speed of light
+@pytest.mark.parametrize("batch, mean, call, disagrees, copy", [
+    (None, 10.0, 5.0, False, 0.0),      # CPU: the judge's clock is the figure, nothing to cross-check
+    (12.0, 10.0, 5.0, False, 0.0),      # honest, GPU-bound
+    (73.4, 7.8, 65.0, False, 0.0),      # honest, host-bound (vector_add 1M on the H200: the guarded launch)
+    (150.0, 2.0, 5.0, True, 0.0),       # side stream: events saw 2 us, the GPU was busy 150 us a call
+    (300.0, 0.5, 0.5, True, 0.0),       # forged events, honest host figure
+    (300.0, 0.5, 250.0, False, 0.0),    # both figures forged: not caught here (docs/harness.md), only by the speed of light
+    # vector_add 64M on the H200: the runner's copy-out of a 256 MB output follows the calls
+    (322.7, 188.6, 127.8, False, 120.0),
+    (322.7, 188.6, 127.8, True, 0.0),  # the same batch with no copy to account for
 ])
-def test_judge_clock_rule(batch, mean, call, disagrees):
-    stats = {"mean_us": mean, "host_call_us": call, "host_batch_us": batch}
+def test_judge_clock_rule(batch, mean, call, disagrees, copy):
+    stats = {"mean_us": mean, "host_call_us": call, "host_batch_us": batch, "copy_us": copy}
     assert (timing.disagrees(stats) is not None) == disagrees
 
 
