@@ -23,7 +23,7 @@ import time
 import traceback
 from pathlib import Path
 
-from kgit_harness import channel, checking, confine, needs, peaks, pidone, policy, problem, shared, timing
+from kgit_harness import channel, checking, confine, needs, peaks, pidone, policy, problem, racing, shared, timing
 from kgit_harness import result as result_mod
 
 _clock = time.perf_counter
@@ -398,7 +398,8 @@ def _evaluate(spec, task, reference, runner, on_gpu, torch, doc) -> dict:
                 "error": "\n".join(f"{t['key']} (seed {t['seed']}): {t['message']}" for t in failed)[:4000]}
 
     shapes = []
-    for shape in task.shapes("benchmarks", on_gpu):
+    benchmarks = task.shapes("benchmarks", on_gpu)
+    for shape in benchmarks:
         runs = timing.measure(task, reference, shape, secret, spec["timing"], on_gpu, torch,
                               lambda sample, count: Slots(torch, runner, task, reference, sample, count, on_gpu))
         entry = {"key": problem.shape_key(shape), "shape": {k: v for k, v in shape.items() if k != "seed"}, **runs}
@@ -410,6 +411,13 @@ def _evaluate(spec, task, reference, runner, on_gpu, torch, doc) -> dict:
         if why:
             doc.update(tests=tests, shapes=shapes)
             raise Verdict("rejected", f"{entry['key']}: {why}", reason=timing.DISAGREE_REASON)
+        race = racing.decide(spec.get("race"), shapes, len(benchmarks), on_gpu, task.ranking + "_us")
+        if race:
+            # Correct on every test, but no ranking on partial data: no geomean, a status of its own.
+            return {"status": "stopped", "tests": tests, "shapes": shapes, "race": race,
+                    "error": f"stopped timing after {race['timed']} of {race['total']} shapes: "
+                             f"{race['slower']:.3f}x the time of {race['incumbent']} on the shapes compared "
+                             f"(at least {race['bound']:.3f}x beyond the noise)"}
     sol = _speed_of_light(spec, task, shapes, on_gpu, torch)
     if sol.pop("verdict", None):
         doc.update(tests=tests, shapes=shapes, speed_of_light=sol)

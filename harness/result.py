@@ -15,7 +15,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 SCHEMA = "kgit.result/1"
-STATUSES = ("ok", "incorrect", "compile-error", "runtime-error", "timeout", "crash", "rejected", "unsupported")
+# "stopped": correct, but racing (harness/racing.py) ended its timing once it was clearly
+# slower than the incumbent; it carries the shapes timed so far and never a geomean.
+STATUSES = ("ok", "incorrect", "compile-error", "runtime-error", "timeout", "crash", "rejected", "unsupported",
+            "stopped")
 
 
 @dataclass

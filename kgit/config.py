@@ -116,10 +116,13 @@ class EvolveConfig:
     jobs: int = 1
     knowledge: list = field(default_factory=lambda: ["triton", "hopper", "cdna3", "fp8_gemm"])
     archive_tokens: int = 6000
+    race: bool = True
     # Profile the best attempt of each iteration with this hardware profiler (docs/targets.md).
     profile: typing.Optional[str] = None
 
     def validate(self, where):
+        if not isinstance(self.race, bool):
+            raise ConfigError(f"{where}.race must be true or false, not {self.race!r}.")
         if self.profile is not None:
             _choice(where + ".profile", self.profile, ("ncu", "rocprofv3", "auto"))
         for name in ("iterations", "pick", "attempts", "jobs", "archive_tokens"):

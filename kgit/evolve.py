@@ -10,6 +10,7 @@ lock around each commit); hypotheses of one iteration may be in flight together
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +26,7 @@ from kgit.archive.repo import Repo
 from kgit.errors import KgitError, LLMError, LLMUnavailable
 from kgit import problems as problem_mod
 from kgit_harness import result as result_mod
-from kgit.archive import figures, notebook, trees
+from kgit.archive import figures, measure, notebook, trees
 from kgit.scientist import context as context_mod
 from kgit.scientist import protocol
 from kgit.scientist import write as write_mod
@@ -243,7 +244,7 @@ class Run:
             parent = state["parent"]
             self._line(tag, "write", "write", f"{plan.title} (base {base[:10]}), attempt {attempt}: " +
                        ("evaluating" if new_files is not None else "the edits did not apply"))
-            result, tree, reused = self._result(parent, new_files, edit_error)
+            result, tree, reused = self._result(parent, new_files, edit_error, base)
             notes = [write_mod.notes(reply.text) if reply else "",
                      f"Not measured again: this tree equals attempt {reused[:10]}, whose result is repeated here."
                      if reused else ""]
@@ -258,7 +259,7 @@ class Run:
             error = _feedback(result)
             state["parent"] = sha
 
-    def _result(self, parent: str, new_files, edit_error) -> tuple[dict, str, str]:
+    def _result(self, parent: str, new_files, edit_error, base: str | None = None) -> tuple[dict, str, str]:
         """(result, tree, sha whose result is reused or "") of one candidate: rejected, reused, or evaluated."""
         parent_tree = trees.tree_of(self.repo, parent)
         if new_files is None:
@@ -273,11 +274,34 @@ class Run:
             if seen is not None and (seen[1].get("device"), seen[1].get("harness")) == self.measured_on:
                 return dict(seen[1]), tree, seen[0]
         candidate = self.repo.commit_tree(tree, [parent], "kgit: candidate for evaluation\n")
-        result = self.evaluate(candidate)
+        race = self._race(base) if base else None
+        result = self.evaluate(candidate, race=race) if race else self.evaluate(candidate)
         if result.get("device"):
             with self.commit_lock:
                 self.measured_on = (result["device"], result.get("harness"))
         return result, tree, ""
+
+    def _race(self, base: str) -> dict | None:
+        """The base's GPU times for the judge to race a candidate against (harness/racing.py), or None.
+
+        Only once this run has measured on a GPU, with an evaluator that can race, and only
+        against the base's own measurement on that device and harness.
+        """
+        if not self.config.evolve.race or not getattr(self.evaluate, "races", False):
+            return None
+        with self.commit_lock:
+            measured_on = self.measured_on
+        if measured_on is None or figures.is_interpreter(None, measured_on[0]):
+            return None
+        attempt = next((a for a in self.repo.read() if a.sha == base), None)
+        found = measure.comparable(attempt, *measured_on) if attempt is not None else None
+        if not found or found.get("status") not in (None, "ok") or not found.get("times"):
+            return None
+        noise = figures.measurement_noise(attempt, found)
+        # The stored noise is the geomean's (per-shape errors in quadrature / k); the race
+        # compares shape by shape, so it gets the per-shape error that noise implies.
+        return {"name": base[:10], "times": dict(found["times"]),
+                "noise": None if noise is None else noise * math.sqrt(len(found["times"]))}
 
     def _commit(self, state, selection, plan, reference, tree, result, notes, replies, reused) -> str:
         model = self.client.model("write")
@@ -293,7 +317,8 @@ class Run:
                 self.repo, self.config, branch=state["branch"], tree=tree, parent=state["parent"], result=result,
                 notes=notes, plan=f"{plan.text()}\n\nBase chosen because: {selection.reason}",
                 expected_gain=plan.expected_gain, author=f"kgit ({model})", model=model, cost=cost, tokens=tokens)
-            if not reused and result["status"] != "rejected":
+            # A stopped result says "slower than this base", not what the tree measures: never reused.
+            if not reused and result["status"] not in ("rejected", "stopped"):
                 self.known[tree] = (outcome.sha, result)
             attempt = next(a for a in self.repo.read() if a.sha == outcome.sha)
             self.summary.rows.append(Row(outcome.sha, state["branch"], attempt.experiment, attempt.attempt,
@@ -329,7 +354,7 @@ class Run:
     def _remember(self, attempts):
         """Results of trees measured before this run, rebuilt from their trailers."""
         for a in attempts:
-            if a.status in ("rejected", "unknown") or a.tree in self.known:
+            if a.status in ("rejected", "unknown", "stopped") or a.tree in self.known:
                 continue
             self.known[a.tree] = (a.sha, _result_from(a))
 
@@ -376,7 +401,8 @@ def _feedback(result: dict) -> str:
     status = result["status"]
     head = {"rejected": "Your edits could not be used", "compile-error": "The kernel did not compile",
             "incorrect": "The kernel ran but gave wrong results", "runtime-error": "The kernel failed at run time",
-            "timeout": "The evaluation timed out", "crash": "The evaluation process crashed"}.get(status, status)
+            "timeout": "The evaluation timed out", "crash": "The evaluation process crashed",
+            "stopped": "The kernel is correct but clearly slower than the base; timing was stopped early"}.get(status, status)
     reason = f" ({result['reason']})" if result.get("reason") else ""
     error = context_mod.candidate_error(result.get("error") or "").strip()
     return f"{head}{reason}.\n\n{error[-ERROR_CHARS:]}"

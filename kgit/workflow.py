@@ -19,6 +19,7 @@ from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
 from kgit.errors import EvaluationFailed, KgitError, NotAKernelRepo
 from kgit import problems as problem_mod
 from kgit.scientist.protocol import is_offline
+from kgit_harness import racing
 
 GITIGNORE_LINES = ["__pycache__/", "*.pyc"]
 # Experiments between two `Repo.maintain()` runs (ref packing and commit-graph).
@@ -308,7 +309,7 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
         "speedup_baseline": speedup_baseline, "model": model,
         "cost": ("unknown" if cost is None else cost) if priced else None, "tokens": tokens,
     })
-    trailers += extra_trailers or []
+    trailers += stopped_trailers(result) + (extra_trailers or [])
     paragraphs = [f"Hypothesis: {info['hypothesis']}", plan, f"Notes: {notes}" if notes else ""]
     if not ok and result.get("error"):
         paragraphs.append("Error excerpt:\n" + _indent(result["error"][-2500:]))
@@ -320,6 +321,9 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
                                  figures.repeatability(attempts, result.get("device"), result.get("harness")))
         subject = (f"{slug}: {judged.subject_part()}" if judged.word == "interpreter" else
                    f"{slug}: {judged.subject_part()} vs base (geomean {result['geomean_us']:.1f} us)")
+    elif result["status"] == "stopped":
+        subject = racing.subject(slug, result.get("race") or {"incumbent": info["base"][:10], "timed": len(times),
+                                                               "total": "?"})
     else:
         subject = tr.subject(slug, result["status"], speedup, result.get("geomean_us"), result.get("reason"))
     # Only a real speedup may carry the lowercase word, so `git log --grep speedup` lists exactly those.
@@ -332,7 +336,17 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
 
 def result_trailers(doc: dict) -> list:
     # Kgit-Target-<name> (issue 14, docs/targets.md): one trailer per declared target.
-    return tr.lines(tr.from_result(doc)) + buildfacts.trailers(doc)
+    return tr.lines(tr.from_result(doc)) + buildfacts.trailers(doc) + stopped_trailers(doc)
+
+
+def stopped_trailers(doc: dict) -> list:
+    """A stopped result's race and the shapes timed before it stopped: kept, never ranked (no Kgit-Geomean-us)."""
+    if doc["status"] != "stopped":
+        return []
+    race = doc.get("race") or {}
+    return ([("Kgit-Stopped", f"after {race.get('timed')} of {race.get('total')} shapes, "
+                              f"{race.get('slower')}x the time of {race.get('incumbent')}")]
+            + [("Kgit-Time-us", f"{key} {value:.3f}") for key, value in measure.result_times(doc).items()])
 
 
 def _reference_measurement(repo, config, attempts, sha, result) -> dict | None:

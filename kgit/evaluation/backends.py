@@ -53,6 +53,9 @@ def get_evaluator(repo, config):
 class LocalEvaluator:
     """Harness children on this host, at most one per GPU at a time."""
 
+    # Accepts `race=` (an incumbent to race against; harness/racing.py).
+    races = True
+
     def __init__(self, repo, config, host: devices.Host | None = None, board: devices.Board = devices.BOARD):
         self.repo, self.config, self.board = repo, config, board
         self.host = host or devices.discover()
@@ -62,7 +65,7 @@ class LocalEvaluator:
     def slots(self) -> int:
         return len(self.devices) * self.config.evaluator.per_gpu
 
-    def __call__(self, sha: str) -> dict:
+    def __call__(self, sha: str, race: dict | None = None) -> dict:
         share = range(self.config.evaluator.per_gpu)
         key = self.board.acquire([("local", d or devices.CPU, k) for k in share for d in self.devices])
         device = None if key[1] == devices.CPU else key[1]
@@ -71,15 +74,16 @@ class LocalEvaluator:
             # A GPU is held host-wide, across kgit processes; the CPU slot only within this one.
             with devices.host_slot(key) if device is not None else contextlib.nullcontext():
                 with self.repo.worktree(sha) as path:
-                    doc = self.run(path, env)
+                    doc = self.run(path, env, race=race) if race else self.run(path, env)
         finally:
             self.board.release(key)
         doc["worker"] = {"backend": "local", "host": socket.gethostname(), "device": device or devices.CPU,
                          "env": env}
         return doc
 
-    def run(self, path: Path, env: dict) -> dict:
-        return evaluate.evaluate_tree(path, self.config, state_dir=self.repo.state / "scratch", devices_env=env)
+    def run(self, path: Path, env: dict, race: dict | None = None) -> dict:
+        return evaluate.evaluate_tree(path, self.config, state_dir=self.repo.state / "scratch", devices_env=env,
+                                      race=race)
 
 
 class CommandEvaluator:

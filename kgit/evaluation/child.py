@@ -88,8 +88,12 @@ def stage_candidate(source_root: Path, problem_rel: str, files: list[str], scrat
     return problem_dir, candidate_dir
 
 
-def evaluate_tree(source_root: Path, config, *, state_dir: Path, devices_env: dict | None = None) -> dict:
-    """Evaluate the kernel in a checked-out tree; return the result document."""
+def evaluate_tree(source_root: Path, config, *, state_dir: Path, devices_env: dict | None = None,
+                  race: dict | None = None) -> dict:
+    """Evaluate the kernel in a checked-out tree; return the result document.
+
+    `race` is the incumbent to race against (harness/racing.py), from `kgit evolve` only.
+    """
     task = load_task(Path(source_root) / config.problem)
     reference = Path(source_root) / config.problem / "reference.py"
     if not reference.is_file():
@@ -101,12 +105,13 @@ def evaluate_tree(source_root: Path, config, *, state_dir: Path, devices_env: di
     scratch = Path(tempfile.mkdtemp(prefix=f"eval-{os.getpid()}-", dir=state_dir))
     try:
         problem_dir, candidate_dir = stage_candidate(source_root, config.problem, task.files, scratch)
-        return run_child(problem_dir, candidate_dir, config, scratch, devices_env)
+        return run_child(problem_dir, candidate_dir, config, scratch, devices_env, race=race)
     finally:
         remove_tree(scratch)
 
 
-def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, devices_env: dict | None = None) -> dict:
+def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, devices_env: dict | None = None,
+              race: dict | None = None) -> dict:
     isolation = sandbox.plan(config.evaluator.sandbox)
     sandbox.protect_parent()
     spec = {
@@ -122,6 +127,7 @@ def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, dev
                                             trusted_init=isolation.namespaces),
         "runner_prefix": list(isolation.prefix), "runner_cwd": str(scratch),
         "targets": config.targets,  # None: the problem's declared build targets (docs/targets.md)
+        "race": race,
     }
     result_r, result_w = os.pipe()
     # The judge watches the read end; when kgit dies, however it dies, the kernel closes

@@ -1,0 +1,72 @@
+"""Racing: whether a candidate is already, beyond the measured noise, slower than the incumbent.
+
+kgit evolve passes the incumbent (the base's per-shape GPU times and its relative noise)
+in the judge's spec; after each benchmark shape the judge asks `decide` whether to stop
+timing. The rule works on the log ratios of the shapes timed so far, so it is the
+geomean comparison kgit makes afterwards, restricted to those shapes:
+
+    mean(log(candidate / incumbent)) - Z * its standard error > log(1 + MARGIN)
+
+The standard error combines each shape's own spread (std/sqrt(n)/mean) with the
+incumbent's noise, and MARGIN is the run-to-run floor a single measurement cannot
+resolve; both are wide on purpose: stopping a winner costs a real result, letting a
+loser finish costs only seconds. Interpreter timings never race (they are host time).
+"""
+
+from __future__ import annotations
+
+import math
+
+# Standard errors the candidate must be beyond before it stops: a false stop needs a 3-sigma event.
+Z = 3.0
+# Slower by less than this is never a stop, whatever the spreads (clocks and thermals move
+# a GPU timing by a few percent from one run to the next).
+MARGIN = 0.05
+
+
+def decide(incumbent: dict | None, timed: list[dict], total: int, on_gpu: bool, stat: str = "mean_us") -> dict | None:
+    """The race verdict after the shapes in `timed`, or None to go on timing.
+
+    `incumbent` is {"name": ..., "times": {shape key: us}, "noise": relative standard error
+    of one shape's time or None}. The verdict says which shapes were compared and by how much.
+    """
+    if not on_gpu or not incumbent or not incumbent.get("times") or len(timed) >= total:
+        return None
+    times = incumbent["times"]
+    base_noise = incumbent.get("noise")
+    logs, variance, keys = [], 0.0, []
+    for shape in timed:
+        mine, theirs = shape.get(stat), times.get(shape.get("key"))
+        if not _positive(mine) or not _positive(theirs):
+            continue
+        own = _relative_error(shape, stat)
+        if own is None or base_noise is None:
+            return None  # no spread measured: nothing to be "beyond", so never stop
+        logs.append(math.log(mine / theirs))
+        variance += own * own + base_noise * base_noise
+        keys.append(shape["key"])
+    if not logs:
+        return None
+    k = len(logs)
+    mean, error = sum(logs) / k, math.sqrt(variance) / k
+    if mean - Z * error <= math.log(1 + MARGIN):
+        return None
+    return {"incumbent": incumbent.get("name") or "the incumbent", "timed": len(timed), "total": total,
+            "compared": keys, "slower": round(math.exp(mean), 4), "bound": round(math.exp(mean - Z * error), 4),
+            "z": Z, "margin": MARGIN}
+
+
+def _relative_error(shape: dict, stat: str) -> float | None:
+    std, n, value = shape.get("std_us"), shape.get("n"), shape.get(stat)
+    if std is None or not n or n < 2 or not _positive(value):
+        return None
+    return std / math.sqrt(n) / value
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def subject(slug: str, race: dict) -> str:
+    """The commit subject of a stopped attempt (never the word speedup)."""
+    return f"{slug}: stopped, slower than {race.get('incumbent')} after {race.get('timed')} of {race.get('total')} shapes"

@@ -1,0 +1,288 @@
+"""Racing (issue 15): the judge stops timing a candidate that is clearly slower than the incumbent.
+
+The decision rule is a pure function (harness/racing.py), tested here on the CPU; so are
+the `stopped` status, its commit subject and trailers, that evolve hands the base's GPU
+times to an evaluator that can race (and only then), and that a stopped attempt never
+becomes `kgit best`. The judge's own stop is tested end to end on a GPU (marked `gpu`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+import fake_llm
+from conftest import fast_config_text
+from kgit import evolve, problems, workflow as experiments
+from kgit.archive import figures
+from kgit_harness import racing
+from kgit_harness import result as result_mod
+
+GPU = "NVIDIA H200"
+HARNESS = "kgit test harness"
+KEYS = ["size=1048576", "size=16777216", "size=67108864"]
+SLOW_BLOCK = "BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 2048 4096"
+
+
+def git(cwd, *args) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def shape(key, mean, rel_std=0.01, n=100):
+    return {"key": key, "mean_us": mean, "std_us": rel_std * mean, "n": n}
+
+
+INCUMBENT = {"name": "abc1234567", "times": {k: 100.0 for k in KEYS}, "noise": 0.002}
+
+
+# -- the rule ---------------------------------------------------------------------------
+def test_clearly_slower_stops_with_what_was_compared():
+    verdict = racing.decide(INCUMBENT, [shape(KEYS[0], 150.0)], total=3, on_gpu=True)
+    assert verdict is not None
+    assert verdict["incumbent"] == "abc1234567" and (verdict["timed"], verdict["total"]) == (1, 3)
+    assert verdict["compared"] == [KEYS[0]]
+    assert verdict["slower"] == pytest.approx(1.5)
+    assert 1 + racing.MARGIN < verdict["bound"] < 1.5
+
+
+def test_within_the_noise_goes_on():
+    # 3% slower is under the margin; 20% slower with a wide spread over few repetitions is not beyond it.
+    assert racing.decide(INCUMBENT, [shape(KEYS[0], 103.0)], total=3, on_gpu=True) is None
+    noisy = shape(KEYS[0], 120.0, rel_std=0.5, n=4)
+    assert racing.decide(INCUMBENT, [noisy], total=3, on_gpu=True) is None
+    # The same 20% with a tight spread is beyond it.
+    assert racing.decide(INCUMBENT, [shape(KEYS[0], 120.0)], total=3, on_gpu=True) is not None
+
+
+def test_faster_or_mixed_goes_on():
+    assert racing.decide(INCUMBENT, [shape(KEYS[0], 60.0)], total=3, on_gpu=True) is None
+    # Slower on one shape, as much faster on the other: the geomean over both is even.
+    mixed = [shape(KEYS[0], 150.0), shape(KEYS[1], 100.0 / 1.5)]
+    assert racing.decide(INCUMBENT, mixed, total=3, on_gpu=True) is None
+
+
+def test_interpreter_timings_never_race():
+    assert racing.decide(INCUMBENT, [shape(KEYS[0], 1000.0)], total=3, on_gpu=False) is None
+
+
+def test_no_race_without_spread_an_incumbent_or_shapes_left():
+    slow = [shape(KEYS[0], 1000.0)]
+    assert racing.decide(None, slow, total=3, on_gpu=True) is None
+    assert racing.decide({**INCUMBENT, "noise": None}, slow, total=3, on_gpu=True) is None
+    assert racing.decide(INCUMBENT, [{"key": KEYS[0], "mean_us": 1000.0}], total=3, on_gpu=True) is None
+    # A shape the incumbent never timed is no evidence.
+    assert racing.decide(INCUMBENT, [shape("size=7", 1000.0)], total=3, on_gpu=True) is None
+    # Every shape timed: the result is complete, so it is ranked, not stopped.
+    done = [shape(k, 1000.0) for k in KEYS]
+    assert racing.decide(INCUMBENT, done, total=3, on_gpu=True) is None
+
+
+def test_ranking_statistic_is_the_tasks():
+    timed = [{"key": KEYS[0], "mean_us": 100.0, "median_us": 200.0, "std_us": 1.0, "n": 100}]
+    assert racing.decide(INCUMBENT, timed, total=3, on_gpu=True) is None
+    assert racing.decide(INCUMBENT, timed, total=3, on_gpu=True, stat="median_us") is not None
+
+
+# -- the status and its commit ------------------------------------------------------------
+def stopped_result(mean=150.0):
+    timed = [shape(KEYS[0], mean)]
+    race = racing.decide(INCUMBENT, timed, total=3, on_gpu=True)
+    return result_mod.new("stopped", device=GPU, timing="events", harness=HARNESS, shapes=timed, race=race,
+                          tests=[{"key": "size=1", "seed": 1, "ok": True, "message": ""}], eval_s=1.0,
+                          error="stopped timing after 1 of 3 shapes")
+
+
+def test_stopped_is_a_valid_status_without_a_geomean():
+    doc = result_mod.validate(stopped_result())
+    assert doc["status"] == "stopped" and doc["geomean_us"] is None
+    assert doc["race"]["timed"] == 1
+    assert "stopped" in result_mod.STATUSES
+
+
+def test_subject_names_the_incumbent_and_never_speedup():
+    text = racing.subject("bigger-blocks", {"incumbent": "abc1234567", "timed": 1, "total": 3})
+    assert text == "bigger-blocks: stopped, slower than abc1234567 after 1 of 3 shapes"
+    assert "speedup" not in text.lower()
+
+
+def remote_gpu_repo(kernel_repo, **evolve_keys):
+    """The vector_add repository as an H200 evaluator sees it: the baseline timed there (a note)."""
+    keys = {"knowledge": [], **evolve_keys}
+    (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve=keys), encoding="utf-8")
+    repo, config = experiments.load(kernel_repo)
+    repo.add_note(repo.rev("kgit/baseline"), {
+        "device": GPU, "harness": HARNESS, "timing": "events", "status": "ok", "geomean_us": 100.0,
+        "times": dict(INCUMBENT["times"]), "noise": 0.001, "when": 2_000_000_000, "versions": {}})
+    return repo, config
+
+
+class RacingEvaluator:
+    """Stands in for the local backend on an H200: ok results, or what the judge's race would decide."""
+
+    races = True
+
+    def __init__(self, repo_path, means):
+        self.path, self.means, self.races_seen = repo_path, means, []
+
+    def __call__(self, sha, race=None):
+        self.races_seen.append(race)
+        text = git(self.path, "show", f"{sha}:kernel.py")
+        mean = next(v for k, v in self.means.items() if f"# variant {k}" in text)
+        shapes = []
+        for key in KEYS:
+            shapes.append(shape(key, mean))
+            verdict = racing.decide(race, shapes, len(KEYS), on_gpu=True)
+            if verdict:
+                return result_mod.new("stopped", device=GPU, timing="events", harness=HARNESS, shapes=shapes,
+                                      race=verdict, eval_s=1.0, error="stopped")
+        return result_mod.new("ok", device=GPU, timing="events", harness=HARNESS, shapes=shapes,
+                              geomean_us=mean, eval_s=1.0)
+
+
+def run_variants(kernel_repo, evaluator_means, **keys):
+    repo, config = remote_gpu_repo(kernel_repo, pick=2, attempts=1, **keys)
+    evaluator = RacingEvaluator(kernel_repo, evaluator_means)
+    edits = [fake_llm.search_replace("kernel.py", SLOW_BLOCK, f"{SLOW_BLOCK}\n# variant {k}") for k in evaluator_means]
+    fake = fake_llm.FakeLLM([("design", fake_llm.design(["Plan A", "Plan B"], chosen=[0, 1])),
+                             *[("write", e) for e in edits]])
+    summary = evolve.evolve(repo, config, client=fake, evaluate=evaluator)
+    return repo, summary, evaluator
+
+
+def test_evolve_races_against_the_base_and_a_stopped_attempt_is_never_best(kernel_repo):
+    repo, summary, evaluator = run_variants(kernel_repo, {"A": 95.0, "B": 200.0})
+    # The first evaluation finds out the device; from then on the base's times on it are raced against.
+    assert evaluator.races_seen[0] is None
+    race = evaluator.races_seen[1]
+    assert race["times"] == INCUMBENT["times"] and race["name"] == repo.rev("kgit/baseline")[:10]
+    assert race["noise"] == pytest.approx(0.001 * 3 ** 0.5)
+    assert [r.status for r in summary.rows] == ["ok", "stopped"]
+    stopped = summary.rows[1].sha
+    subject = git(kernel_repo, "show", "-s", "--format=%s", stopped).strip()
+    assert subject.endswith(f": stopped, slower than {race['name']} after 1 of 3 shapes")
+    body = git(kernel_repo, "show", "-s", "--format=%B", stopped)
+    assert "speedup" not in body.lower()
+    assert "Kgit-Status: stopped" in body and f"Kgit-Time-us: {KEYS[0]} 200.000" in body
+    assert "Kgit-Stopped: after 1 of 3 shapes" in body and "Kgit-Geomean-us" not in body
+    attempts = repo.read()
+    attempt = next(a for a in attempts if a.sha == stopped)
+    assert not attempt.ok and attempt.measurements() == []
+    assert figures.best(attempts).sha == experiments.best(attempts).sha == summary.rows[0].sha
+    assert stopped not in git(kernel_repo, "log", "--all", "--grep", "speedup", "--format=%H")
+
+
+def test_a_stopped_attempt_with_tiny_times_is_never_best(kernel_repo):
+    """Its partial times are kept as trailers but never ranked, however fast they read."""
+    repo, config = remote_gpu_repo(kernel_repo)
+    baseline = repo.rev("kgit/baseline")
+    branch = "kgit/1-partial"
+    repo.create_branch(branch, baseline, "Partial", None)
+    tree = git(kernel_repo, "rev-parse", "kgit/baseline^{tree}").strip()
+    doc = stopped_result()
+    # As if the times had been recorded at 1 us: faster than anything, yet partial.
+    doc["shapes"] = [shape(KEYS[0], 1.0)]
+    outcome = experiments.commit_attempt(repo, config, branch=branch, tree=tree, parent=baseline, result=doc,
+                                         author="kgit (test)", model="test")
+    attempts = repo.read()
+    assert next(a for a in attempts if a.sha == outcome.sha).status == "stopped"
+    best = experiments.best(attempts)
+    assert best is not None and best.sha != outcome.sha and best.ok
+    assert outcome.speedup is None
+
+
+def test_race_off_in_config_sends_no_incumbent(kernel_repo):
+    _, summary, evaluator = run_variants(kernel_repo, {"A": 95.0, "B": 200.0}, race=False)
+    assert evaluator.races_seen == [None, None]
+    assert [r.status for r in summary.rows] == ["ok", "ok"]
+
+
+def test_an_evaluator_that_cannot_race_is_called_as_before(kernel_repo):
+    repo, config = remote_gpu_repo(kernel_repo, pick=1, attempts=1)
+    calls = []
+
+    def plain(sha):  # no `race` parameter: command and ray backends, remote evaluators
+        calls.append(sha)
+        return result_mod.new("ok", device=GPU, timing="events", harness=HARNESS, geomean_us=90.0, eval_s=1.0,
+                              shapes=[shape(k, 90.0) for k in KEYS])
+
+    edit = fake_llm.search_replace("kernel.py", SLOW_BLOCK, f"{SLOW_BLOCK}\n# variant A")
+    fake = fake_llm.FakeLLM([("design", fake_llm.design(["Plan A"])), ("write", edit)])
+    summary = evolve.evolve(repo, config, client=fake, evaluate=plain)
+    assert len(calls) == 1 and summary.rows[0].status == "ok"
+
+
+# -- the judge on a GPU -----------------------------------------------------------------
+@pytest.mark.gpu
+def test_judge_stops_a_candidate_far_slower_than_a_fictional_incumbent(kernel_repo):
+    """vector_add's baseline raced against an incumbent 100x faster on every shape: stopped after one."""
+    from kgit.evaluation import child
+
+    repo, config = experiments.load(kernel_repo)
+    task_keys = ["size=1048576", "size=16777216", "size=67108864"]
+    ok = child.evaluate_tree(kernel_repo, config, state_dir=repo.state / "scratch")
+    assert ok["status"] == "ok" and ok["timing"] == "events"
+    times = {s["key"]: s["mean_us"] / 100 for s in ok["shapes"]}
+    assert sorted(times) == sorted(task_keys)
+    doc = child.evaluate_tree(kernel_repo, config, state_dir=repo.state / "scratch",
+                              race={"name": "fictional", "times": times, "noise": 0.01})
+    assert doc["status"] == "stopped", doc.get("error")
+    assert doc["race"]["timed"] == 1 and doc["race"]["total"] == 3 and len(doc["shapes"]) == 1
+    assert doc["geomean_us"] is None and all(t["ok"] for t in doc["tests"])
+    # Against its own times the same kernel is never stopped.
+    own = {s["key"]: s["mean_us"] for s in ok["shapes"]}
+    again = child.evaluate_tree(kernel_repo, config, state_dir=repo.state / "scratch",
+                                race={"name": "itself", "times": own, "noise": 0.01})
+    assert again["status"] == "ok", again.get("error")
+
+
+def test_a_stopped_tree_is_raced_again_not_reused(kernel_repo):
+    repo, config = remote_gpu_repo(kernel_repo, pick=3, attempts=1)
+    evaluator = RacingEvaluator(kernel_repo, {"A": 95.0, "B": 200.0})
+    edits = [fake_llm.search_replace("kernel.py", SLOW_BLOCK, f"{SLOW_BLOCK}\n# variant {k}") for k in "ABB"]
+    fake = fake_llm.FakeLLM([("design", fake_llm.design(["Plan A", "Plan B", "Plan B again"], chosen=[0, 1, 2])),
+                             *[("write", e) for e in edits]])
+    summary = evolve.evolve(repo, config, client=fake, evaluate=evaluator)
+    assert [r.status for r in summary.rows] == ["ok", "stopped", "stopped"]
+    assert len(evaluator.races_seen) == 3 and summary.rows[2].reused == ""
+
+
+def test_judge_consults_the_race_after_each_shape_and_stops(kernel_repo, tmp_path, monkeypatch):
+    """The judge's wiring on the CPU, run in-process: the rule is made to treat interpreter
+    timings as GPU ones (only here; the rule's own tests show it never does), so the judge's
+    stop can be seen without a GPU. The rule's arguments are checked on every call."""
+    from dataclasses import asdict
+
+    from kgit.evaluation import child
+    from kgit_harness import judge
+
+    repo, config = experiments.load(kernel_repo)
+    task = problems.load_task(kernel_repo / config.problem)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    problem_dir, candidate_dir = child.stage_candidate(kernel_repo, config.problem, task.files, scratch)
+    calls = []
+    real = racing.decide
+
+    def as_if_on_a_gpu(incumbent, timed, total, on_gpu, stat="mean_us"):
+        calls.append((len(timed), total, on_gpu, stat))
+        return real(incumbent, timed, total, True, stat)
+
+    monkeypatch.setattr(judge.racing, "decide", as_if_on_a_gpu)
+    keys = ["size=4096", "size=65536"]  # vector_add's CPU benchmark shapes
+    spec = {"problem_dir": str(problem_dir), "candidate_dir": str(candidate_dir), "timing": asdict(config.timing),
+            "secret_seed": 7, "timeout_s": 300, "sandbox": {}, "runner_prefix": [], "runner_cwd": str(scratch),
+            "race": {"name": "fictional", "times": {k: 1e-3 for k in keys}, "noise": 0.01}}
+    doc = judge.run(spec)
+    assert doc["status"] == "stopped", doc.get("error")
+    assert calls == [(1, 2, False, "mean_us")]
+    assert [s["key"] for s in doc["shapes"]] == keys[:1]
+    assert doc["race"]["incumbent"] == "fictional" and doc["geomean_us"] is None
+    assert doc["tests"] and all(t["ok"] for t in doc["tests"])
+    result_mod.validate(doc)
+
+    # Without an incumbent the same kernel is timed in full and ranked.
+    calls.clear()
+    doc = judge.run({**spec, "race": None, "secret_seed": 8})
+    assert doc["status"] == "ok" and len(doc["shapes"]) == 2 and calls == [(1, 2, False, "mean_us"),
+                                                                          (2, 2, False, "mean_us")]
