@@ -215,7 +215,8 @@ class Run:
         if self.config.evolve.profile:  # issue 14: hardware counters of the best attempt so far
             from kgit.evaluation import profile as profile_mod
 
-            self._line(tag, "profile", "design", profile_mod.after_iteration(self.repo, self.config))
+            self._line(tag, "profile", "design", profile_mod.after_iteration(
+                self.repo, self.config, experiments.best(self.repo.read())))
         return True
 
     # -- one hypothesis: the writer's attempts ------------------------------------------

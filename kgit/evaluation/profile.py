@@ -292,11 +292,8 @@ def profile(repo, config, rev: str, choice: str = "auto", devices_env: dict | No
     return record
 
 
-def after_iteration(repo, config) -> str:
-    """`evolve.profile`: profile the best attempt unless it has a profile already; one progress line."""
-    from kgit import workflow
-
-    best = workflow.best(repo.read())
+def after_iteration(repo, config, best) -> str:
+    """`evolve.profile`: profile `best` (the loop's best attempt) unless it has a profile already; one progress line."""
     if best is None:
         return "no correct attempt to profile"
     if latest(best) is not None:
