@@ -106,6 +106,8 @@ def test_search_replace_round_trip(before, search, after, replace):
     original = "\n".join(before + search + after) + "\n"
     needle = "\n".join(search)
     assume(needle.strip() and original.count(needle) == 1)
+    # A file with EVOLVE-BLOCK markers limits where edits may go (tested in test_edits.py).
+    assume(edits.BLOCK_START not in original and edits.BLOCK_END not in original)
     answer = f"Here is the change.\n\nkernel.py\n{edits.SEARCH}\n{needle}\n{edits.DIVIDER}\n" \
              f"{chr(10).join(replace)}\n{edits.REPLACE}\n"
     parsed = edits.parse(answer)
