@@ -114,7 +114,8 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
             paragraphs=[f"Baseline kernel of the problem {task.name}, measured by kgit init.", task.summary],
             trailers=tr.lines({"experiment": 0, "attempt": 0, "branch": repo.head_branch() or "HEAD",
                                "hypothesis": "baseline", **tr.from_result(doc),
-                               "speedup": "1.00", "speedup_baseline": "1.00", "model": "human"}),
+                               "speedup": "1.00", "speedup_baseline": "1.00", "model": "human"})
+            + buildfacts.trailers(doc),  # Kgit-Target-<name> (issue 14): one per target, beside the table
         ).render(ok=False)
         head = repo.head()
         sha = repo.commit_tree(tree, [head] if head else [], message)
@@ -309,7 +310,7 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
         "speedup_baseline": speedup_baseline, "model": model,
         "cost": ("unknown" if cost is None else cost) if priced else None, "tokens": tokens,
     })
-    trailers += stopped_trailers(result) + (extra_trailers or [])
+    trailers += buildfacts.trailers(result) + stopped_trailers(result) + (extra_trailers or [])
     paragraphs = [f"Hypothesis: {info['hypothesis']}", plan, f"Notes: {notes}" if notes else ""]
     if not ok and result.get("error"):
         paragraphs.append("Error excerpt:\n" + _indent(result["error"][-2500:]))
