@@ -141,25 +141,28 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+def evolve_through(server, kernel_repo, run_kgit):
+    """`kgit evolve` against the scripted server, served from a thread for the run's length."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        return run_kgit(kernel_repo, "evolve", "--model", "openai/test-model", "--api-base", url)
+    finally:
+        server.shutdown()
+
+
 def test_evolve_through_a_local_openai_compatible_server(kernel_repo, run_kgit, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"pick": 1, "attempts": 1, "knowledge": []}))
-    baseline = subprocess.run(["git", "rev-parse", "kgit/baseline"], cwd=kernel_repo, capture_output=True,
-                              text=True, check=True).stdout.strip()
     server = ScriptedServer([
         # No select request: only the baseline exists, so the choice is forced.
         fake_llm.design(["Larger blocks per program"]),
         fake_llm.search_replace("kernel.py", "BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 2048 4096",
                                 "BLOCK_SIZE = 2048  # kgit: tune 256 512 1024 2048 4096"),
     ])
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        result = run_kgit(kernel_repo, "evolve", "--model", "openai/test-model", "--api-base", url)
-    finally:
-        server.shutdown()
+    result = evolve_through(server, kernel_repo, run_kgit)
     assert result.exit_code == 0, result.output
     assert [r["path"] for r in server.requests] == ["/v1/chat/completions"] * 2
     assert server.requests[0]["body"]["model"] == "test-model"

@@ -6,11 +6,10 @@ the requests), or, for Anthropic models, behind `cache_control` breakpoints.
 from __future__ import annotations
 
 import os
-import threading
 
 from conftest import fast_config_text
 import fake_llm
-from test_llm import ScriptedServer
+from test_llm import ScriptedServer, evolve_through
 from kgit.config import LLMConfig
 from kgit.scientist import caching, llm, prompts
 
@@ -35,13 +34,7 @@ def test_stable_parts_come_first_and_repeat_byte_for_byte(kernel_repo, run_kgit,
         fake_llm.design(["Plan three"], chosen=[0]),
         fake_llm.search_replace("kernel.py", "BLOCK_SIZE = 999", "BLOCK_SIZE = 4096"),
     ])
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        result = run_kgit(kernel_repo, "evolve", "--model", "openai/test-model", "--api-base", url)
-    finally:
-        server.shutdown()
+    result = evolve_through(server, kernel_repo, run_kgit)
     assert result.exit_code == 0, result.output
     bodies = [r["body"]["messages"] for r in server.requests]
     assert len(bodies) == 7
