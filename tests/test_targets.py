@@ -138,6 +138,14 @@ def test_an_autotuner_counts_only_the_configuration_it_runs(monkeypatch):
     chosen = tuner.best_config
     assert variant.options["num_warps"] == chosen.num_warps
     assert variant.specialization["cuda"][-1] == ("constexpr", chosen.kwargs["BLOCK"])
+    # The chosen configuration, captured on the GPU, cross-compiles for both targets from
+    # forked children of a process that holds a CUDA context (as the runner does).
+    facts = targets.build_facts(launches, BOTH)
+    for name in BOTH:
+        result = facts["results"][name]
+        assert result["builds"] is True, (name, result["error"])
+        (compiled,) = result["kernels"]
+        assert compiled["num_warps"] == chosen.num_warps and compiled["occupancy"] >= 1
 
 
 def test_no_launch_gives_unknown_not_a_failure():
