@@ -219,14 +219,18 @@ def test_what_the_machine_lacks_is_unsupported_not_a_kernel_failure(tmp_path, re
         f"baseline: unsupported here (needs")
 
 
-def test_kgit_init_reports_unsupported_with_the_exception_line(tmp_path, run_kgit):
-    source = tmp_path / "needs_aiter"
+def _init_from_axpb_importing(tmp_path, run_kgit, file: str, module: str):
+    """`kgit init --from-gpumode` of axpb whose `file` first imports a module that is not installed."""
+    source = tmp_path / f"needs_{module}"
     shutil.copytree(AXPB, source)
-    reference = source / "reference.py"
-    reference.write_text("import aiter_not_installed\n" + reference.read_text())
+    (source / file).write_text(f"import {module}\n" + (source / file).read_text())
     config = tmp_path / "fast.kgit.yaml"
     config.write_text(fast_config_text())
-    result = run_kgit(tmp_path, "init", "repo", "--from-gpumode", str(source), "--config", str(config))
+    return run_kgit(tmp_path, "init", "repo", "--from-gpumode", str(source), "--config", str(config))
+
+
+def test_kgit_init_reports_unsupported_with_the_exception_line(tmp_path, run_kgit):
+    result = _init_from_axpb_importing(tmp_path, run_kgit, "reference.py", "aiter_not_installed")
     assert result.exit_code != 0
     assert "unsupported here (needs the Python module aiter_not_installed)" in result.stderr
     assert "ModuleNotFoundError: No module named 'aiter_not_installed'" in result.stderr
@@ -235,13 +239,7 @@ def test_kgit_init_reports_unsupported_with_the_exception_line(tmp_path, run_kgi
 
 
 def test_kgit_init_names_a_module_the_baseline_kernel_lacks(tmp_path, run_kgit):
-    source = tmp_path / "needs_cutlass"
-    shutil.copytree(AXPB, source)
-    submission = source / "submission.py"
-    submission.write_text("import cutlass_not_installed\n" + submission.read_text())
-    config = tmp_path / "fast.kgit.yaml"
-    config.write_text(fast_config_text())
-    result = run_kgit(tmp_path, "init", "repo", "--from-gpumode", str(source), "--config", str(config))
+    result = _init_from_axpb_importing(tmp_path, run_kgit, "submission.py", "cutlass_not_installed")
     assert result.exit_code != 0
     assert "the baseline kernel needs the Python module cutlass_not_installed" in result.stderr
     assert "requires" not in yaml.safe_load((tmp_path / "repo" / "problem" / "task.yml").read_text())
@@ -274,15 +272,96 @@ def test_gpumode_requires_are_read_from_task_yml_and_imports(tmp_path):
 
 
 # -- forward/backward problems ------------------------------------------------------------------
-def test_a_forward_backward_problem_is_refused_naming_what_is_missing(tmp_path):
-    source = tmp_path / "cross_entropy_py"
-    shutil.copytree(AXPB, source)
-    (source / "reference.py").write_text(
-        "def generate_inputs(batch, vocab, seed=0): pass\n\ndef reference_forward(logits, targets): pass\n\n"
-        "def reference_backward(logits, targets, grad): pass\n")
-    with pytest.raises(KgitError, match=r"forward-and-backward problem \(generate_inputs, reference_forward, "
-                                        r"reference_backward.*generate_input\(\*\*shape\) and ref_kernel\(data\)"):
+# princeton/cross_entropy_py's format, on a problem of our own: a squared error whose
+# reference defines generate_inputs/reference_forward/reference_backward, whose submission
+# defines *_forward and *_backward, and whose eval.py fixes the number of rows.
+SQUARED_ERROR = {
+    "reference.py": '''
+        import torch
+
+        DEVICE = "cuda"
+        ATOL = 1e-4
+        RTOL = 1e-3
+
+
+        def reference_forward(pred, target):
+            return ((pred - target) ** 2).sum(dim=-1)
+
+
+        def reference_backward(pred, target, grad):
+            return 2 * (pred - target) * grad.unsqueeze(1)
+
+
+        def generate_inputs(rows, cols, seed=7):
+            torch.manual_seed(seed)
+            pred = torch.randn(rows, cols, device=DEVICE)
+            target = torch.randn(rows, cols, device=DEVICE)
+            grad = torch.randn(rows, device=DEVICE)
+            return pred, target, grad
+        ''',
+    "submission.py": '''
+        def squared_error_forward(pred, target):
+            return ((pred - target) ** 2).sum(dim=-1)
+
+
+        def squared_error_backward(pred, target, grad):
+            return 2 * (pred - target) * grad.unsqueeze(1)
+        ''',
+    "eval.py": '''
+        from reference import generate_inputs
+
+        ROWS = 48
+
+
+        def check(mod, cols):
+            pred, target, grad = generate_inputs(ROWS, cols)
+        ''',
+    "task.yml": '''
+        files:
+          - {"name": "submission.py", "source": "@SUBMISSION@"}
+          - {"name": "reference.py", "source": "reference.py"}
+          - {"name": "eval.py", "source": "eval.py"}
+        description: Squared error of two matrices, forward and backward.
+        tests:
+          - {"cols": 24}
+        benchmarks:
+          - {"cols": 40}
+        ''',
+}
+
+
+def _squared_error(tmp_path, **changed) -> Path:
+    source = tmp_path / "squared_error_py"
+    source.mkdir(parents=True)
+    for name, text in {**SQUARED_ERROR, **changed}.items():
+        (source / name).write_text(textwrap.dedent(text).lstrip())
+    return source
+
+
+def test_a_forward_backward_folder_is_imported_as_one_call_of_both(tmp_path):
+    problem_dir, kernel = importers.gpumode_problem(_squared_error(tmp_path), tmp_path / "imported")
+    task = yaml.safe_load((problem_dir / "task.yml").read_text())
+    # eval.py's ROWS, the shape's cols, and generate_inputs' own default seed.
+    assert task["tests"] == [{"rows": 48, "cols": 24, "seed": 7}]
+    assert task["benchmarks"] == [{"rows": 48, "cols": 40, "seed": 8}]
+    assert task["cpu"]["tests"] == [{"rows": 8, "cols": 24, "seed": 7}]
+    assert (task["tolerance"]["rtol"], task["tolerance"]["atol"]) == (1e-3, 1e-4)
+    assert "return squared_error_forward(pred, target), squared_error_backward(pred, target, grad)" in kernel
+    doc = _evaluate(problem_dir, kernel, tmp_path, "baseline")
+    assert doc["status"] == "ok", (doc["status"], doc.get("reason"), doc.get("error"))
+    wrong = kernel.replace("return 2 * (pred - target)", "return (pred - target)")
+    doc = _evaluate(problem_dir, wrong, tmp_path, "wrong")
+    assert doc["status"] == "incorrect" and "output 1" in doc["error"], doc.get("error")
+
+
+def test_a_forward_backward_folder_that_cannot_be_read_is_refused_saying_what_to_write(tmp_path):
+    source = _squared_error(tmp_path, **{"submission.py": "def squared_error(pred, target):\n    pass\n"})
+    with pytest.raises(KgitError, match=r"0 function\(s\) named \*_forward and 0 named \*_backward.*"
+                                        r"generate_input\(\*\*shape\), ref_kernel\(data\) and custom_kernel"):
         importers.gpumode_problem(source, tmp_path / "imported")
+    source = _squared_error(tmp_path / "no_rows", **{"eval.py": "B = 48\n"})
+    with pytest.raises(KgitError, match="generate_inputs takes rows, which neither task.yml's shapes nor eval.py"):
+        importers.gpumode_problem(source, tmp_path / "imported2")
 
 
 # -- KernelBench: sizes as expressions, tiny outputs ---------------------------------------------
@@ -356,6 +435,65 @@ def test_on_the_gpu_a_kernel_that_synchronizes_with_the_host_is_timed_not_reject
     kernel = ("import torch\n\n\ndef custom_kernel(data):\n    r = torch.linalg.qr(data).R\n"
               "    if not bool(torch.isfinite(r).all()):\n        raise ValueError('not finite')\n    return r.abs()\n")
     doc = _evaluate(problem_dir, kernel, tmp_path)
+    assert doc["status"] == "ok", (doc["status"], doc.get("reason"), doc.get("error"))
+
+
+# linalg/qr_v2's trait, on a problem of our own: the reference *solver* synchronizes with the
+# host (torch.geqrf; its check materializes Q and reads verdicts back with .item() and bool()),
+# its inputs are drawn with host-side decisions, and the baseline kernel is the same solver.
+HOUSEHOLDER = '''
+    import torch
+
+
+    def generate_input(batch, n, seed, case="dense"):
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed)
+        a = torch.randn(batch, n, n, device=device, generator=gen)
+        pick = torch.rand(batch, device=device, generator=gen) < 0.5
+        if case == "mixed" and bool(pick.any()):  # a host decision on device data
+            a[pick] = a[pick] * torch.logspace(0, -3, n, device=device)
+        return a.contiguous()
+
+
+    def ref_kernel(data):
+        return torch.geqrf(data)
+
+
+    def check_implementation(data, output):
+        h, tau = output
+        q = torch.linalg.householder_product(h, tau)
+        residual = (q @ torch.triu(h) - data).abs().amax().item()
+        scale = data.abs().amax().item()
+        if not bool(torch.isfinite(h).all()):
+            return False, "H is not finite"
+        if residual > 1e-4 * data.shape[-1] * scale:
+            return False, f"Q R differs from A by {residual:.3g}"
+        return True, f"residual {residual:.3g}"
+    '''
+GEQRF = "import torch\n\n\ndef custom_kernel(data):\n    return torch.geqrf(data)\n"
+ZERO_TAU = ("import torch\n\n\ndef custom_kernel(data):\n    h, tau = torch.geqrf(data)\n"
+            "    return h, torch.zeros_like(tau)\n")
+
+
+def test_a_host_synchronizing_reference_solver_passes_its_baseline(tmp_path):
+    problem_dir = _problem(tmp_path, HOUSEHOLDER, {
+        "tests": [{"batch": 3, "n": 16, "seed": 1}, {"batch": 4, "n": 24, "seed": 2, "case": "mixed"}],
+        "benchmarks": [{"batch": 4, "n": 32, "seed": 3, "case": "mixed"}]})
+    doc = _evaluate(problem_dir, GEQRF, tmp_path, "geqrf")
+    assert doc["status"] == "ok", (doc["status"], doc.get("reason"), doc.get("error"))
+    doc = _evaluate(problem_dir, ZERO_TAU, tmp_path, "zero_tau")
+    assert doc["status"] == "incorrect" and "Q R differs from A" in doc["error"], doc.get("error")
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_host_synchronizing_reference_solver_is_timed_not_rejected(tmp_path):
+    # The shapes of qr_v2's smaller benchmarks; "work escaped the timing events" came back there.
+    problem_dir = _problem(tmp_path, HOUSEHOLDER, {
+        "tests": [{"batch": 20, "n": 32, "seed": 1}, {"batch": 16, "n": 512, "seed": 2, "case": "mixed"}],
+        "benchmarks": [{"batch": 20, "n": 32, "seed": 3}, {"batch": 40, "n": 176, "seed": 4},
+                       {"batch": 64, "n": 512, "seed": 5, "case": "mixed"}]})
+    doc = _evaluate(problem_dir, GEQRF, tmp_path)
     assert doc["status"] == "ok", (doc["status"], doc.get("reason"), doc.get("error"))
 
 
