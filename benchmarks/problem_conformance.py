@@ -23,6 +23,7 @@ but is listed as such. The tables are printed; nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import shutil
 import sys
 import tempfile
@@ -95,6 +96,8 @@ def main(argv=None) -> int:
     parser.add_argument("--full-timing", action="store_true", help="kgit's default timing, not the quick one")
     parser.add_argument("--import-only", action="store_true", help="count imports; evaluate nothing")
     parser.add_argument("--only", help="only sources whose path contains this text")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="evaluations at once (they share this machine's GPU; kgit itself runs one per GPU)")
     args = parser.parse_args(argv)
     data = yaml.safe_load(config_mod.default_text())
     if not args.full_timing:
@@ -106,12 +109,13 @@ def main(argv=None) -> int:
     sources += [("kernelbench", p) for p in (kernelbench_files(args.kernelbench) if args.kernelbench else [])]
     sources = [(k, p) for k, p in sources if not args.only or args.only in str(p)]
     test_kernels = sorted(args.kernelbench.rglob("unit_tests/test_kernels/*.py")) if args.kernelbench else []
-    for kind, source in sources:
-        with tempfile.TemporaryDirectory(prefix="kgit-conformance-") as tmp:
-            tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="kgit-conformance-") as tmp:
+        tmp = Path(tmp)
+        jobs = []
+        for index, (kind, source) in enumerate(sources):
             make = importers.gpumode_problem if kind == "gpumode" else importers.kernelbench_problem
             try:
-                problem_dir, kernel = make(source, tmp / "imported")
+                problem_dir, kernel = make(source, tmp / f"imported{index}")
             except KgitError as e:
                 counts[kind, "import", "refused"] += 1
                 rows.append([kind, source.name, "(import)", "refused", str(e).split(": ")[-1][:100]])
@@ -126,16 +130,25 @@ def main(argv=None) -> int:
             elif source.name == KERNELBENCH_TEST_PROBLEM:
                 candidates += [(f"unit_tests/{p.name}", _kernelbench_candidate(p.read_text(), kernel),
                                 KERNELBENCH_TEST_KERNELS.get(p.name, False)) for p in test_kernels]
-            for n, (label, text, upstream_passes) in enumerate(candidates):
-                (tmp / f"scratch{n}").mkdir()
-                started = time.monotonic()
-                doc = evaluate_kernel(problem_dir, text, config, tmp / f"scratch{n}")
-                verdict = agreement(doc, upstream_passes)
-                counts[kind, "baseline" if label == "baseline" else "solutions", doc["status"]] += 1
-                if label != "baseline" or kind == "gpumode":
-                    cases.append((kind, label == "baseline", verdict))
-                rows.append([kind, source.name, label, doc["status"], f"{verdict}; {time.monotonic() - started:.0f} s; "
-                             + detail(doc)[:110]])
+            jobs += [(kind, source, problem_dir, label, text, good) for label, text, good in candidates]
+
+        def judge(n: int, job) -> list:
+            kind, source, problem_dir, label, text, upstream_passes = job
+            (tmp / f"scratch{n}").mkdir()
+            started = time.monotonic()
+            doc = evaluate_kernel(problem_dir, text, config, tmp / f"scratch{n}")
+            verdict = agreement(doc, upstream_passes)
+            counts[kind, "baseline" if label == "baseline" else "solutions", doc["status"]] += 1
+            if label != "baseline" or kind == "gpumode":
+                cases.append((kind, label == "baseline", verdict))
+            row = [kind, source.name, label, doc["status"],
+                   f"{verdict}; {time.monotonic() - started:.0f} s; " + detail(doc)[:110]]
+            print("\t".join(row), flush=True)  # as it comes: a run cut short still says something
+            return row
+
+        with concurrent.futures.ThreadPoolExecutor(max(1, args.workers)) as pool:
+            rows += list(pool.map(judge, range(len(jobs)), jobs))
+    print()
     print(tabulate(rows, headers=["kind", "problem", "kernel", "kgit", "agreement; time; reason or last error line"]))
     print()
     print(tabulate([[k, what, status, n] for (k, what, status), n in sorted(counts.items())],

@@ -151,12 +151,13 @@ def _gpumode_helpers(source: Path, spec: dict, submission: Path):
     return found
 
 
-def _returned_input(tree: ast.Module) -> int | None:
+def _returned_input(tree: ast.Module) -> int | list | None:
     """The index in `data` of a preallocated output, read from ref_kernel's source.
 
     GPU MODE references unpack `a, b, c = data` and `return c` when c is filled in place;
     that c is the harness's `output` (poisoned before each call, and the one input a
-    kernel may write). Other shapes of ref_kernel leave it unknown.
+    kernel may write). `return x_q, x_s` of two unpacked buffers (helion's int8_quant)
+    gives a list of indices. Other shapes of ref_kernel leave it unknown.
     """
     func = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "ref_kernel"), None)
     if func is None or not func.args.args:
@@ -169,7 +170,12 @@ def _returned_input(tree: ast.Module) -> int | None:
             unpacked = [t.id if isinstance(t, ast.Name) else None for t in node.targets[0].elts]
         if isinstance(node, ast.Return) and isinstance(node.value, ast.Name):
             returned = node.value.id
-    if unpacked and returned in unpacked:
+        elif (isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple)
+              and all(isinstance(e, ast.Name) for e in node.value.elts)):
+            returned = [e.id for e in node.value.elts]
+    if unpacked and isinstance(returned, list) and returned and all(r in unpacked for r in returned):
+        return [unpacked.index(r) for r in returned]
+    if unpacked and isinstance(returned, str) and returned in unpacked:
         return unpacked.index(returned)
     return None
 

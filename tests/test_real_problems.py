@@ -70,6 +70,60 @@ def test_a_pmpp_v2_output_buffer_is_found_and_the_problem_runs_on_the_cpu(tmp_pa
     assert doc["status"] == "incorrect" and "differ" in doc["error"]
 
 
+def test_two_output_buffers_filled_in_place_are_both_outputs(tmp_path):
+    # helion/int8_quant_py's trait: (x, x_q, x_s) with two buffers, ref_kernel filling and
+    # returning both. With one output index the other buffer counted as a modified input.
+    source = tmp_path / "absmax_scale"
+    shutil.copytree(AXPB, source)
+    (source / "reference.py").write_text(textwrap.dedent('''
+        import torch
+
+
+        def generate_input(rows: int, cols: int, seed: int):
+            gen = torch.Generator(device="cuda").manual_seed(seed)
+            x = torch.randn(rows, cols, device="cuda", generator=gen)
+            return x, torch.empty(rows, cols, device="cuda"), torch.empty(rows, device="cuda")
+
+
+        def ref_kernel(data):
+            x, scaled, peak = data
+            peak[...] = x.abs().amax(dim=-1)
+            scaled[...] = x / peak[:, None]
+            return scaled, peak
+        '''))
+    (source / "submission.py").write_text(textwrap.dedent('''
+        def custom_kernel(data):
+            x, scaled, peak = data
+            peak.copy_(x.abs().amax(dim=-1))
+            scaled.copy_(x / peak[:, None])
+            return scaled, peak
+        '''))
+    spec = yaml.safe_load((source / "task.yml").read_text())
+    spec.update(tests=[{"rows": 4, "cols": 16, "seed": 1}], benchmarks=[{"rows": 8, "cols": 64, "seed": 2}])
+    (source / "task.yml").write_text(yaml.safe_dump(spec))
+    problem_dir, kernel = importers.gpumode_problem(source, tmp_path / "imported")
+    assert yaml.safe_load((problem_dir / "task.yml").read_text())["output"] == [1, 2]
+    doc = _evaluate(problem_dir, kernel, tmp_path, "both")
+    assert doc["status"] == "ok", (doc["status"], doc.get("reason"), doc.get("error"))
+    forgets_peak = kernel.replace("    peak.copy_(x.abs().amax(dim=-1))\n", "").replace("/ peak[:, None]",
+                                                                                       "/ x.abs().amax(dim=-1)[:, None]")
+    doc = _evaluate(problem_dir, forgets_peak, tmp_path, "one")
+    assert doc["status"] == "incorrect" and "output 1" in doc["error"], doc.get("error")
+    scribbles = kernel.replace("    return scaled, peak", "    x.zero_()\n    return scaled, peak")
+    doc = _evaluate(problem_dir, scribbles, tmp_path, "scribbles")
+    assert doc["status"] == "incorrect" and "modified input 0" in doc["error"], doc.get("error")
+
+
+def test_an_output_list_is_checked_when_the_task_is_read(tmp_path):
+    from kgit_harness import problem
+
+    for n, bad in enumerate(([], [1, 1], [1, "2"], -1, True)):
+        folder = _problem(tmp_path, "", {**SIMPLE_TASK, "output": bad}, name=f"bad{n}")
+        with pytest.raises(problem.TaskError, match="output is the index of the input a kernel fills"):
+            problem.load_task(folder)
+    assert problem.pick_output(("x", "q", "s"), [1, 2]) == ("q", "s") and problem.pick_output(("x", "q"), 1) == "q"
+
+
 def test_the_output_index_from_the_submission_when_the_reference_says_nothing():
     import ast
 
