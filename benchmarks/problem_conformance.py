@@ -12,7 +12,8 @@ the solutions upstream ships with their verdicts:
 
 A case counts as agreeing when kgit's verdict matches upstream's; an `unsupported`
 verdict counts as agreeing only when its reason says what this machine lacks
-("needs ..."). A wrong solution rejected for another reason than `incorrect` agrees
+("needs ..."), and one that says the problem's own code fails (a reference that fails
+on its own input) counts as neither. A wrong solution rejected for another reason than `incorrect` agrees
 but is listed as such. The tables are printed; nothing is asserted.
 
     python benchmarks/problem_conformance.py --gpumode tests/data/gpumode --kernelbench tests/data
@@ -81,7 +82,10 @@ def agreement(doc: dict, upstream_passes: bool) -> str:
     """'agree', 'agree (other reason)' or 'DISAGREE' for one kgit verdict."""
     status = doc["status"]
     if status == "unsupported":
-        return "agree (cannot run here)" if (doc.get("reason") or "").startswith("needs ") else "DISAGREE"
+        why = doc.get("reason") or ""
+        if why.startswith("the problem's own code failed"):
+            return "NEITHER (the upstream problem itself fails)"
+        return "agree (cannot run here)" if why.startswith("needs ") else "DISAGREE"
     if upstream_passes:
         return "agree" if status == "ok" else "DISAGREE"
     if status == "ok":
@@ -161,9 +165,10 @@ def main(argv=None) -> int:
             if mine:
                 agree = sum(c[2].startswith("agree") for c in mine)
                 here = sum("cannot run here" in c[2] for c in mine)
-                table.append([kind, len(mine), agree, here, len(mine) - agree])
+                neither = sum(c[2].startswith("NEITHER") for c in mine)
+                table.append([kind, len(mine), agree, here, neither, len(mine) - agree - neither])
         print(tabulate(table, headers=["kind", "cases (baselines + upstream solutions)", "agree",
-                                       "of which: cannot run here", "disagree"]))
+                                       "of which: cannot run here", "upstream problem fails", "disagree"]))
     return 0
 
 

@@ -273,6 +273,29 @@ def test_what_the_machine_lacks_is_unsupported_not_a_kernel_failure(tmp_path, re
         f"baseline: unsupported here (needs")
 
 
+def test_a_reference_that_fails_on_its_own_input_is_the_problems_failure(tmp_path):
+    # pmpp_v2/matmul_py's trait at one upstream commit: generate_input makes (a, b, c) and
+    # ref_kernel unpacks two; every kernel came back `crash`, as if it were the kernel's.
+    problem_dir = _problem(tmp_path, '''
+        import torch
+
+
+        def generate_input(n, seed):
+            gen = torch.Generator().manual_seed(seed)
+            return torch.rand(n, n, generator=gen), torch.rand(n, n, generator=gen), torch.empty(n, n)
+
+
+        def ref_kernel(data):
+            a, b = data
+            return a @ b
+        ''', {**SIMPLE_TASK, "output": 2})
+    kernel = "def custom_kernel(data):\n    a, b, c = data\n    c[...] = a @ b\n    return c\n"
+    doc = _evaluate(problem_dir, kernel, tmp_path)
+    assert doc["status"] == "unsupported", (doc["status"], doc.get("error"))
+    assert doc["reason"] == ("the problem's own code failed here: "
+                             "ValueError: too many values to unpack (expected 2)"), doc["reason"]
+
+
 def _init_from_axpb_importing(tmp_path, run_kgit, file: str, module: str):
     """`kgit init --from-gpumode` of axpb whose `file` first imports a module that is not installed."""
     source = tmp_path / f"needs_{module}"
