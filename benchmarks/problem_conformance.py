@@ -28,6 +28,7 @@ import concurrent.futures
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -136,18 +137,21 @@ def main(argv=None) -> int:
                                 KERNELBENCH_TEST_KERNELS.get(p.name, False)) for p in test_kernels]
             jobs += [(kind, source, problem_dir, label, text, good) for label, text, good in candidates]
 
+        tally = threading.Lock()
+
         def judge(n: int, job) -> list:
             kind, source, problem_dir, label, text, upstream_passes = job
             (tmp / f"scratch{n}").mkdir()
             started = time.monotonic()
             doc = evaluate_kernel(problem_dir, text, config, tmp / f"scratch{n}")
             verdict = agreement(doc, upstream_passes)
-            counts[kind, "baseline" if label == "baseline" else "solutions", doc["status"]] += 1
-            if label != "baseline" or kind == "gpumode":
-                cases.append((kind, label == "baseline", verdict))
             row = [kind, source.name, label, doc["status"],
                    f"{verdict}; {time.monotonic() - started:.0f} s; " + detail(doc)[:110]]
-            print("\t".join(row), flush=True)  # as it comes: a run cut short still says something
+            with tally:
+                counts[kind, "baseline" if label == "baseline" else "solutions", doc["status"]] += 1
+                if label != "baseline" or kind == "gpumode":
+                    cases.append((kind, label == "baseline", verdict))
+                print("\t".join(row), flush=True)  # as it comes: a run cut short still says something
             return row
 
         with concurrent.futures.ThreadPoolExecutor(max(1, args.workers)) as pool:
