@@ -26,6 +26,9 @@ from kgit.errors import KgitError
 
 GPUMODE_HELPERS = "gpumode"  # subfolder of the problem holding the GPU MODE sources
 KERNELBENCH_INIT_SEED = 0
+# Seeded before every forward of Model and of ModelNew, as KernelBench's own eval seeds
+# before each: a model in training mode (level2/66's nn.Dropout) draws the same mask in both.
+KERNELBENCH_FORWARD_SEED = 1
 ADAPTER_MARK = "# ---- added by kgit init --from-{} ----"
 
 
@@ -564,7 +567,8 @@ def kernelbench_problem(source: Path, dest: Path) -> tuple[Path, str]:
             "custom_kernel(data) must return what Model.forward returns. kernel.py starts as ModelNew, a "
             "copy of Model; both are built after torch.manual_seed("
             f"{KERNELBENCH_INIT_SEED}), so they hold the same weights while ModelNew creates its parameters "
-            "in the same order."),
+            f"in the same order, and both forwards run after torch.manual_seed({KERNELBENCH_FORWARD_SEED}), so "
+            "random layers (dropout, in training mode as in KernelBench) draw the same values."),
         "files": ["kernel.py"],
         "tests": [{**shape, "seed": 1}, {**shape, "seed": 2}],
         "benchmarks": [{**shape, "seed": 3}],
@@ -670,6 +674,7 @@ def ref_kernel(data):
         # The same seed as kernel.py's ModelNew: both start from the same weights.
         _kgit_torch.manual_seed({KERNELBENCH_INIT_SEED})
         _kgit_models[key] = Model(*get_init_inputs()).to(key)
+    _kgit_torch.manual_seed({KERNELBENCH_FORWARD_SEED})  # dropout draws what ModelNew's forward draws
     with _kgit_torch.no_grad():
         return _kgit_models[key](*data)
 '''
@@ -691,6 +696,7 @@ def custom_kernel(data):
     if device not in _models:
         _torch.manual_seed({KERNELBENCH_INIT_SEED})
         _models[device] = ModelNew(*get_init_inputs()).to(device)
+    _torch.manual_seed({KERNELBENCH_FORWARD_SEED})  # as before Model's forward: the same dropout masks
     with _torch.no_grad():
         return _models[device](*data)
 '''

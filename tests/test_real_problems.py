@@ -451,6 +451,45 @@ def test_kernelbench_sizes_written_as_expressions(tmp_path):
     assert task["cpu"]["benchmarks"] == [{"rows": 4, "width": 64, "seed": 3}]
 
 
+def test_a_model_with_dropout_passes_its_own_baseline(tmp_path):
+    # KernelBench level2/66's trait: nn.Dropout in a Model left in training mode. KernelBench
+    # seeds before each forward; so does the importer, for Model and for ModelNew alike.
+    source = tmp_path / "linear_dropout.py"
+    source.write_text(textwrap.dedent('''
+        import torch
+        import torch.nn as nn
+
+
+        class Model(nn.Module):
+            def __init__(self, features, p):
+                super().__init__()
+                self.linear = nn.Linear(features, features)
+                self.dropout = nn.Dropout(p)
+
+            def forward(self, x):
+                return self.dropout(self.linear(x))
+
+
+        rows = 8
+        features = 32
+        p = 0.5
+
+
+        def get_inputs():
+            return [torch.randn(rows, features)]
+
+
+        def get_init_inputs():
+            return [features, p]
+        '''))
+    problem_dir, kernel = importers.kernelbench_problem(source, tmp_path / "problem")
+    doc = _evaluate(problem_dir, kernel, tmp_path, "baseline")
+    assert doc["status"] == "ok", (doc["status"], doc.get("error"))
+    no_dropout = kernel.replace("return self.dropout(self.linear(x))", "return self.linear(x)")
+    doc = _evaluate(problem_dir, no_dropout, tmp_path, "no_dropout")
+    assert doc["status"] == "incorrect", doc["status"]
+
+
 def test_an_all_zeros_kernel_fails_where_outputs_are_tiny(tmp_path):
     problem_dir, kernel = importers.kernelbench_problem(SOFTMAX, tmp_path / "problem")
     spec = yaml.safe_load((problem_dir / "task.yml").read_text())
