@@ -101,6 +101,8 @@ def main(argv=None) -> int:
     parser.add_argument("--full-timing", action="store_true", help="kgit's default timing, not the quick one")
     parser.add_argument("--import-only", action="store_true", help="count imports; evaluate nothing")
     parser.add_argument("--only", help="only sources whose path contains this text")
+    parser.add_argument("--deadline", type=float, default=None,
+                        help="seconds after which no new evaluation starts; the tables cover what finished")
     parser.add_argument("--workers", type=int, default=1,
                         help="evaluations at once (they share this machine's GPU; kgit itself runs one per GPU)")
     args = parser.parse_args(argv)
@@ -113,6 +115,8 @@ def main(argv=None) -> int:
     sources = [("gpumode", p) for p in (gpumode_folders(args.gpumode) if args.gpumode else [])]
     sources += [("kernelbench", p) for p in (kernelbench_files(args.kernelbench) if args.kernelbench else [])]
     sources = [(k, p) for k, p in sources if not args.only or args.only in str(p)]
+    # Folders with upstream's solutions first: under --deadline the agreement figure comes first.
+    sources.sort(key=lambda kp: not (kp[0] == "gpumode" and (kp[1] / "solutions").is_dir()))
     test_kernels = sorted(args.kernelbench.rglob("unit_tests/test_kernels/*.py")) if args.kernelbench else []
     with tempfile.TemporaryDirectory(prefix="kgit-conformance-") as tmp:
         tmp = Path(tmp)
@@ -138,9 +142,14 @@ def main(argv=None) -> int:
             jobs += [(kind, source, problem_dir, label, text, good) for label, text, good in candidates]
 
         tally = threading.Lock()
+        begun = time.monotonic()
 
         def judge(n: int, job) -> list:
             kind, source, problem_dir, label, text, upstream_passes = job
+            if args.deadline is not None and time.monotonic() - begun > args.deadline:
+                with tally:
+                    counts[kind, "not run", "past --deadline"] += 1
+                return [kind, source.name, label, "(not run)", "past --deadline"]
             (tmp / f"scratch{n}").mkdir()
             started = time.monotonic()
             doc = evaluate_kernel(problem_dir, text, config, tmp / f"scratch{n}")
