@@ -294,6 +294,17 @@ def test_a_reference_that_fails_on_its_own_input_is_the_problems_failure(tmp_pat
     assert doc["status"] == "unsupported", (doc["status"], doc.get("error"))
     assert doc["reason"] == ("the problem's own code failed here: "
                              "ValueError: too many values to unpack (expected 2)"), doc["reason"]
+    # prefixsum_py's trait at the same commit: a check that cannot run on the input tuple.
+    (problem_dir / "reference.py").write_text((problem_dir / "reference.py").read_text().replace(
+        "    a, b = data\n", "    a, b, _ = data\n") + textwrap.dedent('''
+
+        def check_implementation(data, output):
+            n = data.numel()
+            return bool((output - ref_kernel(data)).abs().max() < 1e-5 * n), ""
+        '''))
+    doc = _evaluate(problem_dir, kernel, tmp_path, "check")
+    assert doc["status"] == "unsupported" and doc["reason"] == (
+        "the problem's own code failed here: AttributeError: 'tuple' object has no attribute 'numel'"), doc["reason"]
 
 
 def _init_from_axpb_importing(tmp_path, run_kgit, file: str, module: str):
