@@ -183,7 +183,7 @@ class Slots:
     def take(self, slot: int):
         """The judge's private copy of what the runner left in the slot's output."""
         data, out = self.views[slot]
-        copy = checking.clone(out if out is not None else data[self.task.output])
+        copy = checking.clone(out if out is not None else problem.pick_output(data, self.task.output))
         return copy
 
     def call(self, slot: int, *, timed: bool, empty: bool = False) -> dict:
