@@ -102,7 +102,7 @@ class Run:
                                        progress=progress, stopping=self.stopping)
         self.scientist = protocol.make(self.client)
         # One evaluator for the run: its device pool is what lets `jobs` hypotheses share the GPUs.
-        self.evaluate = evaluate or backends.get_evaluator(repo, config)
+        self.evaluate = evaluate or backends.get_evaluator(repo, config, warm=True)
         self.progress = progress or (lambda line: None)
         self.clock = clock
         self.started = clock()
@@ -143,6 +143,9 @@ class Run:
                 self.stopping.set()
                 self.summary.interrupted = True
                 self.summary.stop = "interrupted (Ctrl-C); every commit made so far is kept"
+            finally:
+                # The spare judge/runner pairs the run's evaluator kept started (docs/evaluators.md).
+                getattr(self.evaluate, "close", lambda: None)()
             final = self.repo.read()
             self.summary.best_after = experiments.best(final)
             self.summary.rule = figures.rule(final)
