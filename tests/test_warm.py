@@ -182,3 +182,51 @@ def test_warm_pairs_die_with_kgit_killed_by_sigkill(kernel_repo, sandbox):
             break
         time.sleep(0.5)
     assert not left, f"processes of the warm pairs outlived kgit: {json.dumps(left, indent=1)}"
+
+
+# -- slots stay busy ----------------------------------------------------------------------
+class TwoSlots:
+    """Stands in for a two-GPU pool: two evaluations at once; the first candidate is slow.
+
+    The slow one returns only once the other slot has evaluated three more candidates
+    (or after a minute, so a scheduler that idles the free slot fails instead of hanging).
+    """
+
+    def __init__(self, baseline):
+        import threading
+
+        self.baseline, self.slots = baseline, threading.BoundedSemaphore(2)
+        self.lock, self.others_done, self.calls = threading.Lock(), threading.Event(), 0
+        self.finished_while_slow = 0
+        self.released_by_others = None
+
+    def __call__(self, sha):
+        with self.slots:
+            with self.lock:
+                self.calls += 1
+                slow = self.calls == 1
+            if slow:
+                self.released_by_others = self.others_done.wait(60)
+            else:
+                with self.lock:
+                    self.finished_while_slow += 1
+                    if self.finished_while_slow >= 3:
+                        self.others_done.set()
+            b = self.baseline
+            return {"status": "ok", "device": b.device, "timing": b.timing, "harness": b.harness, "ranking": "mean",
+                    "eval_s": 0.1, "geomean_us": b.geomean, "shapes": [{"key": k, "mean_us": v} for k, v in b.times.items()]}
+
+
+def test_one_slow_candidate_does_not_idle_the_other_slot(kernel_repo):
+    """evolve.jobs = 2 on two slots: while the first iteration's slow candidate holds one slot,
+    the next iterations are designed and evaluated on the other."""
+    from kgit import evolve, workflow as experiments
+
+    (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"knowledge": [], "pick": 2, "attempts": 1,
+                                                                      "jobs": 2, "race": False}))
+    repo, config = experiments.load(kernel_repo)
+    config = evolve.with_overrides(config, iterations=3)
+    slots = TwoSlots(repo.read()[0])
+    summary = evolve.evolve(repo, config, evaluate=slots)
+    assert slots.released_by_others is True, "the free slot sat idle while the slow candidate ran"
+    assert len(summary.rows) == 6 and summary.iterations == 3
