@@ -159,7 +159,8 @@ class LocalEvaluator:
                         state = self.repo.state / "scratch"
                         pair = self.warm.take(key, self.config, state, env)
                         self.warm.refill(key, self.config, state, env)
-                    doc = self.run(path, env, race=race, pair=pair)
+                    given = {k: v for k, v in (("race", race), ("pair", pair)) if v is not None}
+                    doc = self.run(path, env, **given)
         finally:
             self.board.release(key)
         doc["worker"] = {"backend": "local", "host": socket.gethostname(), "device": device or devices.CPU,
