@@ -186,7 +186,7 @@ class Pair:
         go_r, go_w = os.pipe()
         self.spawned_at = time.monotonic()
         spec = dict(self.start_spec, lifeline_fd=life_r, spawned_at=self.spawned_at)
-        start_path = self.scratch / f"start-{secrets.token_hex(4)}.json"
+        start_path = self.scratch / "spec.json"  # one pair per scratch folder; the judge deletes it
         start_path.write_text(json.dumps(spec))
         cmd = [sys.executable, "-I", "-B", "-m", "kgit_harness", "judge", "--start", str(start_path),
                "--go-fd", str(go_r), "--result-fd", str(result_w)]
