@@ -279,7 +279,14 @@ def start(spec: dict) -> tuple[Runner, object, bool]:
     return runner, torch, on_gpu
 
 
-def run(spec: dict, runner: Runner, torch, on_gpu: bool) -> dict:
+def run(spec: dict) -> dict:
+    """One evaluation whose candidate is already there, start to result document (kgit.result/1)."""
+    runner, torch, on_gpu = start(spec)
+    PHASES.mark("candidate arrived")
+    return run_started(spec, runner, torch, on_gpu)
+
+
+def run_started(spec: dict, runner: Runner, torch, on_gpu: bool) -> dict:
     """One evaluation, from the candidate's arrival to the result document (a dict of kgit.result/1)."""
     started = _clock()
     doc = result_mod.new("crash")
@@ -558,7 +565,7 @@ def main(argv=None) -> int:
             if spec[key] != first[key]:
                 runner.close()
                 raise ValueError(f"the evaluation's {key} differs from the one the runner was started with")
-        doc = run(spec, runner, torch, on_gpu)
+        doc = run_started(spec, runner, torch, on_gpu)
     except BaseException as e:  # noqa: BLE001 - report, then exit non-zero
         doc = result_mod.new("crash", error="harness failure:\n" + _excerpt(e))
     sys.stdout.flush()
