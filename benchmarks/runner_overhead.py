@@ -14,6 +14,8 @@ prints microseconds per call for:
 - per-call guarded: guards armed, left and verified around every call (the timed path);
 - batch: guards armed once around a loop of calls and verified once (the batch path);
 - deliver: the copy-out of the returned tensor into the judge's buffer;
+- the intact checks (threads left running, the stream, the timers) and arming the
+  guards, each alone;
 - the two guarded paths again as they were before the Python-name mode was limited to
   names the ATen mode cannot see (the mode armed on every forbidden name).
 
@@ -30,7 +32,7 @@ import time
 import torch
 
 from kgit_harness import problem
-from kgit_harness import guards as guards_mod
+from kgit_harness import guards as guards_mod, timing
 from kgit_harness.guards import Guards
 
 # The tensor reads a Triton launcher makes per tensor argument (pointer, specialisation,
@@ -107,7 +109,20 @@ def main():
         for _ in range(n):
             target.copy_(y)
 
-    paths = {"bare wrapper": bare, "deliver (copy-out)": deliver}
+    clock = timing.Clock(torch, on_gpu=False)
+
+    def checks(n):
+        for _ in range(n):
+            now.after_call()  # threads left running, the stream
+            clock.tampered()  # the timers
+
+    def arm(n):
+        for _ in range(n):
+            with now.armed():
+                pass
+
+    paths = {"bare wrapper": bare, "deliver (copy-out)": deliver,
+             "intact checks alone (threads, stream, timers)": checks, "arm + disarm alone": arm}
     paths.update(_paths(now, x, target))
     paths.update({f"{name}, before": fn for name, fn in _paths(before, x, target).items()})
     for fn in paths.values():
