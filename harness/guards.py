@@ -3,9 +3,10 @@
 The static policy reads the source; these watch what the code does, which catches
 what a source check cannot see (names built from strings, objects found through gc):
 
-- the problem's forbidden library ops, through a TorchFunctionMode (the Python names)
-  and a TorchDispatchMode (the ATen ops they lower to, so aliases such as
-  `torch._softmax`, `torch.ops.aten._softmax` or `torch.linalg.matmul` are caught too);
+- the problem's forbidden library ops, through a TorchDispatchMode (the ATen ops they
+  lower to, so aliases such as `torch._softmax`, `torch.ops.aten._softmax` or
+  `torch.linalg.matmul` are caught too) and, only for names with no ATen op found, a
+  TorchFunctionMode (the Python names);
 - calls into the reference, through tripwires swapped into its functions;
 - threads started by the candidate (work deferred past the end of a timed call), gc
   object hunting and network access, through an audit hook (sys.addaudithook: the
