@@ -565,3 +565,73 @@ def test_gpu_arena_crosses_processes_through_cuda_ipc(tmp_path):
     assert channel.recv(mine, time.monotonic() + 120)[0]["op"] == "done"
     assert proc.wait(timeout=60) == 0
     assert torch.equal(out, a + b)
+
+
+class _ReportingSlots(_InProcessSlots):
+    """A runner that reports `us` and `host_us` of its choice; `empty_s` delays empty requests."""
+
+    def __init__(self, fn, sample, count, output, us, host_us, empty_s=0.0):
+        super().__init__(fn, sample, count, output)
+        self.us, self.host_us, self.empty_s = us, host_us, empty_s
+
+    def call(self, slot, *, timed, empty=False):
+        t0 = time.perf_counter()
+        if empty:
+            time.sleep(self.empty_s)
+        else:
+            self.fn(self.slots[slot])
+        honest = (time.perf_counter() - t0) * 1e6  # None below: report what the call took
+        return {"us": honest if self.us is None else self.us,
+                "host_us": honest if self.host_us is None else self.host_us, "output": None}
+
+    def batch(self, slots, *, empty=False):
+        t0 = time.perf_counter()
+        if empty:
+            time.sleep(self.empty_s)
+        else:
+            for s in slots:
+                self.fn(self.slots[s])
+        honest = (time.perf_counter() - t0) * 1e6
+        return {"output": None, "host_us": honest if self.host_us is None else self.host_us * len(slots)}
+
+
+def _measure_as_gpu(us, host_us, empty_s=0.0, calibration=None):
+    """measure's GPU path (events reported, the judge's batch) with a CPU kernel of ~3 ms a call."""
+    reference = _load_reference("vector_add")
+    task = problem.load_task(problem.shipped()["vector_add"])
+
+    def slow_add(data):
+        end = time.perf_counter() + 0.003
+        while time.perf_counter() < end:
+            pass
+        a, b, out = data
+        out.copy_(a + b)
+
+    settings = {"warmup": 0, "min_reps": 3, "target_rse": 0.05, "max_time_s": 0.0}
+    cal = calibration or timing.Calibration(ping_us=100.0, copy_fixed_us=50.0, copy_us_per_byte=0.0)
+    stats = timing.measure(task, reference, {"size": 64, "seed": 1}, 5, settings, True, torch,
+                           lambda sample, count: _ReportingSlots(slow_add, sample, count, task.output, us, host_us,
+                                                                 empty_s), cal)
+    return timing.settle(stats), stats
+
+
+def test_the_judges_batch_ranks_a_runner_whose_host_figures_explain_it():
+    why, stats = _measure_as_gpu(us=1.0, host_us=1e6)  # 1 us of events, a huge host time
+    assert why is None and stats["clock"] == "judge", stats
+    assert stats["min_us"] >= 2500.0 and stats["events_min_us"] == 1.0  # the work, not the claim
+    assert 3 <= stats["judge_batch"]["n"] <= timing.BATCH_SAMPLES_MAX
+
+
+def test_the_judges_batch_rejects_figures_nothing_accounts_for_and_accepts_honest_ones():
+    why, _ = _measure_as_gpu(us=1.0, host_us=1.0)
+    assert why and "judge's clock" in why
+    why, stats = _measure_as_gpu(us=None, host_us=None)  # figures of what the work really took
+    assert why is None and stats["clock"] == "events" and stats["mean_us"] >= 3000.0, stats
+    assert stats["judge_batch"]["n"] == timing.BATCH_SAMPLES_MIN  # a bound check needs no more
+
+
+def test_a_runner_that_answers_empty_requests_slowly_does_not_shrink_the_judges_clock():
+    # Empty requests take 50 ms: subtracted as measured, they would cancel the 3 ms calls.
+    why, stats = _measure_as_gpu(us=1.0, host_us=1e6, empty_s=0.05)
+    assert why is None and stats["clock"] == "judge"
+    assert stats["min_us"] >= 2500.0, stats  # the round trip counted at most 1.5 x the 100 us ping
