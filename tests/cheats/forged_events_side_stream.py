@@ -8,7 +8,6 @@ _side = getattr(_cuda, "Str" + "eam")()
 _on = getattr(_cuda, "str" + "eam")
 
 
-
 def custom_kernel(data):
     a, b, out = data
     _forge_clock(time_call=_reporting(0.5, 0.5))
