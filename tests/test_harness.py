@@ -325,7 +325,10 @@ def test_calibration_caps_the_copy_by_bytes():
     assert cal.copy_us(torch.zeros(1000)) == pytest.approx(10.0 + 4.0)
     assert cal.copy_us((torch.zeros(10), torch.zeros(10, dtype=torch.float64))) == pytest.approx(20.0 + 0.12)
     real = timing.calibrate(lambda: None, torch, on_gpu=False, repeats=2)
-    assert real.ping_us >= 0 and real.copy_fixed_us > 0 and real.copy_us_per_byte > 0
+    # Measured: a positive fixed cost, a per-byte cost never negative (a 64 KB CPU copy may
+    # not rise above the noise of the tiny one).
+    assert real.ping_us >= 0 and real.copy_fixed_us > 0 and real.copy_us_per_byte >= 0
+    assert real.copy_us(torch.zeros(16384)) >= real.copy_fixed_us
 
 
 def test_clock_reports_a_patched_timer(monkeypatch):
