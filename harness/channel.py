@@ -85,32 +85,33 @@ def _wait(sock, deadline):
 def _recv_exactly(sock, n: int, deadline) -> bytes:
     chunks, got = [], 0
     while got < n:
-        _wait(sock, deadline)
-        try:
-            chunk = sock.recv(min(n - got, 1 << 20))
-        except socket.timeout:
-            raise Timeout("no message before the deadline") from None
-        except OSError as e:
-            raise Closed(f"the channel broke ({e})") from None
-        if not chunk:
-            raise Closed("the other side closed the channel")
+        chunk, _ = _recv_once(sock, min(n - got, 1 << 20), deadline, with_fds=False)
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
 
 
 def _recv_with_fds(sock, n: int, deadline) -> tuple[bytes, list[int]]:
+    data, fds = _recv_once(sock, n, deadline, with_fds=True)
+    if len(data) < n:
+        data += _recv_exactly(sock, n - len(data), deadline)
+    return data, fds
+
+
+def _recv_once(sock, n: int, deadline, *, with_fds: bool) -> tuple[bytes, list[int]]:
+    """One receive of up to n bytes (and, `with_fds`, the descriptors sent with them)."""
     _wait(sock, deadline)
     try:
-        data, fds, _flags, _addr = socket.recv_fds(sock, n, MAX_FDS)
+        if with_fds:
+            data, fds, _flags, _addr = socket.recv_fds(sock, n, MAX_FDS)
+        else:
+            data, fds = sock.recv(n), []
     except socket.timeout:
         raise Timeout("no message before the deadline") from None
     except OSError as e:
         raise Closed(f"the channel broke ({e})") from None
     if not data:
         raise Closed("the other side closed the channel")
-    if len(data) < n:
-        data += _recv_exactly(sock, n - len(data), deadline)
     return data, list(fds)
 
 

@@ -3,9 +3,10 @@
 The static policy reads the source; these watch what the code does, which catches
 what a source check cannot see (names built from strings, objects found through gc):
 
-- the problem's forbidden library ops, through a TorchFunctionMode (the Python names)
-  and a TorchDispatchMode (the ATen ops they lower to, so aliases such as
-  `torch._softmax`, `torch.ops.aten._softmax` or `torch.linalg.matmul` are caught too);
+- the problem's forbidden library ops, through a TorchDispatchMode (the ATen ops they
+  lower to, so aliases such as `torch._softmax`, `torch.ops.aten._softmax` or
+  `torch.linalg.matmul` are caught too) and, only for names with no ATen op found, a
+  TorchFunctionMode (the Python names);
 - calls into the reference, through tripwires swapped into its functions;
 - threads started by the candidate (work deferred past the end of a timed call), gc
   object hunting and network access, through an audit hook (sys.addaudithook: the
@@ -52,9 +53,15 @@ class Guards:
     def __init__(self, torch, forbidden: list[str], reference: types.ModuleType | None):
         self.torch = torch
         self.violation: tuple[str, str] | None = None
-        self._ops = _resolve(forbidden)
+        bases = aten_bases(torch, forbidden)
+        self._aten = _by_base(bases)
+        # The Python-name guard only for names the ATen guard cannot see (no ATen op
+        # found for them): every tensor method a Triton launcher reads (data_ptr, dtype,
+        # stride) passes through a TorchFunctionMode, which made a guarded launch cost
+        # 100+ us on the host (benchmarks/runner_overhead.py), while a name that lowers
+        # to a forbidden ATen op is caught below, aliases included.
+        self._ops = _resolve([name for name, found in bases.items() if not found])
         self._mode = _op_mode(torch, self) if self._ops else None
-        self._aten = aten_ops(torch, forbidden)
         self._dispatch_mode = _aten_mode(torch, self) if self._aten else None
         self._threads = set()
         self._stream = None
@@ -132,32 +139,33 @@ class _Armed:
         g = self.g
         if g.torch.cuda.is_available():
             g._stream = g.torch.cuda.current_stream()
-        if g._mode is not None:
-            g._mode.__enter__()
-        if g._dispatch_mode is not None:
-            g._dispatch_mode.__enter__()
+        for mode, _kind, _depth, _at in self._modes():
+            mode.__enter__()
         _armed[0] = g
         return g
 
     def __exit__(self, *exc):
         g = self.g
         _armed[0] = None
-        if g._dispatch_mode is not None:
-            depth = g.torch._C._len_torch_dispatch_stack()
-            on_top = depth > 0 and g.torch._C._get_dispatch_stack_at(depth - 1) is g._dispatch_mode
-            if not on_top and g.violation is None:
-                g.violation = ("op guard removed", "the kernel removed the harness's TorchDispatchMode")
-            if on_top:
-                g._dispatch_mode.__exit__(*exc)
-        if g._mode is not None:
-            # A candidate that popped our mode off the stack has disabled the op guard.
-            depth = g.torch._C._len_torch_function_stack()
-            on_top = depth > 0 and g.torch._C._get_function_stack_at(depth - 1) is g._mode
-            if not on_top and g.violation is None:
-                g.violation = ("op guard removed", "the kernel removed the harness's TorchFunctionMode")
-            if on_top:
-                g._mode.__exit__(*exc)
+        # Innermost first. A candidate that popped a mode off its stack has disabled
+        # the op guard for the rest of the armed block: a violation.
+        for mode, kind, depth, at in reversed(self._modes()):
+            n = depth()
+            if n > 0 and at(n - 1) is mode:
+                mode.__exit__(*exc)
+            elif g.violation is None:
+                g.violation = ("op guard removed", f"the kernel removed the harness's {kind}")
         return False
+
+    def _modes(self):
+        """(mode, its kind, its stack's depth, the mode at an index) for each mode armed, outermost first."""
+        g, C = self.g, self.g.torch._C
+        found = []
+        if g._mode is not None:
+            found.append((g._mode, "TorchFunctionMode", C._len_torch_function_stack, C._get_function_stack_at))
+        if g._dispatch_mode is not None:
+            found.append((g._dispatch_mode, "TorchDispatchMode", C._len_torch_dispatch_stack, C._get_dispatch_stack_at))
+        return found
 
 
 class _ReferenceProxy:
@@ -233,12 +241,23 @@ def aten_base(func) -> str:
 
 def aten_ops(torch, forbidden: list[str]) -> dict:
     """{ATen base name: the forbidden name it stands for} for the problem's forbidden names."""
+    return _by_base(aten_bases(torch, forbidden))
+
+
+def _by_base(bases: dict) -> dict:
+    found = {}
+    for name, names in bases.items():
+        for base in names:
+            found.setdefault(base, name)  # the first forbidden name that lowers to it
+    return found
+
+
+def aten_bases(torch, forbidden: list[str]) -> dict:
+    """{forbidden name: the ATen base names it lowers to} (an empty set: none found)."""
     found = {}
     for name in forbidden:
         last = name.rsplit(".", 1)[-1]
-        bases = ATEN_FAMILIES.get(last) or ATEN_FAMILIES.get(last.rstrip("_")) or _trace(torch, name)
-        for base in bases:
-            found.setdefault(base, name)
+        found[name] = set(ATEN_FAMILIES.get(last) or ATEN_FAMILIES.get(last.rstrip("_")) or _trace(torch, name))
     return found
 
 
@@ -312,11 +331,17 @@ def _aten_mode(torch, guards):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     ops = guards._aten
+    # OpOverload -> the forbidden name it stands for, or None: reading an op's schema
+    # name costs more than the rest of the dispatch, and a call repeats the same ops.
+    seen: dict = {}
 
     @_without_dynamo_import
     class ForbiddenAtenOps(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = ops.get(aten_base(func))
+            try:
+                name = seen[func]
+            except KeyError:
+                name = seen[func] = ops.get(aten_base(func))
             if name is not None:
                 guards.trip(f"forbidden by the problem: {name}",
                             f"the kernel reached {name} at run time, as the ATen op {func._schema.name}")

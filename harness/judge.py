@@ -203,7 +203,6 @@ class Slots:
         reply["us"] = channel.number(reply, "us")
         reply["host_us"] = channel.number(reply, "host_us")
         reply["output"] = channel.text(reply, "output", 2000, optional=True)
-        reply["host_us"] = channel.number(reply, "host_us")
         return reply
 
     def batch(self, slots: list[int], *, empty: bool = False) -> dict:
@@ -320,10 +319,12 @@ def run_started(spec: dict, runner: Runner, torch, on_gpu: bool) -> dict:
         if ready.get("on_gpu") is not on_gpu:
             raise Verdict("crash", f"the runner sees {'a' if ready.get('on_gpu') else 'no'} GPU and the judge "
                           f"{'does' if on_gpu else 'does not'}: check CUDA_VISIBLE_DEVICES and the sandbox")
+        # Before any candidate code runs: the caps on what the runner could inflate later.
+        calibration = timing.calibrate(lambda: runner.ask({"op": "ping"}), torch, on_gpu)
         runner.ask({"op": "load", "files": task.files, "forbidden": task.forbidden, "output": task.output,
                     "helpers": _helpers(spec, task)})
         PHASES.mark("candidate imported")
-        doc.update(_evaluate(spec, task, reference, runner, on_gpu, torch, doc))
+        doc.update(_evaluate(spec, task, reference, runner, on_gpu, torch, doc, calibration))
         PHASES.mark("timed")
     except Verdict as v:
         # Every rejection names its rule; one without is a harness bug, said as such.
@@ -439,7 +440,7 @@ def _static_policy(spec, task) -> Verdict | None:
     return None
 
 
-def _evaluate(spec, task, reference, runner, on_gpu, torch, doc) -> dict:
+def _evaluate(spec, task, reference, runner, on_gpu, torch, doc, calibration) -> dict:
     secret = int(spec.get("secret_seed", 0))
     tests = []
     # [kgit targets, issue 14] The runner captures the checks' launches and cross-compiles them
@@ -478,13 +479,14 @@ def _evaluate(spec, task, reference, runner, on_gpu, torch, doc) -> dict:
     benchmarks = task.shapes("benchmarks", on_gpu)
     for shape in benchmarks:
         runs = timing.measure(task, reference, shape, secret, spec["timing"], on_gpu, torch,
-                              lambda sample, count: Slots(torch, runner, task, reference, sample, count, on_gpu))
+                              lambda sample, count: Slots(torch, runner, task, reference, sample, count, on_gpu),
+                              calibration)
         entry = {"key": problem.shape_key(shape), "shape": {k: v for k, v in shape.items() if k != "seed"}, **runs}
         shapes.append(entry)
         if entry.get("error"):
             return {"status": "incorrect", "tests": tests, "shapes": shapes,
                     "error": f"{entry['key']}: {entry['error']}"[:4000]}
-        why = timing.disagrees(entry)
+        why = timing.settle(entry)
         if why:
             doc.update(tests=tests, shapes=shapes)
             raise Verdict("rejected", f"{entry['key']}: {why}", reason=timing.DISAGREE_REASON)

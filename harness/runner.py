@@ -174,6 +174,11 @@ class Session:
         self.candidate.verify()
         return {"op": "done"}
 
+    def op_ping(self, message, fds) -> dict:
+        """The judge's measure of a bare round trip, taken before the candidate is imported."""
+        self._sync()
+        return {"op": "done"}
+
     def op_shape(self, message, fds) -> dict:
         arena, keep = shared.attach(self.torch, message["arena"], fds)
         slots = []

@@ -5,8 +5,9 @@ and a GPU hold. `measure` runs in the judge: every repetition gets a freshly gen
 input and a poisoned output, the judge copies every output before the next request,
 and a random sample of the timed outputs plus the last one are re-checked against the
 judge's private inputs after timing, so a kernel that is right once and wrong later
-fails. On a GPU the runner's event figures count only while the judge's own clock over
-back-to-back calls agrees with them (`disagrees`). See docs/harness.md.
+fails. On a GPU the runner's event figures rank a shape only while the judge's own clock
+over back-to-back calls agrees with them; otherwise the judge's clock ranks it (`settle`).
+See docs/harness.md.
 """
 
 from __future__ import annotations
@@ -16,23 +17,82 @@ import platform
 import random
 import statistics
 import time
+from dataclasses import dataclass
 
-from kgit_harness import checking
+from kgit_harness import checking, shared
 
 # At least the largest last-level cache we target: 256 MB covers the MI300X
 # Infinity Cache and is 4x the H100/H200 L2.
 FLUSH_BYTES = 256 * 1024 * 1024
 RECHECKED = 3
 # Judge-clock cross-check: back-to-back calls, timed by the judge until it holds their
-# outputs, must not take much longer per call than the runner's events say. 1.5x absorbs
-# the variance of tiny kernels; the slack absorbs launch time that back-to-back calls
-# cannot hide (a host-bound kernel) and the final synchronize.
+# outputs, must not take longer per call than ESCAPE_RATIO x the runner's event mean +
+# the output copy + ESCAPE_SLACK_US for the events to rank a shape. 1.5x absorbs the
+# variance of tiny kernels, the slack the final synchronize. Every term but the event
+# mean is the judge's own measure, so nothing the runner reports widens the bound.
 ESCAPE_RATIO = 1.5
 ESCAPE_SLACK_US = 20.0
+# Judge-measured figures the runner can still inflate (an empty request it answers
+# slowly, a copy slowed by GPU work it left running) count at most this many times the
+# same figure measured before the candidate was imported (Calibration).
+CAP_RATIO = 1.5
+# Samples of the back-to-back batch: its median is the judge's figure per call.
+BATCH_SAMPLES_MIN, BATCH_SAMPLES_MAX = 3, 10
 BATCH_BYTES = 4 << 30
 # Bounds of the GPU hold before each timed call (see Clock.hold_gpu).
 HOLD_MIN_US, HOLD_MAX_US = 100.0, 20_000.0
 BATCH_MAX = 10
+# On the CPU below torch's parallel grain: a parallel copy in a judge forked from a process
+# whose OpenMP pool already ran (the tests fork the judge) deadlocks in the fork.
+CALIBRATION_BYTES = {True: 64 << 20, False: 64 << 10}  # on a GPU, on the CPU
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What the judge measured before the candidate was imported (no candidate code had run).
+
+    The caps on the two judge-clock figures the runner could inflate later: an empty
+    request's round trip, and the judge's copy of the outputs.
+    """
+
+    ping_us: float
+    copy_fixed_us: float
+    copy_us_per_byte: float
+
+    def copy_us(self, data) -> float:
+        """The judge's copy of `data` (a tensor or a tree of them), by its pre-candidate model."""
+        found = shared.tensors(data)
+        return len(found) * self.copy_fixed_us + sum(t.numel() * t.element_size() for t in found) * self.copy_us_per_byte
+
+
+# For in-process tests of measure's logic, where no runner exists to calibrate against.
+UNCAPPED = Calibration(math.inf, math.inf, 0.0)
+
+
+def calibrate(ping, torch, on_gpu: bool, repeats: int = 5) -> Calibration:
+    """Measure the caps: `ping()` sends the idle runner one request and waits for its answer."""
+    clock = time.perf_counter
+    pings = []
+    for _ in range(repeats):
+        t0 = clock()
+        ping()
+        pings.append((clock() - t0) * 1e6)
+    device = "cuda" if on_gpu else "cpu"
+    size = CALIBRATION_BYTES[on_gpu]
+    small, big = torch.zeros(1, device=device), torch.zeros(size // 4, device=device)
+
+    def copy_us(t):
+        times = []
+        for _ in range(repeats):
+            t0 = clock()
+            t.clone()
+            checking.sync(torch)
+            times.append((clock() - t0) * 1e6)
+        return min(times)
+
+    fixed = copy_us(small)
+    return Calibration(statistics.median(pings), fixed, max(copy_us(big) - fixed, 0.0) / size)
+
 
 
 class Clock:
@@ -117,13 +177,14 @@ class Clock:
         return out, self.start.elapsed_time(self.end) * 1e3, (h1 - h0) * 1e6
 
 
-def measure(task, reference, shape, secret, settings, on_gpu, torch, new_slots) -> dict:
+def measure(task, reference, shape, secret, settings, on_gpu, torch, new_slots, calibration: Calibration) -> dict:
     """Time one shape through the runner (judge side); the statistics, plus `error` if a check failed.
 
     `new_slots(sample, count)` gives the shape's shared arena (judge.Slots). Each
     repetition gets a freshly generated input and a poisoned output; the judge copies
     every output before it looks at the next, so which repetitions are re-checked is
-    decided privately and the runner cannot tell.
+    decided privately and the runner cannot tell. `calibration` caps what the runner
+    could inflate in the judge's own figures.
     """
     warmup, min_reps = int(settings["warmup"]), int(settings["min_reps"])
     target_rse, max_time = float(settings["target_rse"]), float(settings["max_time_s"])
@@ -136,19 +197,19 @@ def measure(task, reference, shape, secret, settings, on_gpu, torch, new_slots) 
     batch = _batch_count(first) if on_gpu else 0
     slots = new_slots(first, 1 + batch)
     try:
-        return _measure(task, reference, slots, shape, seed, first, batch, on_gpu, torch,
+        return _measure(task, reference, slots, shape, seed, first, batch, on_gpu, calibration,
                         warmup, min_reps, target_rse, max_time, secret ^ (base_seed << 1))
     finally:
         slots.close()
 
 
-def _measure(task, reference, slots, shape, seed, first, batch, on_gpu, torch,
+def _measure(task, reference, slots, shape, seed, first, batch, on_gpu, calibration,
              warmup, min_reps, target_rse, max_time, rng_seed) -> dict:
     clock = time.perf_counter
     for i in range(warmup):
         slots.fill(0, checking.make_input(reference, shape, seed(1000 + i)))
         slots.call(0, timed=False)
-    round_trip = _round_trip_us(slots, clock)
+    round_trip = _round_trip_us(slots, clock, calibration)
 
     kept = Reservoir(RECHECKED, random.Random(rng_seed))
     times, judge_times, host_call = [], [], []
@@ -191,64 +252,88 @@ def _measure(task, reference, slots, shape, seed, first, batch, on_gpu, torch,
         if not ok:
             return {"error": f"timed repetition {rep} gave a wrong result: {message}", **stats}
     if on_gpu:
-        error = _judge_batch(task, reference, slots, shape, seed, batch, clock, stats)
+        # The flushed, event-timed calls, kept under their own names whichever clock ranks the shape.
+        stats.update({f"events_{k}": v for k, v in _stats(times).items()})
+        error = _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration, target_rse, stats)
         if error:
             return {"error": error, **stats}
     return stats
 
 
-def _round_trip_us(slots, clock, repeats: int = 5) -> float:
-    """The judge's cost of one request with no kernel call: sent, answered, output copied."""
-    times = []
+def _round_trip_us(slots, clock, calibration: Calibration, repeats: int = 5) -> float:
+    """The judge's cost of one request with no kernel call: sent, answered, output copied.
+
+    Each part at most CAP_RATIO x its pre-candidate figure: a runner that answers empty
+    requests slowly (or slows the judge's copy) would otherwise shrink the judge's figure.
+    """
+    requests, copies = [], []
     for _ in range(repeats):
         t0 = clock()
         slots.call(0, timed=False, empty=True)
-        slots.take(0)
-        times.append((clock() - t0) * 1e6)
-    return statistics.median(times)
+        t1 = clock()
+        out = slots.take(0)
+        checking.sync(slots.torch)
+        t2 = clock()
+        requests.append((t1 - t0) * 1e6)
+        copies.append((t2 - t1) * 1e6)
+    return (min(statistics.median(requests), CAP_RATIO * calibration.ping_us)
+            + min(statistics.median(copies), CAP_RATIO * calibration.copy_us(out)))
 
 
-def _judge_batch(task, reference, slots, shape, seed, batch, clock, stats) -> str | None:
-    """The judge's clock over back-to-back calls; `host_batch_us` per call, or why an output was wrong.
+def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration, target_rse, stats) -> str | None:
+    """The judge's clock over back-to-back calls, per call, into `stats`; or why an output was wrong.
 
-    Timed from the judge's request until it holds its copy of every output, minus the
-    same round trip with no calls made, so work that escaped the runner's events (a side
-    stream, a forged figure, work after a premature `done`) shows up here.
+    Each sample is timed from the judge's request until it holds its copy of every output,
+    minus the same round trip with no calls made, so work that escaped the runner's events
+    (a side stream, a forged figure, work after a premature `done`) shows up here. Every
+    sample gets fresh inputs and every output is checked, so no sample can be answered
+    from memory of an earlier one.
     """
     chosen = list(range(1, 1 + batch))
-    inputs = []
-    for j in chosen:
-        private = checking.make_input(reference, shape, seed(2000 + j))
-        slots.fill(j, private)
-        inputs.append(private)
-    empty, copies = [], []
+    requests, copies = [], []
     for _ in range(3):
         t0 = clock()
         slots.batch(chosen, empty=True)
         t1 = clock()
-        [slots.take(j) for j in chosen]
+        outs = [slots.take(j) for j in chosen]
         checking.sync(slots.torch)
         t2 = clock()
-        empty.append((t2 - t0) * 1e6)
+        requests.append((t1 - t0) * 1e6)
         copies.append((t2 - t1) * 1e6)
-    # The judge's own copy of the outputs, per call: the runner's copy-out of each output
-    # into the shared slot moves the same bytes on the device, after the calls, and the
-    # empty round trip does not include it.
-    stats["copy_us"] = statistics.median(copies) / len(chosen)
-    t0 = clock()
-    reply = slots.batch(chosen)
-    outs = [slots.take(j) for j in chosen]
-    checking.sync(slots.torch)
-    stats["host_batch_us"] = max((clock() - t0) * 1e6 - statistics.median(empty), 0.0) / len(chosen)
-    stats["runner_batch_host_us"] = reply["host_us"] / len(chosen)
-    if reply["output"]:
-        return f"a back-to-back call: {reply['output']}"
-    for j, private, out in zip(chosen, inputs, outs):
-        ok, message = checking.inputs_unchanged(private, slots.data(j), task.output)
-        if ok:
-            ok, message = checking.compare(task, reference, private, out)
-        if not ok:
-            return f"a back-to-back call gave a wrong result: {message}"
+    request = min(statistics.median(requests), CAP_RATIO * calibration.ping_us)
+    # The judge's own copy of the outputs: the runner's copy-out of each output into its
+    # shared slot moves the same bytes on the device, after the calls, outside the events.
+    copy = min(statistics.median(copies), CAP_RATIO * sum(calibration.copy_us(o) for o in outs))
+    stats["copy_us"] = copy / len(chosen)
+    samples, runner_host = [], []
+    for r in range(BATCH_SAMPLES_MAX):
+        inputs = []
+        for j in chosen:
+            private = checking.make_input(reference, shape, seed(2000 + r * BATCH_MAX + j))
+            slots.fill(j, private)
+            inputs.append(private)
+        t0 = clock()
+        reply = slots.batch(chosen)
+        outs = [slots.take(j) for j in chosen]
+        checking.sync(slots.torch)
+        samples.append(max((clock() - t0) * 1e6 - request - copy, 0.0) / len(chosen))
+        runner_host.append(reply["host_us"] / len(chosen))
+        if reply["output"]:
+            return f"a back-to-back call: {reply['output']}"
+        for j, private, out in zip(chosen, inputs, outs):
+            ok, message = checking.inputs_unchanged(private, slots.data(j), task.output)
+            if ok:
+                ok, message = checking.compare(task, reference, private, out)
+            if not ok:
+                return f"a back-to-back call gave a wrong result: {message}"
+        # Where the events will rank, the batch is a bound check and three samples do;
+        # where the judge's clock will, it is the figure and gets the timing's precision.
+        if len(samples) >= BATCH_SAMPLES_MIN and (statistics.median(samples) <= events_bound(stats)
+                                                  or _rse(samples) < target_rse):
+            break
+    stats["judge_batch"] = _stats(samples)
+    stats["host_batch_us"] = statistics.median(samples)
+    stats["runner_batch_host_us"] = statistics.median(runner_host)
     return None
 
 
@@ -273,50 +358,54 @@ class Reservoir:
 
 
 DISAGREE_REASON = "timings disagree with the judge's clock"
+JUDGE_CLOCK_NOTE = ("ranked by the judge's clock over back-to-back calls ({batch:.1f} us a call, launch included): "
+                    "the runner's events said {events:.1f} us, more than {ratio:g}x off the judge's clock; a "
+                    "launch-bound shape (the host launches slower than the GPU runs the kernel)")
 
 
-def disagrees(stats: dict) -> str | None:
-    """Why the judge's clock rejects the runner's event timings, or None.
+def events_bound(stats: dict) -> float:
+    """The most the judge's clock may say a back-to-back call took for the events to rank: its own figures."""
+    return ESCAPE_RATIO * stats["mean_us"] + (stats.get("copy_us") or 0.0) + ESCAPE_SLACK_US
 
-    Back-to-back calls, timed by the judge, may take at most ESCAPE_RATIO x the larger
-    of the event mean and the host time the runner says it spent in a call (copy-out
-    included), plus ESCAPE_SLACK_US. The host term is the runner's own figure: without
-    it every honest shape shorter than its guarded launch (60-150 us on the H200) would
-    be rejected, and with it a runner that forges both figures escapes this check down
-    to the speed-of-light floor (docs/harness.md says so plainly).
+
+def settle(stats: dict) -> str | None:
+    """Which clock ranks the shape (into `stats`); why the runner's figures are rejected, or None.
+
+    The events rank the shape while back-to-back calls, by the judge's clock, take at most
+    ESCAPE_RATIO x the event mean + the judge's output copy + ESCAPE_SLACK_US a call: a
+    bound of the judge's own figures, which nothing the runner reports can widen. Beyond
+    it the judge's clock ranks the shape (`clock: judge`): it includes the launch, which a
+    launch-bound honest kernel cannot hide, and a forged event figure gains nothing there.
+    Rejected only when even the runner's own host figures cannot account for the judge's
+    clock: the runner says it was neither launching nor waiting on the GPU for that long,
+    so work ran where its events did not look (a side stream, after the call returned) or
+    its figures were forged. Those host figures decide only the label, never the figure.
     """
     batch = stats.get("host_batch_us")
     if batch is None:
+        return None  # the CPU interpreter: the judge's clock is the figure already
+    events, copy = stats["mean_us"], stats.get("copy_us") or 0.0
+    if batch <= events_bound(stats):
+        stats["clock"] = "events"
         return None
-    # The runner's host time per call: in a timed call, and in the back-to-back batch
-    # (launches and copy-outs, not the final wait), whichever is larger.
     host = max(stats.get("host_call_us") or 0.0, stats.get("runner_batch_host_us") or 0.0)
-    copy = stats.get("copy_us") or 0.0
-    bound = ESCAPE_RATIO * max(stats["mean_us"], host) + copy + ESCAPE_SLACK_US
-    if batch > bound:
+    explained = ESCAPE_RATIO * max(events, host) + copy + ESCAPE_SLACK_US
+    if batch > explained:
         return (f"back-to-back calls took {batch:.1f} us each by the judge's clock, but the runner's timing "
-                f"events measured {stats['mean_us']:.1f} us and its host {host:.1f} us a call (the bound is "
+                f"events measured {events:.1f} us and its host {host:.1f} us a call (the bound is "
                 f"{ESCAPE_RATIO:g} x the larger + the output copy, {copy:.1f} us by the judge's clock, + "
                 f"{ESCAPE_SLACK_US:g} us): work ran outside the timed stream, "
                 "after the call returned, or the figures were forged")
+    judged = stats.get("judge_batch") or {"mean_us": batch, "median_us": batch, "min_us": batch,
+                                           "std_us": 0.0, "n": 1}
+    stats.update(judged, clock="judge",
+                 note=JUDGE_CLOCK_NOTE.format(batch=batch, events=events, ratio=ESCAPE_RATIO))
     return None
 
 
 def _batch_count(first) -> int:
-    size = sum(t.numel() * t.element_size() for t in _tensors(first)) or 1
+    size = sum(t.numel() * t.element_size() for t in shared.tensors(first)) or 1
     return max(2, min(BATCH_MAX, BATCH_BYTES // size))
-
-
-def _tensors(data):
-    import torch
-
-    if isinstance(data, torch.Tensor):
-        return [data]
-    if isinstance(data, (tuple, list)):
-        return [t for d in data for t in _tensors(d)]
-    if isinstance(data, dict):
-        return [t for d in data.values() for t in _tensors(d)]
-    return []
 
 
 def _rse(times) -> float:

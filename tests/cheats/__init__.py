@@ -25,8 +25,13 @@ def problem_of(name: str) -> str:
 
 
 def source(name: str) -> str:
-    body = (HERE / ("_softmax.py" if problem_of(name) == "softmax" else "_add.py")).read_text()
-    return body + "\n\n" + (HERE / f"{name}.py").read_text()
+    """The cheat with its problem's honest body before it, and the helpers it names (`# uses: _forge`)."""
+    cheat = (HERE / f"{name}.py").read_text()
+    parts = [(HERE / ("_softmax.py" if problem_of(name) == "softmax" else "_add.py")).read_text()]
+    for line in cheat.splitlines():
+        if line.startswith("# uses: "):
+            parts += [(HERE / f"{helper.strip()}.py").read_text() for helper in line[len("# uses: "):].split(",")]
+    return "\n\n".join([*parts, cheat])
 
 
 def baseline(problem: str) -> str:
