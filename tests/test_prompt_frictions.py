@@ -32,3 +32,43 @@ def test_the_selectors_table_says_why_a_target_fails():
     long = attempt("c", 2, 3, targets={"sm_90a": "fails: RecursionError: " + "x" * 400})
     cell = select.row(long).split("targets: ")[1]
     assert cell.startswith("sm_90a fails: RecursionError: x") and len(cell) < 130
+
+
+def remeasured(sha, experiment, when, times, versions=None):
+    """An interpreter attempt with a `kgit remeasure` note of per-shape times on the GPU."""
+    from kgit_harness.result import geomean
+
+    note = {"device": GPU, "harness": "g", "timing": "events", "status": "ok", "tag": "remeasure",
+            "geomean_us": geomean(list(times.values())), "times": times, "when": 100 + when,
+            "versions": versions or {"torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0", "arch": "90",
+                                     "python": "3.12.3"}}
+    return attempt(sha, experiment, when, notes=[note])
+
+
+def test_task_text_on_the_cpu_lists_the_gpu_benchmark_shapes_too():
+    from kgit import problems as problem_mod
+    from kgit.scientist import prompts
+
+    task = problem_mod.load_task(problem_mod.shipped()["fp8_blockscale_gemm"])
+    text = prompts.task_text(task, on_gpu=False)
+    assert "Benchmark shapes (the CPU set" in text and "Benchmark shapes on a GPU" in text
+    gpu = text.split("Benchmark shapes on a GPU")[1]
+    assert len(task.benchmarks) == 18 and all(problem_mod.shape_key(s) in gpu for s in task.benchmarks)
+    assert "Benchmark shapes on a GPU" not in prompts.task_text(task, on_gpu=True)
+
+
+def test_the_designer_sees_the_bases_per_shape_times_on_the_ranking_gpu_slowest_first():
+    from kgit.scientist import design
+    from kgit.scientist.view import ArchiveView
+
+    baseline = remeasured("a", 0, 1, {"m=1024,n=512": 200.0, "m=6144,n=4608": 5000.0, "m=6144,n=512": 600.0})
+    base = remeasured("b", 1, 2, {"m=1024,n=512": 100.0, "m=6144,n=4608": 1000.0, "m=6144,n=512": 300.0})
+    text = design.base_times(ArchiveView([baseline, base]), base.sha)
+    lines = text.splitlines()
+    assert GPU in lines[0] and "slowest first" in lines[0]
+    assert lines[1] == "- m=6144,n=4608: 1000.0 us (baseline 5000.0 us, 5.00x)"
+    assert lines[2].startswith("- m=6144,n=512: 300.0 us") and lines[3].startswith("- m=1024,n=512: 100.0 us")
+    cut = design.base_times(ArchiveView([baseline, base]), base.sha, limit=1)
+    assert cut.splitlines()[-1] == "- ... and 2 faster shapes"
+    assert "not been timed" in design.base_times(ArchiveView([baseline, base, attempt("c", 2, 3)]), "c" * 40)
+    assert "No GPU timings" in design.base_times(ArchiveView([attempt("c", 2, 3)]), "c" * 40)
