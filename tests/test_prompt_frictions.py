@@ -57,6 +57,26 @@ def test_task_text_on_the_cpu_lists_the_gpu_benchmark_shapes_too():
     assert "Benchmark shapes on a GPU" not in prompts.task_text(task, on_gpu=True)
 
 
+def test_the_environment_names_the_software_of_the_device_whose_timings_rank():
+    from types import SimpleNamespace
+
+    from kgit.scientist import context
+
+    config = SimpleNamespace(evaluator=SimpleNamespace(backend="local"))
+    cpu_host = SimpleNamespace(ids=[], vendor=None)
+    attempts = [remeasured("a", 0, 1, {"m=1": 400.0})]
+    env = context.environment(config, attempts, host=cpu_host)
+    text = env.text()
+    assert "device: cpu" in text and env.ranked_on == GPU
+    assert "- software here: " in text and "triton" in text.split("- software here: ")[1].split("\n")[0]
+    ranking = next(line for line in text.splitlines() if line.startswith("- ranking timings"))
+    assert GPU in ranking and "triton 3.6.0" in ranking and "torch 2.11.0+cu130" in ranking and "cuda 13.0" in ranking
+    assert "python" not in ranking
+    # No GPU timings: one software line, as before.
+    alone = context.environment(config, [attempt("a", 0, 1)], host=cpu_host).text()
+    assert "ranking timings" not in alone and "- software: " in alone
+
+
 def test_the_designer_sees_the_bases_per_shape_times_on_the_ranking_gpu_slowest_first():
     from kgit.scientist import design
     from kgit.scientist.view import ArchiveView
