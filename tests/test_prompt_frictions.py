@@ -62,7 +62,7 @@ def test_the_environment_names_the_software_of_the_device_whose_timings_rank():
 
     from kgit.scientist import context
 
-    config = SimpleNamespace(evaluator=SimpleNamespace(backend="local"))
+    config = SimpleNamespace(evaluator=SimpleNamespace(backend="local"), targets=None, require_targets=False)
     cpu_host = SimpleNamespace(ids=[], vendor=None)
     attempts = [remeasured("a", 0, 1, {"m=1": 400.0})]
     env = context.environment(config, attempts, host=cpu_host)
@@ -92,3 +92,31 @@ def test_the_designer_sees_the_bases_per_shape_times_on_the_ranking_gpu_slowest_
     assert cut.splitlines()[-1] == "- ... and 2 faster shapes"
     assert "not been timed" in design.base_times(ArchiveView([baseline, base, attempt("c", 2, 3)]), "c" * 40)
     assert "No GPU timings" in design.base_times(ArchiveView([attempt("c", 2, 3)]), "c" * 40)
+
+
+def test_the_build_target_policy_follows_the_config_and_says_which_launches_were_compiled():
+    from kgit import problems as problem_mod
+    from kgit.config import Config
+    from kgit.evaluation import buildfacts
+    from kgit.scientist import context
+
+    task = problem_mod.load_task(problem_mod.shipped()["fp8_blockscale_gemm"])
+    assert task.targets
+    config = Config()
+    text = context.environment(config, [attempt("a", 0, 1)], host=_cpu(), task=task).text()
+    line = next(item for item in text.splitlines() if item.startswith("- build targets: "))
+    assert "gfx942 (MI300X)" in line and "require_targets: false" in line and "not a failing status" in line
+    assert "correctness checks (the CPU test shapes above" in line and "not compiled" in line
+    strict = Config(require_targets=True, targets=["sm_90a"])
+    line = next(item for item in context.environment(strict, [attempt("a", 0, 1)], host=_cpu(), task=task)
+                .text().splitlines() if item.startswith("- build targets: "))
+    assert line.startswith("- build targets: sm_90a (H100/H200).") and "fails (require_targets: true)" in line
+    # The base's facts no longer state a rule of their own that the config may contradict.
+    facts = buildfacts.prompt_lines({"gfx942": f"fails: {LDS}"})
+    assert "must build" not in facts and '"build targets" in the evaluation environment' in facts
+
+
+def _cpu():
+    from types import SimpleNamespace
+
+    return SimpleNamespace(ids=[], vendor=None)

@@ -84,7 +84,8 @@ def prompt_lines(targets: dict[str, str], profile: list[str] | None = None) -> s
         lines += [f"- {name} ({HARDWARE.get(name, name)}): {value}" for name, value in targets.items()]
         failing = [n for n, v in targets.items() if v.startswith("fails")]
         if failing:
-            lines.append(f"It does not build for {', '.join(failing)}: a kernel must build for every declared target.")
+            lines.append(f"It does not build for {', '.join(failing)} (what that means for an attempt: "
+                         "\"build targets\" in the evaluation environment).")
     if profile:
         lines.append("Hardware counters:")
         lines += [f"- {line}" for line in profile]

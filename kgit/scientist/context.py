@@ -39,6 +39,7 @@ class Environment:
     # evaluation's device, and the software its notes recorded.
     ranked_on: str | None = None
     ranked_versions: dict = field(default_factory=dict)
+    build_targets: str = ""  # where the target facts come from and what a failed build means (targets_text)
 
     def text(self) -> str:
         if self.on_gpu:
@@ -55,7 +56,29 @@ class Environment:
                       f"software was {_versions_text(self.ranked_versions)}; the code must work with both"]
         else:
             lines.append(f"- software: {_versions_text(self.versions)}")
-        return "\n".join(lines + [f"- evaluator: {self.target}"])
+        lines.append(f"- evaluator: {self.target}")
+        if self.build_targets:
+            lines.append(f"- build targets: {self.build_targets}")
+        return "\n".join(lines)
+
+
+def targets_text(names, required: bool, on_gpu: bool) -> str:
+    """The build-target policy as .kgit.yaml sets it, and which launches the facts are compiled
+    from (harness/targets.py: the launches of the judge's correctness checks)."""
+    from kgit.evaluation.buildfacts import HARDWARE
+    from kgit_harness.targets import MAX_VARIANTS
+
+    if not names:
+        return ""
+    shapes = "the GPU test shapes" if on_gpu else "the CPU test shapes above, in the interpreter"
+    policy = ("a kernel that does not build for one of them fails (require_targets: true)" if required else
+              "not building for one of them is reported beside the result, not a failing status "
+              "(require_targets: false); the kernel is still judged on correctness and speed")
+    return (f"{', '.join(f'{n} ({HARDWARE.get(n, n)})' for n in names)}. Each candidate is cross-compiled for "
+            f"them from the Triton launches of its correctness checks ({shapes}): every distinct kernel "
+            f"configuration those launches used, up to {MAX_VARIANTS} per kernel, and the figures shown are the "
+            "worst over them; a configuration chosen only for other shapes (the GPU benchmark set) is not "
+            f"compiled. {policy[0].upper() + policy[1:]}.")
 
 
 VERSION_KEYS = ("torch", "triton", "arch", "cuda", "hip")
@@ -102,7 +125,7 @@ def _target(config) -> str:
     return "this host (evaluator.backend: local)"
 
 
-def environment(config, attempts, host=None) -> Environment:
+def environment(config, attempts, host=None, task=None) -> Environment:
     """The environment this run's evaluator measures in.
 
     For the local evaluator the host's GPUs decide; for a remote one, the latest timing
@@ -130,7 +153,9 @@ def environment(config, attempts, host=None) -> Environment:
     group = figures.gpu_group(attempts)
     ranked_on = group[0] if group is not None and group[0] != device else None
     ranked_versions = _note_versions(attempts, group[0], group[1]) if ranked_on else {}
-    return Environment(device, on_gpu, timing, versions, _target(config), ranked_on, ranked_versions)
+    declared = config.targets if config.targets is not None else list(getattr(task, "targets", None) or [])
+    return Environment(device, on_gpu, timing, versions, _target(config), ranked_on, ranked_versions,
+                       targets_text(declared, config.require_targets, on_gpu))
 
 
 def check_text(task, problem_dir: Path) -> str:

@@ -56,7 +56,7 @@ class Context:
 
 
 def build(repo, config, task, problem_dir, attempts, host=None) -> Context:
-    environment = context_mod.environment(config, attempts, host)
+    environment = context_mod.environment(config, attempts, host, task)
     text = prompts.task_text(task, environment.on_gpu, context_mod.check_text(task, problem_dir))
     return Context(repo, text, environment, prompts.knowledge(config.evolve.knowledge, repo.root), list(task.files),
                    config.evolve.pick, config.evolve.attempts, config.evolve.archive_tokens)
