@@ -68,7 +68,7 @@ def test_scripted_model_drives_every_failure_then_success(kernel_repo):
     assert not fake.answers, "the loop stopped before using the whole script"
     assert [r.status for r in summary.rows] == ["rejected", "compile-error", "incorrect", "ok"]
     branches = git(kernel_repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/kgit/").split()
-    assert branches == ["kgit/1-use-a-larger-block-per"]
+    assert branches == ["kgit/1-larger-block-per-program"]
     shas = branch_commits(kernel_repo, branches[0])
     assert shas == [r.sha for r in summary.rows]
 

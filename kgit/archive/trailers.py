@@ -40,7 +40,7 @@ def one_line(text: str, limit: int = 2000) -> str:
 
 # Words a branch name can do without: dropping them leaves room for the ones that say what changed.
 STOP_WORDS = frozenset(
-    "a an the and or but of to in on at by for from into onto with without via per that which this these those "
+    "a an the and or but of to in on at by for from into onto with without via that which this these those "
     "it its is are be been being as so than then instead use using uses make makes".split())
 
 
