@@ -64,7 +64,8 @@ def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES) -> 
     return "\n".join(lines)
 
 
-def prompt(repo_root, selection, base_files, reference_files, attempts, pick, lessons: list[str]) -> str:
+def prompt(repo_root, selection, base_files, reference_files, attempts, pick, lessons: list[str],
+           declared=None) -> str:
     view = ArchiveView(attempts)
     return prompts.render("design", repo_root, base=selection.base[:10], reason=selection.reason,
                           base_code=prompts.code_block(base_files),
@@ -72,7 +73,7 @@ def prompt(repo_root, selection, base_files, reference_files, attempts, pick, le
                           reference_code=prompts.code_block(reference_files) if reference_files else "(none chosen)",
                           figures=view.explanation(), history=history(attempts, view=view),
                           notebook=notebook.text(lessons), pick=pick, base_times=base_times(view, selection.base),
-                          targets=buildfacts.base_facts(attempts, selection.base))
+                          targets=buildfacts.base_facts(attempts, selection.base, declared))
 
 
 def ask(client, messages: list[dict], pick: int):
