@@ -195,7 +195,9 @@ def log(as_json, per_device):
     """The archive: every attempt of every experiment.
 
     "vs base" is the speedup over the attempt's base (what its experiment started
-    from), "vs baseline" over kgit/baseline; above 1 is faster.
+    from), "vs baseline" over kgit/baseline; above 1 is faster. Both stay blank for
+    interpreter timings, which say nothing about speed; once attempts are re-measured
+    on a GPU, two more columns give the ranking device's geomean and speedup.
     """
     from kgit.archive import measure
 
@@ -307,9 +309,7 @@ def best(as_json):
     if as_json:
         _emit_json({**attempt.to_json(), "rule": figures.rule(attempts)})
     else:
-        click.echo(f"{attempt.sha}  {attempt.branch}  {attempt.geomean:.2f} us  "
-                   f"{attempt.speedup_baseline or 1:.2f}x vs baseline  {attempt.hypothesis}")
-        click.echo(f"rule: {figures.rule(attempts)}")
+        click.echo("\n".join(report.best_lines(attempts, attempt)))
 
 
 @cli.command()

@@ -83,7 +83,7 @@ def test_pr_pushes_squashed_commits_and_opens_the_pull_request(setup, run_kgit):
     assert result.exit_code == 0, result.output + result.stderr
     assert "https://github.example/kernels/pull/7" in result.output
 
-    branch = "kgit-review/2-vectorize-loads-with-4-elements"
+    branch = "kgit-review/2-vectorize-loads-4-elements-per-thread"
     tip = git(remote, "rev-parse", f"refs/heads/{branch}")
     # Experiment 2 builds on experiment 1, which main lacks: one commit per experiment,
     # trees equal to the attempts', on top of the baseline; no failed attempt in between.
@@ -121,7 +121,7 @@ def test_pr_on_a_base_branch_that_already_holds_the_parent_experiment(setup, run
     root, remote, bin_dir, log, shas = setup
     install_gh(bin_dir)
     git(root, "push", "-q", "origin", f"{shas['e1.2']}:refs/heads/main")
-    result = run_kgit(root, "pr", "kgit/2-vectorize-loads-with-4-elements", "--json")
+    result = run_kgit(root, "pr", "kgit/2-vectorize-loads-4-elements-per-thread", "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert doc["opened"] and len(doc["stack"]) == 1
@@ -153,11 +153,11 @@ def test_pr_without_gh_prints_the_body_and_the_command(setup, run_kgit):
     assert "## Hypothesis" in out and "use BLOCK_SIZE 2048 for wider tiles" in out
     assert "gh is not installed" in out
     command = out.strip().splitlines()[-1]
-    assert command.startswith("gh pr create --base main --head kgit-review/1-use-block-size-2048-for ")
+    assert command.startswith("gh pr create --base main --head kgit-review/1-block-size-2048-wider-tiles ")
     body_file = root / ".git" / "kgit" / "pr" / "1.md"
     assert f"--body-file {body_file}" in command
     assert "Mismatch at index 17" in body_file.read_text()  # experiment 1's failed first attempt
-    tip = git(remote, "rev-parse", "refs/heads/kgit-review/1-use-block-size-2048-for")
+    tip = git(remote, "rev-parse", "refs/heads/kgit-review/1-block-size-2048-wider-tiles")
     assert git(remote, "rev-parse", f"{tip}^") == shas["baseline"]
     assert not log.exists()
 

@@ -47,7 +47,13 @@ def test_subject_forms():
 
 
 def test_slugify():
-    assert tr.slugify("Use BLOCK_SIZE=2048, and 8 warps!") == "use-block-size-2048-and"
+    assert tr.slugify("Use BLOCK_SIZE=2048, and 8 warps!") == "block-size-2048-8-warps"
+    # Stop words go, content words stay (the campaign's "k-major-split-k-that" lost "builds gfx942").
+    assert tr.slugify("K-major split-K that builds on gfx942") == "k-major-split-k-builds-gfx942"
+    # Short: at most 40 characters, never cut inside a word.
+    long = tr.slugify("Persistent grid-stride kernel with a TMA descriptor pipeline and warp specialization")
+    assert long == "persistent-grid-stride-kernel-tma" and len(long) <= 40
+    assert tr.slugify("Of the") == "of-the"  # nothing but stop words: keep them rather than nothing
     assert tr.slugify("   ") == "experiment"
     assert tr.slugify("ñ") == "experiment"
 

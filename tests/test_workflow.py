@@ -79,7 +79,7 @@ def test_record_refuses_an_unchanged_tree(kernel_repo, run_kgit):
     assert result.exit_code == 0, result.stderr
     # Once recorded, the same tree again is refused against the branch tip.
     result = run_kgit(kernel_repo, "record")
-    assert result.exit_code == 1 and "the tip of kgit/1-measure-the-baseline-again" in result.stderr
+    assert result.exit_code == 1 and "the tip of kgit/1-measure-baseline-again" in result.stderr
     _set_block(kernel_repo, 2048)
     assert run_kgit(kernel_repo, "record").exit_code == 0
 
@@ -100,7 +100,7 @@ def test_try_record_ok_and_failing_attempts(kernel_repo, run_kgit):
     result = run_kgit(kernel_repo, "try", "Bigger blocks: BLOCK_SIZE 2048 for a speedup")
     assert result.exit_code == 0, result.stderr
     branch = git(kernel_repo, "symbolic-ref", "--short", "HEAD").strip()
-    assert branch == "kgit/1-bigger-blocks-block-size-2048"
+    assert branch == "kgit/1-bigger-blocks-block-size-2048-speed-up"
     _set_block(kernel_repo, 2048)
     result = run_kgit(kernel_repo, "record", "-m", "first")
     assert result.exit_code == 0, result.stderr

@@ -38,10 +38,24 @@ def one_line(text: str, limit: int = 2000) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-def slugify(text: str, words: int = 5, limit: int = 40) -> str:
+# Words a branch name can do without: dropping them leaves room for the ones that say what changed.
+STOP_WORDS = frozenset(
+    "a an the and or but of to in on at by for from into onto with without via that which this these those "
+    "it its is are be been being as so than then instead use using uses make makes".split())
+
+
+def slugify(text: str, words: int = 6, limit: int = 40) -> str:
+    """A short branch slug of `text`'s content words: "K-major split-K that builds on gfx942"
+    -> "k-major-split-k-builds-gfx942". Stop words go first; a slug never ends mid-word."""
     parts = re.findall(r"[a-z0-9]+", (text or "").lower())
-    slug = "-".join(parts[:words])[:limit].strip("-")
-    return scrub(slug) or "experiment"
+    content = [p for p in parts if p not in STOP_WORDS] or parts
+    slug = ""
+    for word in content[:words]:
+        longer = f"{slug}-{word}" if slug else word
+        if len(longer) > limit:
+            break
+        slug = longer
+    return scrub(slug or (content[0][:limit] if content else "")) or "experiment"
 
 
 def subject(slug: str, status: str, speedup: float | None, geomean_us: float | None, reason: str | None = None) -> str:

@@ -25,16 +25,48 @@ def _short(text: str, width: int) -> str:
 def log_table(attempts) -> str:
     from kgit.archive import figures
 
+    group = figures.gpu_group(attempts)
+    on_gpu = {a.sha: g for a, g in group[2]} if group else {}
+    baseline = next((a for a in attempts if a.is_baseline), None)
     rows = []
     for a in sorted(attempts, key=lambda a: (a.experiment, a.attempt)):
         measured = figures.describe(a.timing, a.device, figures.attempt_noise(a)) if a.ok else ""
         verdict = figures.attempt_verdict(a, attempts).word if a.ok and not a.is_baseline else ""
-        rows.append([a.experiment, a.attempt, a.branch, a.sha[:10], a.status, _num(a.geomean),
-                     _num(a.speedup, "{:.2f}x"), verdict, _num(a.speedup_baseline, "{:.2f}x"), measured,
-                     _short(a.hypothesis, 50)])
+        # An interpreter timing says nothing about speed: its ratios are left blank, not shown as speedups.
+        timed = a.ok and not figures.is_interpreter(a.timing, a.device)
+        row = [a.experiment, a.attempt, a.branch, a.sha[:10], a.status, _num(a.geomean),
+               _num(a.speedup if timed else None, "{:.2f}x"), verdict,
+               _num(a.speedup_baseline if timed else None, "{:.2f}x"), measured]
+        if group:
+            base_us = on_gpu.get(baseline.sha) if baseline else None
+            us = on_gpu.get(a.sha)
+            row += [_num(us, "{:.2f}"), _num(base_us / us if us and base_us and not a.is_baseline else None,
+                                              "{:.2f}x")]
+        rows.append(row + [_short(a.hypothesis, 50)])
     headers = ["exp", "att", "branch", "sha", "status", "geomean us", "vs base", "verdict", "vs baseline",
-               "measured on", "hypothesis"]
-    return tabulate(rows, headers=headers, tablefmt="simple")
+               "measured on"]
+    if group:
+        headers += [f"{group[0]} us", f"vs baseline on {group[0]}"]
+    # disable_numparse: tabulate would print 1331040.0 as 1.33104e+06.
+    return tabulate(rows, headers=headers + ["hypothesis"], tablefmt="simple", disable_numparse=True)
+
+
+def best_lines(attempts, attempt) -> list[str]:
+    """What `kgit best` prints: the attempt with the figures of the device that ranks it, then the rule."""
+    from kgit.archive import figures
+
+    group = figures.gpu_group(attempts)
+    if group is not None:
+        device, _, entries = group
+        on_device = {a.sha: g for a, g in entries}
+        baseline = next((a for a in attempts if a.is_baseline), None)
+        us, base_us = on_device.get(attempt.sha), on_device.get(baseline.sha) if baseline else None
+        figure = f"{us:.2f} us on {device}" + (f"  {base_us / us:.2f}x vs baseline there" if base_us and us else "")
+    elif figures.is_interpreter(attempt.timing, attempt.device):
+        figure = "correct (interpreter: not timed for speed)"
+    else:
+        figure = f"{_num(attempt.geomean, '{:.2f}')} us  {attempt.speedup_baseline or 1:.2f}x vs baseline"
+    return [f"{attempt.sha}  {attempt.branch}  {figure}  {attempt.hypothesis}", f"rule: {figures.rule(attempts)}"]
 
 
 def devices_table(attempts) -> str:

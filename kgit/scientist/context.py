@@ -35,6 +35,11 @@ class Environment:
     timing: str
     versions: dict = field(default_factory=dict)
     target: str = "this host (evaluator.backend: local)"
+    # The GPU whose timings rank the attempts (kgit remeasure notes), when it is not this
+    # evaluation's device, and the software its notes recorded.
+    ranked_on: str | None = None
+    ranked_versions: dict = field(default_factory=dict)
+    build_targets: str = ""  # where the target facts come from and what a failed build means (targets_text)
 
     def text(self) -> str:
         if self.on_gpu:
@@ -44,9 +49,57 @@ class Environment:
             how = ("no GPU: the kernel runs in Triton's interpreter on the CPU (TRITON_INTERPRET=1). Only "
                    "correctness is checked; interpreter timings say nothing about GPU speed and are not "
                    "shown as performance. Compile-time options (num_warps, num_stages, ...) have no effect here")
-        shown = ", ".join(f"{k} {v}" for k, v in sorted(self.versions.items()) if v) or "versions unknown"
-        return "\n".join([f"- device: {self.device}", f"- execution: {how}", f"- software: {shown}",
-                          f"- evaluator: {self.target}"])
+        lines = [f"- device: {self.device}", f"- execution: {how}"]
+        if self.ranked_on:
+            lines += [f"- software here: {_versions_text(self.versions)}",
+                      f"- ranking timings: from {self.ranked_on} (re-measured there with `kgit remeasure`), whose "
+                      f"software was {_versions_text(self.ranked_versions)}; the code must work with both"]
+        else:
+            lines.append(f"- software: {_versions_text(self.versions)}")
+        lines.append(f"- evaluator: {self.target}")
+        if self.build_targets:
+            lines.append(f"- build targets: {self.build_targets}")
+        return "\n".join(lines)
+
+
+def targets_text(names, required: bool, on_gpu: bool) -> str:
+    """The build-target policy as .kgit.yaml sets it, and which launches the facts are compiled
+    from (harness/targets.py: the launches of the judge's correctness checks)."""
+    from kgit.evaluation.buildfacts import HARDWARE
+    from kgit_harness.targets import MAX_VARIANTS
+
+    if not names:
+        return ""
+    shapes = "the GPU test shapes" if on_gpu else "the CPU test shapes above, in the interpreter"
+    policy = ("a kernel that does not build for one of them fails (require_targets: true)" if required else
+              "not building for one of them is reported beside the result, not a failing status "
+              "(require_targets: false); the kernel is still judged on correctness and speed")
+    return (f"{', '.join(f'{n} ({HARDWARE.get(n, n)})' for n in names)}. Each candidate is cross-compiled for "
+            f"them from the Triton launches of its correctness checks ({shapes}): every distinct kernel "
+            f"configuration those launches used, up to {MAX_VARIANTS} per kernel, and the figures shown are the "
+            "worst over them; a configuration chosen only for other shapes (the GPU benchmark set) is not "
+            f"compiled. {policy[0].upper() + policy[1:]}.")
+
+
+VERSION_KEYS = ("torch", "triton", "arch", "cuda", "hip")
+
+
+def _versions_text(versions: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(versions.items()) if v) or "versions unknown"
+
+
+def _note_versions(attempts, device: str, harness: str | None = None) -> dict:
+    """The software the latest note measured on `device` (and `harness`, when given) recorded."""
+    found, when = {}, None
+    for a in attempts:
+        for note in a.notes:
+            if note.get("device") != device or not note.get("versions"):
+                continue
+            if harness is not None and note.get("harness") != harness:
+                continue
+            if when is None or note.get("when", 0) >= when:
+                found, when = {k: v for k, v in note["versions"].items() if k in VERSION_KEYS}, note.get("when", 0)
+    return found
 
 
 def _local_versions() -> dict:
@@ -72,7 +125,7 @@ def _target(config) -> str:
     return "this host (evaluator.backend: local)"
 
 
-def environment(config, attempts, host=None) -> Environment:
+def environment(config, attempts, host=None, task=None) -> Environment:
     """The environment this run's evaluator measures in.
 
     For the local evaluator the host's GPUs decide; for a remote one, the latest timing
@@ -94,14 +147,15 @@ def environment(config, attempts, host=None) -> Environment:
         elif figures.is_interpreter(timing, device):
             device, timing = f"{host.vendor} GPU", "events"
     on_gpu = not figures.is_interpreter(timing, device)
-    versions = {}
-    for a in sorted(attempts, key=lambda a: a.time):
-        for note in a.notes:
-            if note.get("device") == device and note.get("versions"):
-                versions = {k: v for k, v in note["versions"].items() if k in ("torch", "triton", "arch", "cuda", "hip")}
+    versions = _note_versions(attempts, device)
     if not versions and config.evaluator.backend == "local":
         versions = _local_versions()
-    return Environment(device, on_gpu, timing, versions, _target(config))
+    group = figures.gpu_group(attempts)
+    ranked_on = group[0] if group is not None and group[0] != device else None
+    ranked_versions = _note_versions(attempts, group[0], group[1]) if ranked_on else {}
+    declared = config.targets if config.targets is not None else list(getattr(task, "targets", None) or [])
+    return Environment(device, on_gpu, timing, versions, _target(config), ranked_on, ranked_versions,
+                       targets_text(declared, config.require_targets, on_gpu))
 
 
 def check_text(task, problem_dir: Path) -> str:

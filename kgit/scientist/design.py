@@ -38,6 +38,32 @@ def history(attempts, limit: int = HISTORY_CHARS, view: ArchiveView | None = Non
     return "\n".join(text) or "No experiments yet: only the baseline was measured."
 
 
+BASE_SHAPES = 20  # more shapes than this: the slowest ones only
+
+
+def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES) -> str:
+    """The base's per-shape times on the ranking GPU, slowest first, beside the baseline's."""
+    if not view.gpu:
+        return "No GPU timings exist yet: the base's speed on the benchmark shapes is unknown."
+    base = view.by_sha.get(sha)
+    times = view.comparable_times(base) if base is not None else {}
+    if not times:
+        return f"The base has not been timed on {view.device} yet (the ranking device)."
+    baseline = next((a for a in view.attempts if a.is_baseline), None)
+    before = view.comparable_times(baseline) if baseline is not None and baseline.sha != sha else {}
+    order = sorted(times, key=times.get, reverse=True)
+    lines = [f"Mean time per benchmark shape on {view.device} (harness {view.harness}), slowest first"
+             + (", with the baseline's time and the base's speedup over it:" if before else ":")]
+    for key in order[:limit]:
+        line = f"- {key}: {times[key]:.1f} us"
+        if before.get(key):
+            line += f" (baseline {before[key]:.1f} us, {before[key] / times[key]:.2f}x)"
+        lines.append(line)
+    if len(order) > limit:
+        lines.append(f"- ... and {len(order) - limit} faster shapes")
+    return "\n".join(lines)
+
+
 def prompt(repo_root, selection, base_files, reference_files, attempts, pick, lessons: list[str],
            declared=None) -> str:
     view = ArchiveView(attempts)
@@ -46,7 +72,7 @@ def prompt(repo_root, selection, base_files, reference_files, attempts, pick, le
                           reference=(selection.reference or "none")[:10],
                           reference_code=prompts.code_block(reference_files) if reference_files else "(none chosen)",
                           figures=view.explanation(), history=history(attempts, view=view),
-                          notebook=notebook.text(lessons), pick=pick,
+                          notebook=notebook.text(lessons), pick=pick, base_times=base_times(view, selection.base),
                           targets=buildfacts.base_facts(attempts, selection.base, declared))
 
 

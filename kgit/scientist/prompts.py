@@ -96,6 +96,10 @@ def task_text(task, on_gpu: bool = True, check: str = "") -> str:
              f"Test shapes{where}, each checked for correctness:\n{listing(task.shapes('tests', on_gpu))}",
              f"Benchmark shapes{where}, timed and ranked by the geometric mean of the {task.ranking} times "
              f"(their timed repetitions are checked too):\n{listing(task.shapes('benchmarks', on_gpu))}",
+             "" if on_gpu or task.shapes("benchmarks", True) == task.shapes("benchmarks", False) else
+             ("Benchmark shapes on a GPU (the problem's benchmark set: what attempts are ranked on once `kgit "
+              f"remeasure` times them on a GPU; size tiles, split-K and per-shape tables for these):\n"
+              f"{listing(task.shapes('benchmarks', True))}"),
              check or f"Correctness check: torch.allclose(output, reference, rtol={task.rtol:g}, atol={task.atol:g})."]
     if task.forbidden:
         lines.append(f"Forbidden calls (the attempt is rejected): {', '.join(task.forbidden)}.")

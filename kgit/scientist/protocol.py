@@ -58,7 +58,7 @@ class Context:
 
 
 def build(repo, config, task, problem_dir, attempts, host=None) -> Context:
-    environment = context_mod.environment(config, attempts, host)
+    environment = context_mod.environment(config, attempts, host, task)
     text = prompts.task_text(task, environment.on_gpu, context_mod.check_text(task, problem_dir))
     declared = list(task.targets if config.targets is None else config.targets)
     return Context(repo, text, environment, prompts.knowledge(config.evolve.knowledge, repo.root), list(task.files),

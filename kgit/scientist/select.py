@@ -9,6 +9,7 @@ never shown as performance (kgit/scientist/view.py).
 from __future__ import annotations
 
 from kgit.archive import figures, measure, notebook
+from kgit.archive import trailers as tr
 from kgit.evaluation import buildfacts
 from kgit.scientist import prompts
 from kgit.scientist.answers import Selection, ask_json, selection
@@ -16,6 +17,7 @@ from kgit.scientist.view import ArchiveView
 
 CHARS_PER_TOKEN = 4  # a rough figure for English and code; only sizes the table
 BEST_ROWS, FAILURE_ROWS = 8, 8
+TARGET_ERROR_CHARS = 100  # of a failing target's first compiler line, per row
 
 
 def row(a, view: ArchiveView | None = None) -> str:
@@ -27,7 +29,7 @@ def row(a, view: ArchiveView | None = None) -> str:
     if times:
         line += " | per shape: " + " ".join(f"{k}:{v:.1f}" for k, v in times.items())
     if a.targets:  # build facts per target GPU (issue 14)
-        line += " | targets: " + buildfacts.short(a.targets)
+        line += " | targets: " + target_cells(a.targets)
     if a.raw_notes:  # re-measured: the latest geomean per GPU and the spread of repeats (its repeatability)
         per_device = {dev: d for dev, d in measure.by_device(a).items() if not figures.is_interpreter(None, dev)}
         if len(per_device) > 1 or any(d["n"] > 1 for d in per_device.values()):
@@ -35,6 +37,17 @@ def row(a, view: ArchiveView | None = None) -> str:
                 f"{dev} {d['latest_us']:.1f} (n={d['n']}, spread {100 * (d['spread'] or 0):.1f}%)"
                 for dev, d in per_device.items())
     return line
+
+
+def target_cells(targets: dict[str, str]) -> str:
+    """Build facts per target for a row; a failing target with the compiler's first line, cut
+    short, so the selector need not pick a failing base to learn why it fails."""
+    cells = []
+    for name, value in targets.items():
+        cell = buildfacts.short({name: value})
+        why = "" if value.startswith("builds") else value.partition(":")[2].strip()
+        cells.append(cell + (f": {tr.one_line(why, TARGET_ERROR_CHARS)}" if why else ""))
+    return "; ".join(cells)
 
 
 def archive_table(attempts, token_budget: int, view: ArchiveView | None = None) -> tuple[str, int]:

@@ -1,0 +1,122 @@
+"""What round 1 of the fp8 campaign found missing from the prompts (issue 18): failing
+targets' reasons in the selector's table, the GPU benchmark shapes and the base's figures
+there, the ranking device's software, and the build-target policy as configured."""
+
+from __future__ import annotations
+
+import json
+
+from kgit.archive.repo import parse_log
+from kgit.scientist import select
+
+GPU = "NVIDIA H200"
+LDS = "does not fit: needs 96 KiB of LDS per workgroup; gfx942 has 64 KiB"
+
+
+def attempt(sha, experiment, when, targets=None, notes=()):
+    """An attempt checked in the interpreter, with build-target trailers and note records."""
+    message = (f"x\n\nKgit-Experiment: {experiment}\nKgit-Attempt: 1\nKgit-Status: ok\nKgit-Device: cpu\n"
+               f"Kgit-Timing: interpreter\nKgit-Harness: h\nKgit-Geomean-us: 1000.0\n"
+               f"Kgit-Branch: kgit/{experiment}-x\nKgit-Hypothesis: h{experiment}\n")
+    message += "".join(f"Kgit-Target-{name.replace('_', '-')}: {value}\n" for name, value in (targets or {}).items())
+    record = "\x1f".join([sha * 40, "", "t" * 40, "n", "e", str(when), message,
+                          "".join(json.dumps(n) + "\n" for n in notes)])
+    return parse_log(record + "\0")[0]
+
+
+def test_the_selectors_table_says_why_a_target_fails():
+    a = attempt("b", 1, 2, targets={"gfx942": f"fails: {LDS}", "sm_90a": "builds; regs 181, smem 72 KiB, spill 0, "
+                                                                          "occupancy 2"})
+    row = select.row(a)
+    assert f"gfx942 fails: {LDS}" in row and "sm_90a regs 181 occ 2" in row
+    long = attempt("c", 2, 3, targets={"sm_90a": "fails: RecursionError: " + "x" * 400})
+    cell = select.row(long).split("targets: ")[1]
+    assert cell.startswith("sm_90a fails: RecursionError: x") and len(cell) < 130
+
+
+def remeasured(sha, experiment, when, times, versions=None):
+    """An interpreter attempt with a `kgit remeasure` note of per-shape times on the GPU."""
+    from kgit_harness.result import geomean
+
+    note = {"device": GPU, "harness": "g", "timing": "events", "status": "ok", "tag": "remeasure",
+            "geomean_us": geomean(list(times.values())), "times": times, "when": 100 + when,
+            "versions": versions or {"torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0", "arch": "90",
+                                     "python": "3.12.3"}}
+    return attempt(sha, experiment, when, notes=[note])
+
+
+def test_task_text_on_the_cpu_lists_the_gpu_benchmark_shapes_too():
+    from kgit import problems as problem_mod
+    from kgit.scientist import prompts
+
+    task = problem_mod.load_task(problem_mod.shipped()["fp8_blockscale_gemm"])
+    text = prompts.task_text(task, on_gpu=False)
+    assert "Benchmark shapes (the CPU set" in text and "Benchmark shapes on a GPU" in text
+    gpu = text.split("Benchmark shapes on a GPU")[1]
+    assert len(task.benchmarks) == 18 and all(problem_mod.shape_key(s) in gpu for s in task.benchmarks)
+    assert "Benchmark shapes on a GPU" not in prompts.task_text(task, on_gpu=True)
+
+
+def test_the_environment_names_the_software_of_the_device_whose_timings_rank():
+    from types import SimpleNamespace
+
+    from kgit.scientist import context
+
+    config = SimpleNamespace(evaluator=SimpleNamespace(backend="local"), targets=None, require_targets=False)
+    cpu_host = SimpleNamespace(ids=[], vendor=None)
+    attempts = [remeasured("a", 0, 1, {"m=1": 400.0})]
+    env = context.environment(config, attempts, host=cpu_host)
+    text = env.text()
+    assert "device: cpu" in text and env.ranked_on == GPU
+    assert "- software here: " in text and "triton" in text.split("- software here: ")[1].split("\n")[0]
+    ranking = next(line for line in text.splitlines() if line.startswith("- ranking timings"))
+    assert GPU in ranking and "triton 3.6.0" in ranking and "torch 2.11.0+cu130" in ranking and "cuda 13.0" in ranking
+    assert "python" not in ranking
+    # No GPU timings: one software line, as before.
+    alone = context.environment(config, [attempt("a", 0, 1)], host=cpu_host).text()
+    assert "ranking timings" not in alone and "- software: " in alone
+
+
+def test_the_designer_sees_the_bases_per_shape_times_on_the_ranking_gpu_slowest_first():
+    from kgit.scientist import design
+    from kgit.scientist.view import ArchiveView
+
+    baseline = remeasured("a", 0, 1, {"m=1024,n=512": 200.0, "m=6144,n=4608": 5000.0, "m=6144,n=512": 600.0})
+    base = remeasured("b", 1, 2, {"m=1024,n=512": 100.0, "m=6144,n=4608": 1000.0, "m=6144,n=512": 300.0})
+    text = design.base_times(ArchiveView([baseline, base]), base.sha)
+    lines = text.splitlines()
+    assert GPU in lines[0] and "slowest first" in lines[0]
+    assert lines[1] == "- m=6144,n=4608: 1000.0 us (baseline 5000.0 us, 5.00x)"
+    assert lines[2].startswith("- m=6144,n=512: 300.0 us") and lines[3].startswith("- m=1024,n=512: 100.0 us")
+    cut = design.base_times(ArchiveView([baseline, base]), base.sha, limit=1)
+    assert cut.splitlines()[-1] == "- ... and 2 faster shapes"
+    assert "not been timed" in design.base_times(ArchiveView([baseline, base, attempt("c", 2, 3)]), "c" * 40)
+    assert "No GPU timings" in design.base_times(ArchiveView([attempt("c", 2, 3)]), "c" * 40)
+
+
+def test_the_build_target_policy_follows_the_config_and_says_which_launches_were_compiled():
+    from kgit import problems as problem_mod
+    from kgit.config import Config
+    from kgit.evaluation import buildfacts
+    from kgit.scientist import context
+
+    task = problem_mod.load_task(problem_mod.shipped()["fp8_blockscale_gemm"])
+    assert task.targets
+    config = Config()
+    text = context.environment(config, [attempt("a", 0, 1)], host=_cpu(), task=task).text()
+    line = next(item for item in text.splitlines() if item.startswith("- build targets: "))
+    assert "gfx942 (MI300X)" in line and "require_targets: false" in line and "not a failing status" in line
+    assert "correctness checks (the CPU test shapes above" in line and "not compiled" in line
+    strict = Config(require_targets=True, targets=["sm_90a"])
+    line = next(item for item in context.environment(strict, [attempt("a", 0, 1)], host=_cpu(), task=task)
+                .text().splitlines() if item.startswith("- build targets: "))
+    assert line.startswith("- build targets: sm_90a (H100/H200).") and "fails (require_targets: true)" in line
+    # The base's facts no longer state a rule of their own that the config may contradict.
+    facts = buildfacts.prompt_lines({"gfx942": f"fails: {LDS}"})
+    assert "must build" not in facts and '"build targets" in the evaluation environment' in facts
+
+
+def _cpu():
+    from types import SimpleNamespace
+
+    return SimpleNamespace(ids=[], vendor=None)
