@@ -115,7 +115,6 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
             trailers=tr.lines({"experiment": 0, "attempt": 0, "branch": repo.head_branch() or "HEAD",
                                "hypothesis": "baseline", **tr.from_result(doc),
                                "speedup": "1.00", "speedup_baseline": "1.00", "model": "human"})
-            + buildfacts.trailers(doc),  # Kgit-Target-<name> (issue 14): one per target, beside the table
         ).render(ok=False)
         head = repo.head()
         sha = repo.commit_tree(tree, [head] if head else [], message)
@@ -310,7 +309,7 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
         "speedup_baseline": speedup_baseline, "model": model,
         "cost": ("unknown" if cost is None else cost) if priced else None, "tokens": tokens,
     })
-    trailers += buildfacts.trailers(result) + stopped_trailers(result) + (extra_trailers or [])
+    trailers += stopped_trailers(result) + (extra_trailers or [])
     paragraphs = [f"Hypothesis: {info['hypothesis']}", plan, f"Notes: {notes}" if notes else ""]
     if not ok and result.get("error"):
         paragraphs.append("Error excerpt:\n" + _indent(result["error"][-2500:]))
@@ -333,11 +332,6 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
     repo.update_ref(f"refs/heads/{branch}", sha, parent, reason=f"kgit attempt {number}.{index}")
     return Outcome(sha=sha, result=result, speedup=speedup, speedup_baseline=speedup_baseline,
                    base_times=(base_m or {}).get("times", {}))
-
-
-def result_trailers(doc: dict) -> list:
-    # Kgit-Target-<name> (issue 14, docs/targets.md): one trailer per declared target.
-    return tr.lines(tr.from_result(doc)) + buildfacts.trailers(doc) + stopped_trailers(doc)
 
 
 def stopped_trailers(doc: dict) -> list:

@@ -157,6 +157,9 @@ def _from_raw_trailers(a: Attempt) -> dict:
                 out[t.attr] = float(one)
             except (TypeError, ValueError):
                 out[t.attr] = None
+        elif t.kind == "family":
+            out[t.attr] = {t.decode(k[len(t.key):]): v[-1] for k, v in a.trailers.items()
+                           if k.startswith(t.key) and len(k) > len(t.key)}  # a family key names something
         else:
             times = {}
             for value in values or []:
@@ -170,7 +173,8 @@ def _from_raw_trailers(a: Attempt) -> dict:
 
 
 LINE_KEYS = st.sampled_from(["Kgit-Experiment", "Kgit-Attempt", "Kgit-Time-us", "Kgit-Geomean-us", "Kgit-Status",
-                             "Kgit-Tokens", " Kgit-Status", "Kgit-Status ", "Kgit-Other"])
+                             "Kgit-Tokens", " Kgit-Status", "Kgit-Status ", "Kgit-Other",
+                             "Kgit-Target-gfx942", "Kgit-Target-sm-90a", "Kgit-Target-"])
 LINE_VALUES = st.text(alphabet="ab1.5e-x \t\u00a0\x1c:", max_size=16)
 
 

@@ -51,13 +51,21 @@ class Attempt:
         """
         last: dict[str, str] = {}
         repeated: dict[str, list[str]] = {}
+        families: dict[str, dict[str, str]] = {}
         for line in self.block.split("\n"):
             key, sep, value = line.partition(":")
-            if sep and key in _REPEATED:
+            if not sep:
+                continue
+            if key in _REPEATED:
                 repeated.setdefault(key, []).append(value)
-            elif sep and key in tr.BY_KEY:
+            elif key in tr.BY_KEY:
                 last[key] = value
-        return {t.attr: _CONVERT[t.kind](t, repeated.get(t.key) if t.kind == "times" else last.get(t.key))
+            elif key.startswith(_FAMILY_PREFIXES):
+                found = tr.family_of(key)
+                if found:
+                    families.setdefault(found[0].attr, {})[found[1]] = value.strip()
+        return {t.attr: (families.get(t.attr, {}) if t.kind == "family" else
+                         _CONVERT[t.kind](t, repeated.get(t.key) if t.kind == "times" else last.get(t.key)))
                 for t in tr.SCHEMA}
 
     @functools.cached_property
@@ -68,17 +76,6 @@ class Attempt:
         """The last value of trailer `key` (stripped), or `default`."""
         values = self.trailers.get(key)
         return values[-1] if values else default
-
-    @property
-    def targets(self) -> dict[str, str]:
-        """{build target: its Kgit-Target-<name> trailer}, e.g. {"gfx942": "builds; vgpr 128, ..."}.
-
-        One trailer per target, so the keys are not rows of the schema table.
-        """
-        from kgit_harness.targets import name_of_key
-
-        return {name_of_key(key[len("Kgit-Target-"):]): values[-1] for key, values in self.trailers.items()
-                if key.startswith("Kgit-Target-") and values}
 
     @property
     def is_baseline(self) -> bool:
@@ -102,7 +99,7 @@ class Attempt:
         values = self._values
         for name, attr in _IN_JSON:
             out[name] = values[attr]
-        out.update(author=self.author, time=self.time, subject=self.subject, notes=self.notes, targets=self.targets)
+        out.update(author=self.author, time=self.time, subject=self.subject, notes=self.notes)
         return out
 
 
@@ -142,6 +139,7 @@ def _times(t: tr.Trailer, raws: list[str] | None) -> dict[str, float]:
 
 _CONVERT = {"text": _text, "int": _int, "float": _float, "times": _times}
 _REPEATED = {t.key for t in tr.SCHEMA if t.kind == "times"}
+_FAMILY_PREFIXES = tuple(t.key for t in tr.FAMILIES)
 for _t in tr.SCHEMA:
     setattr(Attempt, _t.attr, property(lambda self, _a=_t.attr: self._values[_a], doc=f"The {_t.key} trailer."))
 _IN_JSON = [(t.json, t.attr) for t in tr.SCHEMA if t.json]

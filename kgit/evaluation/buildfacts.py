@@ -11,23 +11,17 @@ from __future__ import annotations
 
 import re
 
-from kgit_harness import targets as harness_targets
+from kgit.archive import trailers as tr
 
-TRAILER_PREFIX = "Kgit-Target-"  # + the target's name, "_" written "-" (git trailer keys allow no "_")
 # Names a build target in prose: the hardware it stands for.
 HARDWARE = {"gfx942": "MI300X", "gfx950": "MI350X", "gfx90a": "MI250X", "sm_90a": "H100/H200", "sm_90": "H100/H200",
             "sm_80": "A100"}
 
 
 def trailers(doc: dict) -> list[tuple[str, str]]:
-    """One trailer per build target, then which Triton made the facts."""
-    facts = doc.get("targets") or {}
-    results = facts.get("results") or {}
-    out = [(TRAILER_PREFIX + harness_targets.key_of_name(name), harness_targets.trailer_value(res))
-           for name, res in results.items()]
-    if out:
-        out.append(("Kgit-Targets-Compiler", f"triton {facts.get('triton') or 'unknown'}, candidate-reported"))
-    return out
+    """One trailer per build target, then which Triton made the facts: the trailer table's
+    family rows (kgit/archive/trailers.py), which every attempt commit writes."""
+    return tr.lines(tr.target_values(doc))
 
 
 def apply_policy(doc: dict, config) -> dict:
