@@ -94,7 +94,7 @@ def init(directory, problem, force, config_file, as_json, gpumode, kernelbench):
     else:
         outcome = ex.init(directory, problem, **options)
     if as_json:
-        _emit_json({"sha": outcome.sha, "result": outcome.result})
+        _emit_json({"sha": outcome.sha, "result": outcome.result.to_document()})
         return
     click.echo(report.result_summary(outcome.result))
     click.echo(f"\nbaseline committed as {outcome.sha[:10]} and tagged kgit/baseline.")
@@ -132,12 +132,12 @@ def record(notes, allow_unchanged, as_json):
     repo, config = ex.load()
     outcome = ex.record(repo, config, notes, allow_unchanged=allow_unchanged, progress=_progress)
     if as_json:
-        _emit_json({"sha": outcome.sha, "speedup": outcome.speedup, "result": outcome.result})
+        _emit_json({"sha": outcome.sha, "speedup": outcome.speedup, "result": outcome.result.to_document()})
     else:
-        click.echo(report.shape_table(outcome.result, outcome.base_times) if outcome.result.get("shapes")
+        click.echo(report.shape_table(outcome.result.result, outcome.base_times) if outcome.result.result.shapes
                    else report.result_summary(outcome.result))
         click.echo(f"\nrecorded {outcome.sha[:10]}: {repo.subject(outcome.sha)}")
-    if outcome.result["status"] != "ok":
+    if not outcome.result.ok:
         sys.exit(ExitCode.EVALUATION_FAILED)
 
 
@@ -154,12 +154,12 @@ def eval_(rev, as_json):
     repo, config = ex.load()
     sha = ex.resolve(repo, rev)
     _progress(f"evaluating {rev} ({sha[:10]}) in a throwaway worktree...")
-    result = ex.evaluate_rev(repo, config, sha)
+    judged = ex.evaluate_rev(repo, config, sha)
     if as_json:
-        _emit_json(result)
+        _emit_json(judged.to_document())
     else:
-        click.echo(report.result_summary(result))
-    if result["status"] != "ok":
+        click.echo(report.result_summary(judged))
+    if not judged.ok:
         sys.exit(ExitCode.EVALUATION_FAILED)
 
 
@@ -264,9 +264,11 @@ def eval_candidate(folder):
     """
     from kgit.evaluation import candidate
 
-    result = candidate.evaluate_folder(folder)
-    click.echo(json.dumps(result, sort_keys=True))
-    if result["status"] != "ok":
+    from kgit.evaluation.evaluated import Evaluation
+
+    judged = Evaluation.of(candidate.evaluate_folder(folder))
+    click.echo(json.dumps(judged.to_document(), sort_keys=True))
+    if not judged.ok:
         sys.exit(ExitCode.EVALUATION_FAILED)
 
 

@@ -18,7 +18,7 @@ def _warm(repo: Repo) -> list[dict]:
 
 
 def _fake_attempt(repo, branch, parent, geomean=5.0):
-    result = {"status": "ok", "device": "cpu", "timing": "interpreter", "harness": "h", "ranking": "mean",
+    result = {"schema": "kgit.result/1", "status": "ok", "device": "cpu", "timing": "interpreter", "harness": "h", "ranking": "mean",
               "geomean_us": geomean, "eval_s": 0.1,
               "shapes": [{"key": "size=4096", "mean_us": geomean}, {"key": "size=65536", "mean_us": geomean}]}
     tree = git(repo.root, "rev-parse", f"{parent}^{{tree}}").strip()

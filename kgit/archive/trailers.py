@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from kgit.archive import cause, figures
 from kgit.archive.measure import result_times
 from kgit_harness import targets as harness_targets
+from kgit_harness.result import Result
 
 _SPEEDUP = re.compile(r"speedup", re.I)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -177,30 +178,30 @@ def lines(values: dict) -> list[tuple[str, str]]:
     return out
 
 
-def from_result(doc: dict) -> dict:
+def from_result(result: Result) -> dict:
     """The trailer values (by attribute) that carry a harness result."""
-    ok = doc["status"] == "ok"
+    ok = result.status == "ok"
     values = {}
     for t in SCHEMA:
         if t.result is None or (t.ok_only and not ok):
             continue
         if t.kind == "times":
-            values[t.attr] = result_times(doc)
+            values[t.attr] = result_times(result)
             continue
-        value = doc.get(t.result)
+        value = getattr(result, t.result)
         if value is None or value == "":
             value = t.result_default
         values[t.attr] = value
     # The rest are derived from the result rather than copied from a field.
-    for key, value in (figures.noise_trailer(doc) if ok else []) + cause.trailer(doc):
+    for key, value in (figures.noise_trailer(result) if ok else []) + cause.trailer(result):
         values[BY_KEY[key].attr] = value
-    values.update(target_values(doc))
+    values.update(target_values(result))
     return values
 
 
-def target_values(doc: dict) -> dict:
+def target_values(result: Result) -> dict:
     """The build-facts trailers' values of a result: {name: its line} per target, and the compiler."""
-    facts = doc.get("targets") or {}
+    facts = result.targets or {}
     results = facts.get("results") or {}
     if not results:
         return {}
