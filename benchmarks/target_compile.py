@@ -26,6 +26,7 @@ from kgit import config as config_mod
 from kgit import workflow
 from kgit.archive.repo import Repo
 from kgit.evaluation import buildfacts
+from kgit.evaluation.evaluated import Evaluation
 from kgit_harness import problem, targets
 
 
@@ -50,8 +51,8 @@ def main() -> None:
             without = dataclasses.replace(config, targets=[])
             docs, bare = [], []
             for _ in range(args.repeat):  # alternated, so drifting load hits both alike
-                docs.append(workflow.evaluate_rev(repo, config, repo.rev("kgit/baseline")))
-                bare.append(workflow.evaluate_rev(repo, without, repo.rev("kgit/baseline")))
+                docs.append(workflow.evaluate_rev(repo, config, repo.rev("kgit/baseline")).to_document())
+                bare.append(workflow.evaluate_rev(repo, without, repo.rev("kgit/baseline")).to_document())
             assert all(d["targets"] is None for d in bare)
             evals = [d["eval_s"] for d in docs]
             bare_s = statistics.median(d["eval_s"] for d in bare)
@@ -63,7 +64,7 @@ def main() -> None:
                          f"{statistics.median(compiles):.2f}", f"{statistics.median(waits):.2f}",
                          f"{100 * statistics.median(w / e for w, e in zip(waits, evals)):.1f}%",
                          docs[-1]["targets"]["variants"], docs[-1]["targets"]["triton"]])
-            for target, value in buildfacts.trailers(docs[-1])[:-1]:
+            for target, value in buildfacts.trailers(Evaluation.of(docs[-1]).result)[:-1]:
                 kernels = docs[-1]["targets"]["results"][targets.name_of_key(target[len("Kgit-Target-"):])]["kernels"]
                 each = ", ".join(f"{k['compile_s']:.1f}" for k in kernels)
                 facts.append([name, target[len("Kgit-Target-"):], value, each])
