@@ -24,6 +24,7 @@ note) starts a new generation.
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import operator
 import os
@@ -150,66 +151,71 @@ def log_json(repo, refs: dict[str, str], log, render) -> bytes:
     with gc_paused():
         attempts, generation = _read(repo, refs, log)
         state_path, lines_path = _log_paths(repo)
-        kept = _load_rendered(state_path, lines_path, generation)
+        kept_bytes, kept = _load_rendered(state_path, lines_path, generation)
         pieces = [kept.get(a.sha) for a in attempts]
-        fresh = [(i, render(a)) for i, a in enumerate(attempts) if pieces[i] is None]
-        for i, text in fresh:
-            pieces[i] = text
-        out = b"[" + b",".join(pieces) + b"]"
-        if kept and len(fresh) < len(attempts):
-            try:
-                orjson.loads(out)  # a damaged (or forged) line must not break the array
-            except orjson.JSONDecodeError:
-                kept, pieces = {}, [render(a) for a in attempts]
-                fresh = list(enumerate(pieces))
-                out = b"[" + b",".join(pieces) + b"]"
+        fresh = []
+        for i, a in enumerate(attempts):
+            if pieces[i] is None:
+                pieces[i] = render(a)
+                fresh.append(pieces[i])
         if fresh:
-            _save_rendered(state_path, lines_path, generation, [t for _, t in fresh], append=bool(kept))
-        return out
+            _save_rendered(state_path, lines_path, generation, fresh, kept_bytes)
+        return b"[" + b",".join(pieces) + b"]"
 
 
 _SHA_AT = len(b'{"sha":"')  # every rendered object starts with its sha (Attempt.to_json)
 
 
-def _load_rendered(state_path: Path, lines_path: Path, generation: str) -> dict:
-    """{sha: its rendered object} kept for this generation of the records; {} if none is."""
+def _digest(*parts: bytes) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(part)
+    return h.hexdigest()
+
+
+def _load_rendered(state_path: Path, lines_path: Path, generation: str) -> tuple[bytes, dict]:
+    """(the kept bytes, {sha: its rendered object}) for this generation of the records; (b"", {}) if none.
+
+    The digest catches a damaged or half-written file (it is printed as it is, so it must
+    be exactly what was rendered); like the records, the file is not proof against
+    someone who rewrites it and its state together.
+    """
     try:
         state = json.loads(state_path.read_text(encoding="utf-8"))
         if not isinstance(state, dict) or state.get("format") != FORMAT or state.get("generation") != generation:
-            return {}
+            return b"", {}
         with open(lines_path, "rb") as f:
             data = f.read(state["bytes"])
-        if len(data) != state["bytes"]:
-            return {}
+        if len(data) != state["bytes"] or _digest(data) != state["digest"]:
+            return b"", {}
         # Compact JSON holds no raw newline, so the lines are the objects.
         lines = data.split(b"\n")[:-1]
         if not all(line.startswith(b'{"sha":"') for line in lines):
-            return {}
-        return {line[_SHA_AT:_SHA_AT + 40].decode("ascii", "replace"): line for line in lines}
+            return b"", {}
+        return data, {line[_SHA_AT:_SHA_AT + 40].decode("ascii", "replace"): line for line in lines}
     except (OSError, ValueError, KeyError, TypeError):
-        return {}
+        return b"", {}
 
 
-def _save_rendered(state_path: Path, lines_path: Path, generation: str, rendered: list, append: bool):
-    """Best effort, as `_save`: the rendered objects of new attempts appended, or all of them written."""
+def _save_rendered(state_path: Path, lines_path: Path, generation: str, rendered: list, kept: bytes):
+    """Best effort, as `_save`: the rendered objects of new attempts appended to the `kept` bytes
+    (or written alone when none were kept), with the digest of the whole."""
     data = b"".join(text + b"\n" for text in rendered)
     try:
         state_path.parent.mkdir(parents=True, exist_ok=True)
-        if append:
-            state = json.loads(state_path.read_text(encoding="utf-8"))
+        if kept:
             with open(lines_path, "r+b") as f:
-                f.truncate(state["bytes"])
-                f.seek(state["bytes"])
+                f.truncate(len(kept))  # what another reader appended since is not covered by our digest
+                f.seek(len(kept))
                 f.write(data)
-            size = state["bytes"] + len(data)
         else:
             state_path.unlink(missing_ok=True)
             tmp = lines_path.with_name(f"{lines_path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
             tmp.write_bytes(data)
             os.replace(tmp, lines_path)
-            size = len(data)
-        _write_state(state_path, {"format": FORMAT, "generation": generation, "bytes": size})
-    except (OSError, ValueError, KeyError, TypeError):
+        _write_state(state_path, {"format": FORMAT, "generation": generation, "bytes": len(kept) + len(data),
+                                  "digest": _digest(kept, data)})
+    except OSError:
         pass
 
 
