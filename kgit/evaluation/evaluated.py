@@ -57,38 +57,10 @@ class Evaluation:
         doc.update({key: getattr(self, key) for key in KGIT_KEYS if getattr(self, key) is not None})
         return doc
 
-    # -- what kgit reads, by name ---------------------------------------------------------
-    @property
-    def status(self) -> str:
-        return self.result.status
-
+    # status, geomean_us, device, harness, timing, reason, error: read through to `result` (below).
     @property
     def ok(self) -> bool:
         return self.result.status == "ok"
-
-    @property
-    def geomean_us(self) -> float | None:
-        return self.result.geomean_us
-
-    @property
-    def device(self) -> str | None:
-        return self.result.device
-
-    @property
-    def harness(self) -> str | None:
-        return self.result.harness
-
-    @property
-    def timing(self) -> str | None:
-        return self.result.timing
-
-    @property
-    def reason(self) -> str | None:
-        return self.result.reason
-
-    @property
-    def error(self) -> str | None:
-        return self.result.error
 
     @property
     def race(self) -> dict | None:
@@ -99,3 +71,8 @@ class Evaluation:
     def slot(self) -> str | None:
         """The device tag of the slot it ran in (a GPU index, "cpu"), when the evaluator said."""
         return (self.worker or {}).get("device")
+
+
+# What kgit reads most, by name, read through to the harness's result.
+for _name in ("status", "geomean_us", "device", "harness", "timing", "reason", "error"):
+    setattr(Evaluation, _name, property(lambda self, _n=_name: getattr(self.result, _n), doc=f"`result.{_name}`"))
