@@ -12,6 +12,9 @@ from __future__ import annotations
 import re
 
 from kgit.archive import trailers as tr
+from kgit_harness.result import Result
+
+TRAILER_PREFIX = tr.BY_ATTR["targets"].key  # + the target's name, "_" written "-"
 
 # Names a build target in prose: the hardware it stands for.
 HARDWARE = {"gfx942": "MI300X", "gfx950": "MI350X", "gfx90a": "MI250X", "sm_90a": "H100/H200", "sm_90": "H100/H200",
@@ -20,7 +23,10 @@ HARDWARE = {"gfx942": "MI300X", "gfx950": "MI350X", "gfx90a": "MI250X", "sm_90a"
 
 def trailers(result) -> list[tuple[str, str]]:
     """One trailer per build target, then which Triton made the facts: the trailer table's
-    family rows (kgit/archive/trailers.py), which every attempt commit writes."""
+    family rows (kgit/archive/trailers.py), which every attempt commit writes. `result` is
+    a harness `Result`, or its document as an evaluator answers it."""
+    if isinstance(result, dict):
+        result = Result.from_dict(result)
     return tr.lines(tr.target_values(result))
 
 
