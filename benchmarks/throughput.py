@@ -8,6 +8,7 @@ twice as many caller threads as GPUs so no slot ever waits for work, as under
 
     python benchmarks/throughput.py [--problem softmax] [--evaluations 8] [--gpus 1 2]
     python benchmarks/throughput.py --fake-devices   # CPU dry run: pins fake GPU ids
+    python benchmarks/throughput.py --gpus 1 --warm off   # each pair started when its candidate is there
 
 Timing settings are the default .kgit.yaml's unless --fast. On a host with fewer GPUs
 than a row asks for, that row says so instead of measuring.
@@ -46,14 +47,18 @@ def make_repo(root: Path, problem: str, fast: bool) -> Path:
     return root
 
 
-def measure(repo: Repo, gpus: int, evaluations: int, host: devices.Host | None) -> dict:
+def measure(repo: Repo, gpus: int, evaluations: int, host: devices.Host | None, warm: bool) -> dict:
     config = config_mod.load(repo.root)
     config.evaluator.devices = list(range(gpus))
-    evaluator = backends.LocalEvaluator(repo, config, host=host)
+    # As in `kgit evolve`: with warm evaluators each slot's next pair starts while it evaluates.
+    evaluator = backends.LocalEvaluator(repo, config, host=host, warm=warm)
     sha = repo.rev(BASELINE_TAG)
     started = time.monotonic()
-    with ThreadPoolExecutor(2 * gpus) as threads:
-        docs = list(threads.map(evaluator, [sha] * evaluations))
+    try:
+        with ThreadPoolExecutor(2 * gpus) as threads:
+            docs = list(threads.map(evaluator, [sha] * evaluations))
+    finally:
+        evaluator.close()
     wall = time.monotonic() - started
     statuses = sorted({d["status"] for d in docs})
     return {
@@ -74,6 +79,8 @@ def main():
     parser.add_argument("--fake-devices", action="store_true",
                         help="pretend this host has GPUs 0..N-1 (CPU dry run; figures mean nothing for GPUs)")
     parser.add_argument("--json", type=Path, help="also write the rows to this file")
+    parser.add_argument("--warm", choices=["on", "off"], default="on",
+                        help="warm evaluators (evaluator.warm, as in kgit evolve); default on")
     args = parser.parse_args()
 
     host = devices.Host("nvidia", tuple(str(i) for i in range(max(args.gpus)))) if args.fake_devices else None
@@ -85,7 +92,7 @@ def main():
             if gpus > visible:
                 rows.append({"gpus": gpus, "skipped": f"only {visible} GPU(s) visible"})
                 continue
-            rows.append(measure(repo, gpus, args.evaluations, host))
+            rows.append(measure(repo, gpus, args.evaluations, host, args.warm == "on"))
     base = next((r["per_minute"] for r in rows if r.get("gpus") == 1 and "per_minute" in r), None)
     table = []
     for r in rows:
@@ -95,7 +102,7 @@ def main():
         scale = f"{r['per_minute'] / base:.2f}x" if base else ""
         table.append([r["gpus"], r["evaluations"], r["wall_s"], r["per_minute"], scale, r["mean_eval_s"],
                       ",".join(r["devices"]), ",".join(r["statuses"])])
-    print(f"problem {args.problem}, timing {'fast' if args.fast else 'default'}"
+    print(f"problem {args.problem}, timing {'fast' if args.fast else 'default'}, warm {args.warm}"
           + (", FAKE devices (CPU dry run)" if args.fake_devices else "")
           + (f", device {rows[0].get('device_name')}" if rows and rows[0].get("device_name") else ""))
     print(tabulate(table, headers=["GPUs", "evals", "wall s", "evals/min", "vs 1 GPU", "mean eval s",

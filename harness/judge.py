@@ -1,6 +1,9 @@
 """The judge: the trusted side of an evaluation, which decides the result.
 
-Run as `python -I -B -m kgit_harness judge --spec SPEC --result-fd FD`. It never imports,
+Run as `python -I -B -m kgit_harness judge --spec SPEC --result-fd FD`, or, started ahead
+of its candidate, `... judge --start START --go-fd GO --result-fd FD`: it starts the runner,
+imports torch and triton and makes the device context, then waits for the evaluation on
+GO (docs/evaluators.md, "Warm evaluators"). It never imports,
 executes or unpickles anything the candidate wrote: it reads the editable files only as
 text (the static policy), loads the problem and its reference, generates every input
 (published and secret seeds) into private memory, and starts the runner
@@ -23,10 +26,12 @@ import time
 import traceback
 from pathlib import Path
 
-from kgit_harness import channel, checking, confine, factcache, needs, peaks, pidone, policy, problem, racing, shared, timing
+from kgit_harness import channel, checking, confine, factcache, needs, peaks, phases, pidone, policy, problem, racing, shared, timing
 from kgit_harness import result as result_mod
 
 _clock = time.perf_counter
+# One evaluation per judge process, so one record of where its time went (harness/phases.py).
+PHASES = phases.Phases()
 # Room the judge keeps under kgit's own timeout to write its own verdict.
 DEADLINE_MARGIN_S = 5.0
 # Statuses a runner may report for itself; anything else it sends is a protocol breach.
@@ -48,8 +53,10 @@ def _excerpt(exc: BaseException, limit: int = 4000) -> str:
 class Runner:
     """The runner process and the judge's end of its channel."""
 
-    def __init__(self, spec: dict, deadline: float, timeout_s: float):
-        self.deadline, self.timeout_s, self.timed_out = deadline, timeout_s, False
+    def __init__(self, spec: dict, deadline: float | None = None, timeout_s: float = 3600):
+        # The deadline is set when the candidate arrives (`begin`): a runner started ahead
+        # of need waits for it without a clock running.
+        self.deadline, self.timeout_s, self.timed_out, self.ready = deadline, timeout_s, False, False
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         life_r, self._life_w = os.pipe()
         argv = [sys.executable, "-I", "-B", "-m", "kgit_harness", "runner",
@@ -69,6 +76,9 @@ class Runner:
             theirs.close()
             os.close(life_r)
         self.sock = mine
+
+    def begin(self, deadline: float, timeout_s: float):
+        self.deadline, self.timeout_s = deadline, timeout_s
 
     def send(self, message: dict, fds=()):
         try:
@@ -122,7 +132,9 @@ class Runner:
         return Verdict("crash", f"the runner process died without answering ({why}).")
 
     def close(self):
-        if not self.timed_out:
+        # A runner that never said ready (the candidate was refused before it was needed)
+        # may still be importing torch: killed at once rather than waited for.
+        if not self.timed_out and self.ready:
             try:
                 channel.send(self.sock, {"op": "bye"})
                 self.proc.wait(timeout=2)
@@ -231,29 +243,63 @@ def _load_reference(path: Path):
     return module
 
 
+def start(spec: dict) -> tuple[Runner, object, bool]:
+    """Everything that needs no candidate: the runner started (it confines itself and
+    imports torch and triton meanwhile), torch and triton imported here, the device
+    context made. A pair started ahead of need (kgit/evaluation/child.py) has done all
+    of this before its candidate exists."""
+    helpers = _helpers_folder(spec)
+    helpers.mkdir(exist_ok=True)  # mounted into the runner's view now, filled once the candidate is known
+    runner = Runner(spec)
+    try:
+        # Started before the judge imports torch: the two start-ups overlap.
+        runner.send({"op": "setup", "candidate_dir": str(spec["candidate_dir"]), "sandbox": _runner_sandbox(spec),
+                     "helpers_dir": str(helpers), "problem_dir": str(spec["problem_dir"])})
+        PHASES.mark("runner spawned")
+        import torch
+
+        PHASES.mark("torch imported")
+        try:
+            import triton  # noqa: F401 - a reference may use it; off the critical path when warm
+        except ImportError:
+            pass
+        try:
+            # The needs check's dry run on meta tensors reaches torch._refs, whose first call
+            # imports torch._dynamo (seconds on a loaded CPU): imported here, before the candidate.
+            import torch._dynamo  # noqa: F401
+        except ImportError:
+            pass
+        on_gpu = torch.cuda.is_available()
+        if on_gpu:
+            torch.empty(1, device="cuda")  # the device context, made now rather than by the first input
+        PHASES.mark("device ready")
+    except BaseException:
+        runner.close()
+        raise
+    return runner, torch, on_gpu
+
+
 def run(spec: dict) -> dict:
-    """One evaluation, start to result document (a dict of kgit.result/1)."""
+    """One evaluation whose candidate is already there, start to result document (kgit.result/1)."""
+    runner, torch, on_gpu = start(spec)
+    PHASES.mark("candidate arrived")
+    return run_started(spec, runner, torch, on_gpu)
+
+
+def run_started(spec: dict, runner: Runner, torch, on_gpu: bool) -> dict:
+    """One evaluation, from the candidate's arrival to the result document (a dict of kgit.result/1)."""
     started = _clock()
     doc = result_mod.new("crash")
     timeout_s = float(spec.get("timeout_s") or 3600)
     deadline = time.monotonic() + max(timeout_s - DEADLINE_MARGIN_S, timeout_s * 0.8)
-    runner = None
+    runner.begin(deadline, timeout_s)
     try:
         task = problem.load_task(Path(spec["problem_dir"]))
         doc["ranking"] = task.ranking
-        refused = _static_policy(spec, task)
-        if refused is None:
-            # Started before the judge imports torch: the two imports overlap.
-            runner = Runner(spec, deadline, timeout_s)
-            runner.send({"op": "setup", "candidate_dir": str(spec["candidate_dir"]), "files": task.files,
-                         "forbidden": task.forbidden, "output": task.output, "sandbox": _runner_sandbox(spec),
-                         "helpers_dir": _helpers(spec, task), "problem_dir": str(spec["problem_dir"])})
-        import torch
-
-        on_gpu = torch.cuda.is_available()
         doc["device"] = torch.cuda.get_device_name() if on_gpu else "cpu"
         doc["timing"] = "events" if on_gpu else "interpreter"
         doc["versions"] = timing.versions(torch)
+        refused = _static_policy(spec, task)
         if refused is not None:
             raise refused
         # The problem's own code runs first: what fails there is the machine's lack, not the kernel's.
@@ -264,14 +310,21 @@ def run(spec: dict) -> dict:
             raise Verdict("unsupported", _excerpt(e.__cause__ or e), reason=str(e)) from None
         except Exception as e:  # noqa: BLE001 - the reference failed to import or to make an input
             raise Verdict("unsupported", _excerpt(e), reason=needs.reason(e, on_gpu)) from None
+        PHASES.mark("reference ready")
         ready = runner.receive()
         channel.expect(ready, "ready")
+        runner.ready = True
+        PHASES.runner_marks(ready.get("marks"))
+        PHASES.mark("runner ready")
         doc["confine"] = ready.get("confine") if isinstance(ready.get("confine"), dict) else None
         if ready.get("on_gpu") is not on_gpu:
             raise Verdict("crash", f"the runner sees {'a' if ready.get('on_gpu') else 'no'} GPU and the judge "
                           f"{'does' if on_gpu else 'does not'}: check CUDA_VISIBLE_DEVICES and the sandbox")
-        runner.ask({"op": "load"})
+        runner.ask({"op": "load", "files": task.files, "forbidden": task.forbidden, "output": task.output,
+                    "helpers": _helpers(spec, task)})
+        PHASES.mark("candidate imported")
         doc.update(_evaluate(spec, task, reference, runner, on_gpu, torch, doc))
+        PHASES.mark("timed")
     except Verdict as v:
         # Every rejection names its rule; one without is a harness bug, said as such.
         reason = v.reason or ("unexplained (a harness bug: the rule was not recorded)" if v.status == "rejected" else None)
@@ -284,7 +337,9 @@ def run(spec: dict) -> dict:
         if runner is not None:
             _targets_finish(runner, doc)  # [kgit targets, issue 14]
             runner.close()
+        PHASES.mark("result")
     doc["eval_s"] = round(_clock() - started, 3)
+    doc["phases"] = PHASES.to_dict()
     return doc
 
 
@@ -322,13 +377,17 @@ def _targets_collect(runner) -> dict | None:
     return facts if isinstance(facts, dict) else None
 
 
-def _helpers(spec, task) -> str | None:
-    """A folder with copies of the problem's helper modules the candidate imports, or None.
+def _helpers_folder(spec) -> Path:
+    return Path(spec.get("runner_cwd") or Path(spec["candidate_dir"]).parent) / "problem-helpers"
+
+
+def _helpers(spec, task) -> bool:
+    """Copy the problem's helper modules the candidate imports into the helpers folder; any?
 
     Imported problems keep type aliases and helpers next to their reference (GPU MODE's
     `from task import input_t`); the runner never sees the problem folder, so the judge
-    copies just those modules, found by reading the candidate's imports as text. The
-    reference itself is never copied.
+    copies just those modules, found by reading the candidate's imports as text, into the
+    folder the runner's view was given at its start. The reference itself is never copied.
     """
     import ast
 
@@ -352,13 +411,10 @@ def _helpers(spec, task) -> str | None:
         hits = sorted(p for p in problem_dir.rglob(f"{name}.py") if p.is_file())
         if hits:
             found[name] = hits[0]
-    if not found:
-        return None
-    folder = Path(spec.get("runner_cwd") or candidate_dir.parent) / "problem-helpers"
-    folder.mkdir(exist_ok=True)
+    folder = _helpers_folder(spec)
     for name, path in found.items():
         (folder / f"{name}.py").write_bytes(path.read_bytes())
-    return str(folder)
+    return bool(found)
 
 
 def _runner_sandbox(spec) -> dict:
@@ -412,6 +468,7 @@ def _evaluate(spec, task, reference, runner, on_gpu, torch, doc) -> dict:
             _targets_build(runner, names)
             runner.targets_cache = cache if checked else None
     # [end kgit targets]
+    PHASES.mark("checked")
     failed = [t for t in tests if not t["ok"]]
     if failed:
         return {"status": "incorrect", "tests": tests,
@@ -451,15 +508,19 @@ def _evaluate(spec, task, reference, runner, on_gpu, torch, doc) -> dict:
 
 def _check_shape(task, reference, slots: Slots, shape, seed) -> dict:
     key = problem.shape_key(shape)
-    private = checking.make_input(reference, shape, seed)
-    slots.fill(0, private)
-    reply = slots.call(0, timed=False)
+    with PHASES.span("checks: inputs"):
+        private = checking.make_input(reference, shape, seed)
+        slots.fill(0, private)
+    # The first call of a shape compiles the candidate's kernels (JIT) where it runs on a GPU.
+    with PHASES.span("checks: candidate calls"):
+        reply = slots.call(0, timed=False)
     out = slots.take(0)
     if reply["output"]:
         return {"key": key, "seed": seed, "ok": False, "message": reply["output"]}
-    ok, message = checking.inputs_unchanged(private, slots.data(0), task.output)
-    if ok:
-        ok, message = checking.compare(task, reference, private, out)
+    with PHASES.span("checks: compare"):
+        ok, message = checking.inputs_unchanged(private, slots.data(0), task.output)
+        if ok:
+            ok, message = checking.compare(task, reference, private, out)
     return {"key": key, "seed": seed, "ok": ok, "message": message}
 
 
@@ -477,27 +538,62 @@ def _speed_of_light(spec, task, shapes, on_gpu, torch) -> dict:
     return info
 
 
+def _receive_task(fd: int) -> dict | None:
+    """The evaluation kgit sends a judge started ahead of need (JSON, then end of file); None
+    when kgit closed the pipe without one (the pair was discarded unused)."""
+    with os.fdopen(fd, "rb") as pipe:
+        data = pipe.read()
+    return json.loads(data) if data.strip() else None
+
+
 def main(argv=None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m kgit_harness judge")
-    parser.add_argument("--spec", required=True)
+    parser.add_argument("--spec", help="the whole evaluation, run at once (deleted once read)")
+    parser.add_argument("--start", help="the start-up part only; the evaluation then arrives on --go-fd")
+    parser.add_argument("--go-fd", type=int)
     parser.add_argument("--result-fd", type=int, required=True)
     args = parser.parse_args(argv)
-    with open(args.spec, encoding="utf-8") as f:
-        spec = json.load(f)
+    if bool(args.spec) == bool(args.start) or bool(args.start) != (args.go_fd is not None):
+        parser.error("give --spec SPEC, or --start START with --go-fd FD")
+    with open(args.spec or args.start, encoding="utf-8") as f:
+        first = json.load(f)
     # The spec holds the secret seed; the runner works in this folder, so the file goes first.
-    os.unlink(args.spec)
-    lifeline = spec.get("lifeline_fd")
+    os.unlink(args.spec or args.start)
+    PHASES.origin = float(first.get("spawned_at") or PHASES.origin)
+    PHASES.mark("judge up")
+    lifeline = first.get("lifeline_fd")
     if lifeline is not None:
         # kgit gone, however it went: this process and its group (the runner) go too.
         confine.watch_lifeline(int(lifeline), own_group=True)
+    if first.get("parent_pid") and sys.platform.startswith("linux"):
+        confine.die_with_parent(int(first["parent_pid"]))  # and at once, without waiting for the pipe
     out = os.fdopen(args.result_fd, "w")
     try:
-        doc = run(spec)
+        runner, torch, on_gpu = start(first)
+        try:
+            task = first if args.spec else _receive_task(args.go_fd)
+        except BaseException:
+            runner.close()
+            raise
+        if task is None:
+            runner.close()
+            return 0
+        PHASES.mark("candidate arrived")
+        spec = {**first, **task}
+        for key in ("candidate_dir", "problem_dir"):
+            if spec[key] != first[key]:
+                runner.close()
+                raise ValueError(f"the evaluation's {key} differs from the one the runner was started with")
+        doc = run_started(spec, runner, torch, on_gpu)
     except BaseException as e:  # noqa: BLE001 - report, then exit non-zero
         doc = result_mod.new("crash", error="harness failure:\n" + _excerpt(e))
+    sys.stdout.flush()
+    sys.stderr.flush()  # all of the judge's own output is in its pipes before the result
     out.write(json.dumps(result_mod.Result.from_dict(doc).to_dict()))
     out.flush()
     out.close()
-    return 0
+    # Interpreter shutdown with torch loaded takes seconds and nothing needs it; kgit ends
+    # the process group once the result is in anyway.
+    os._exit(0)

@@ -1,7 +1,9 @@
 """The runner: the untrusted side of an evaluation, where the candidate's code runs.
 
 Started by the judge as `python -I -B -m kgit_harness runner --channel-fd N --lifeline-fd M`
-(wrapped in the sandbox prefix kgit chose). It holds the candidate folder, the channel
+(wrapped in the sandbox prefix kgit chose), possibly before its candidate exists: it
+confines itself with the paths it is sent, imports torch and triton, makes the device
+context and says `ready`; the candidate's files and the task's facts come with `load`. It holds the candidate folder, the channel
 and the task facts it needs (editable files, forbidden ops, the output index); never the
 problem folder, the reference, the seeds, expected outputs or the result channel. It
 confines itself, imports the candidate under the runtime guards and then calls it on
@@ -18,6 +20,7 @@ import importlib.util
 import os
 import socket
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -146,12 +149,15 @@ class Session:
 
     # -- requests ------------------------------------------------------------------
     def op_load(self, message, fds) -> dict:
+        # The task's facts come with the candidate: a runner started ahead of need had only paths.
+        self.setup.update({k: message[k] for k in ("files", "forbidden", "output") if k in message})
+        self.output = self.setup.get("output")
         torch, setup = self.torch, self.setup
         candidate_dir = Path(setup["candidate_dir"])
         guards = Guards(torch, list(setup.get("forbidden") or []), None)
         clock = timing.Clock(torch, self.on_gpu)
         guards.snapshot_threads()
-        if setup.get("helpers_dir"):
+        if setup.get("helpers_dir") and message.get("helpers"):
             sys.path.insert(0, str(setup["helpers_dir"]))  # the problem's helpers the judge copied
         sys.path.insert(0, str(candidate_dir))
         try:
@@ -258,6 +264,7 @@ def main(argv=None) -> int:
     parser.add_argument("--channel-fd", type=int, required=True)
     parser.add_argument("--lifeline-fd", type=int)
     args = parser.parse_args(argv)
+    marks = {"runner up": time.monotonic()}  # python and the harness imported (harness/phases.py)
     sock = socket.socket(fileno=args.channel_fd)
     setup, _ = channel.recv(sock)
     channel.expect(setup, "setup")
@@ -268,14 +275,26 @@ def main(argv=None) -> int:
     report = confine.apply({"sandbox": setup.get("sandbox") or {}, "lifeline_fd": args.lifeline_fd,
                             "candidate_dir": setup.get("candidate_dir"), "helpers_dir": setup.get("helpers_dir"),
                             "problem_dir": setup.get("problem_dir")})
+    marks["runner confined"] = time.monotonic()
     import torch
 
+    marks["runner torch imported"] = time.monotonic()
     portable.quiet_torch_compile()  # before any candidate code: torch's own threads are not the kernel's
     on_gpu = torch.cuda.is_available()
     if not on_gpu:
         # Must be set before triton.jit decorates anything in the candidate.
         os.environ["TRITON_INTERPRET"] = "1"
-    channel.send(sock, {"op": "ready", "confine": report, "on_gpu": on_gpu})
+    try:
+        # Imported now, not by the candidate: a runner started ahead of need has it ready.
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except ImportError:
+        pass
+    marks["runner triton imported"] = time.monotonic()
+    if on_gpu:
+        torch.empty(1, device="cuda")  # the device context, before the candidate arrives
+    marks["runner ready"] = time.monotonic()
+    channel.send(sock, {"op": "ready", "confine": report, "on_gpu": on_gpu, "marks": marks})
     code = Session(sock, setup, torch, on_gpu).serve()
     # Interpreter shutdown with torch and triton loaded takes up to seconds, and nothing
     # here needs it: the judge has every answer already.

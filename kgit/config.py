@@ -40,6 +40,9 @@ class EvaluatorConfig:
     max_processes: typing.Optional[int] = None
     # Evaluations that may share one GPU at once (backend local), across kgit processes.
     per_gpu: int = 1
+    # Keep the next judge/runner pair of each slot started ahead of need in `kgit evolve`
+    # (docs/evaluators.md, "Warm evaluators").
+    warm: bool = True
 
     def validate(self, where):
         _choice(where + ".backend", self.backend, ("local", "ray", "command"))
@@ -61,6 +64,8 @@ class EvaluatorConfig:
         _positive(where + ".scratch_gb", self.scratch_gb)
         if self.max_processes is not None:
             _positive(where + ".max_processes", self.max_processes)
+        if not isinstance(self.warm, bool):
+            raise ConfigError(f"{where}.warm must be true or false, not {self.warm!r}.")
         if isinstance(self.per_gpu, bool) or not isinstance(self.per_gpu, int) or self.per_gpu < 1:
             raise ConfigError(f"{where}.per_gpu must be a whole number of evaluations, 1 or more, not {self.per_gpu!r}.")
 

@@ -13,7 +13,7 @@ import dataclasses
 import math
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from tabulate import tabulate
@@ -104,7 +104,7 @@ class Run:
                                        progress=progress, stopping=self.stopping)
         self.scientist = protocol.make(self.client)
         # One evaluator for the run: its device pool is what lets `jobs` hypotheses share the GPUs.
-        self.evaluate = evaluate or backends.get_evaluator(repo, config)
+        self.evaluate = evaluate or backends.get_evaluator(repo, config, warm=True)
         self.progress = progress or (lambda line: None)
         self.clock = clock
         self.started = clock()
@@ -127,6 +127,9 @@ class Run:
                 self.summary.correctness_only = True
                 self.progress("no GPU: candidates run in Triton's interpreter on the CPU, so this run checks "
                               "correctness only; its timings are not ranked or shown to the model as speed.")
+            # With evolve.jobs > 1, one pool of hypothesis threads for the whole run.
+            self.pool = ThreadPoolExecutor(max_workers=self.config.evolve.jobs, thread_name_prefix="kgit-hypothesis")
+            self.in_flight, finished = [], False
             try:
                 for number in range(1, self.config.evolve.iterations + 1):
                     stop = self._budget_stop()
@@ -139,12 +142,23 @@ class Run:
                     if self.summary.model_failures and not self.summary.calls:
                         break  # no model call has answered yet: the next iteration would fail the same way
                 else:
+                    finished = True
+                try:
+                    self._settle(0)  # the hypotheses still running, before the run's last word
+                except BaseException:
+                    self.stopping.set()
+                    raise
+                if finished:
                     self.summary.stop = (self._budget_stop() or
                                          f"ran {self.config.evolve.iterations} iteration(s) (evolve.iterations / -n)")
             except KeyboardInterrupt:
                 self.stopping.set()
                 self.summary.interrupted = True
                 self.summary.stop = "interrupted (Ctrl-C); every commit made so far is kept"
+            finally:
+                self.pool.shutdown(wait=True)
+                # The spare judge/runner pairs the run's evaluator kept started (docs/evaluators.md).
+                getattr(self.evaluate, "close", lambda: None)()
             final = self.repo.read()
             self.summary.best_after = experiments.best(final)
             self.summary.rule = figures.rule(final)
@@ -197,29 +211,41 @@ class Run:
         self._line(tag, "design", "design", f"{len(plans)} plan(s): " + "; ".join(
             p.title + (f" (from {p.base[:10]})" if p.base and p.base != selection.base else "") for p in plans))
         shared = replies + design_replies
-        jobs = max(1, min(self.config.evolve.jobs, len(plans)))
-        if jobs == 1:
+        if self.config.evolve.jobs == 1:
             for plan in plans:
                 self.hypothesis(tag, iteration, plan, shared, len(plans))
         else:
-            with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kgit-hypothesis") as pool:
-                try:
-                    # Submitting inside the try: a Ctrl-C between two submits must set the stop
-                    # event too, or the pool would wait forever on a writer waiting for its answer.
-                    futures = [pool.submit(self.hypothesis, tag, iteration, p, shared, len(plans)) for p in plans]
-                    for f in futures:
-                        f.result()
-                except BaseException:
-                    # Any failure (Ctrl-C, an evaluator outage, a fatal model error) stops the
-                    # other hypotheses at their next attempt instead of letting them run on.
-                    self.stopping.set()
-                    raise
+            try:
+                # Submitting inside the try: a Ctrl-C between two submits must set the stop
+                # event too, or the pool would wait forever on a writer waiting for its answer.
+                for plan in plans:
+                    self.in_flight.append(self.pool.submit(self.hypothesis, tag, iteration, plan, shared, len(plans)))
+                # The next iteration is selected and designed as soon as a hypothesis thread is
+                # free, not once every hypothesis of this one is done: one slow candidate then
+                # holds one slot, and the others take the next evaluations (docs/evolve.md).
+                self._settle(self.config.evolve.jobs - 1 if not self.config.evolve.profile else 0)
+            except BaseException:
+                # Any failure (Ctrl-C, an evaluator outage, a fatal model error) stops the
+                # other hypotheses at their next attempt instead of letting them run on.
+                self.stopping.set()
+                raise
         if self.config.evolve.profile:  # issue 14: hardware counters of the best attempt so far
             from kgit.evaluation import profile as profile_mod
 
             self._line(tag, "profile", "design", profile_mod.after_iteration(
                 self.repo, self.config, experiments.best(self.repo.read())))
         return True
+
+    def _settle(self, most: int):
+        """Wait until at most `most` hypotheses are still running; a failure in any is raised here."""
+        while True:
+            done = [f for f in self.in_flight if f.done()]
+            for f in done:
+                self.in_flight.remove(f)
+                f.result()  # re-raises what the hypothesis raised
+            if len(self.in_flight) <= most:
+                return
+            wait(self.in_flight, return_when=FIRST_COMPLETED)
 
     # -- one hypothesis: the writer's attempts ------------------------------------------
     def hypothesis(self, tag: str, iteration: protocol.Iteration, plan, shared: list[Reply], shares: int):

@@ -15,6 +15,7 @@ its own. The result's `worker` field says where it ran.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -25,6 +26,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kgit.cleanup import remove_tree
@@ -39,15 +41,85 @@ class EvaluatorError(KgitError):
     """The evaluator itself failed (unreachable host, broken command): no verdict on the kernel."""
 
 
-def get_evaluator(repo, config):
+def get_evaluator(repo, config, *, warm: bool = False):
+    """`warm`: many evaluations follow (`kgit evolve`), so the local backend keeps a spare
+    judge/runner pair per slot started ahead of need (when `evaluator.warm` allows)."""
     backend = config.evaluator.backend
     if backend == "local":
-        return LocalEvaluator(repo, config)
+        return LocalEvaluator(repo, config, warm=warm)
     if backend == "ray":
         return RayEvaluator(repo, config)
     if backend == "command":
         return CommandEvaluator(repo, config)
     raise KgitError(f"unknown evaluator.backend {backend!r}; use local, ray or command.")
+
+
+class WarmPairs:
+    """One spare judge/runner pair per slot, started ahead of need (docs/evaluators.md).
+
+    A spare is taken by the next evaluation on its slot, which at once has the next one
+    started: its Python start, torch and triton imports and device context happen while
+    the current candidate is evaluated, off the critical path. A pair is never used for
+    a second candidate. A spare started under other settings than the evaluation's
+    (another config, another scratch folder) is discarded, not used.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._spares: dict = {}  # slot -> Future of a child.Pair
+        atexit.register(self.close)
+
+    def take(self, slot, config, state_dir: Path, env: dict):
+        """The slot's spare if it was started for these settings and is still alive; else None."""
+        with self._lock:
+            future = self._spares.pop(slot, None)
+        if future is None:
+            return None
+        try:
+            pair = future.result()
+        except Exception:  # noqa: BLE001 - the evaluation starts its own pair and meets the same error
+            return None
+        if pair.alive() and pair.key == evaluate.start_key(config, env) and pair.scratch.parent == state_dir:
+            return pair
+        pair.discard()
+        return None
+
+    def refill(self, slot, config, state_dir: Path, env: dict):
+        """Start the slot's next pair. From one long-lived thread: the parent-death signal
+        of a child fires when the *thread* that started it ends, and a hypothesis thread
+        of `kgit evolve` ends with its hypothesis."""
+        future = _spawner().submit(evaluate.Pair.ahead, config, state_dir, env)
+        with self._lock:
+            old = self._spares.pop(slot, None)
+            self._spares[slot] = future
+        if old is not None:
+            _discard(old)
+
+    def close(self):
+        """End every spare (kgit exiting, or the evaluator no longer needed)."""
+        with self._lock:
+            spares, self._spares = list(self._spares.values()), {}
+        for future in spares:
+            _discard(future)
+
+
+def _discard(future):
+    try:
+        future.result().discard()
+    except Exception:  # noqa: BLE001 - a spare that failed to start holds nothing
+        pass
+
+
+_SPAWNER = None
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _spawner():
+    global _SPAWNER
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None:
+            _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kgit-warm-start")
+        return _SPAWNER
 
 
 class LocalEvaluator:
@@ -56,10 +128,18 @@ class LocalEvaluator:
     # Accepts `race=` (an incumbent to race against; harness/racing.py).
     races = True
 
-    def __init__(self, repo, config, host: devices.Host | None = None, board: devices.Board = devices.BOARD):
+    def __init__(self, repo, config, host: devices.Host | None = None, board: devices.Board = devices.BOARD,
+                 warm: bool = False):
         self.repo, self.config, self.board = repo, config, board
         self.host = host or devices.discover()
         self.devices = devices.select(self.host, config.evaluator.devices)
+        # Spare pairs only where more evaluations follow (`kgit evolve`): for one evaluation
+        # a spare would only compete with it for the CPU and then be thrown away.
+        self.warm = WarmPairs() if warm and config.evaluator.warm else None
+
+    def close(self):
+        if self.warm is not None:
+            self.warm.close()
 
     @property
     def slots(self) -> int:
@@ -74,16 +154,22 @@ class LocalEvaluator:
             # A GPU is held host-wide, across kgit processes; the CPU slot only within this one.
             with devices.host_slot(key) if device is not None else contextlib.nullcontext():
                 with self.repo.worktree(sha) as path:
-                    doc = self.run(path, env, race=race) if race else self.run(path, env)
+                    pair = None
+                    if self.warm is not None:
+                        state = self.repo.state / "scratch"
+                        pair = self.warm.take(key, self.config, state, env)
+                        self.warm.refill(key, self.config, state, env)
+                    given = {k: v for k, v in (("race", race), ("pair", pair)) if v is not None}
+                    doc = self.run(path, env, **given)
         finally:
             self.board.release(key)
         doc["worker"] = {"backend": "local", "host": socket.gethostname(), "device": device or devices.CPU,
                          "env": env}
         return doc
 
-    def run(self, path: Path, env: dict, race: dict | None = None) -> dict:
+    def run(self, path: Path, env: dict, race: dict | None = None, pair=None) -> dict:
         return evaluate.evaluate_tree(path, self.config, state_dir=self.repo.state / "scratch", devices_env=env,
-                                      race=race)
+                                      race=race, pair=pair)
 
 
 class CommandEvaluator:

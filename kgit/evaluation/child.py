@@ -1,6 +1,7 @@
 """Run the harness on a candidate in a child process and collect its result.
 
-The child is the judge, `python -I -B -m kgit_harness judge`: isolated from the user's
+The child is the judge, `python -I -B -m kgit_harness judge`, started with its runner as a
+`Pair`, possibly ahead of need (a warm evaluator, docs/evaluators.md): isolated from the user's
 site and environment variables, writing no bytecode, in its own process group (killed
 whole on timeout), with an environment built from an allowlist so no credential
 reaches code a model wrote. The judge starts the runner, where the candidate runs,
@@ -78,7 +79,7 @@ def stage_candidate(source_root: Path, problem_rel: str, files: list[str], scrat
     problem_dir = scratch / "problem"
     candidate_dir = scratch / "candidate"
     shutil.copytree(Path(source_root) / problem_rel, problem_dir)
-    candidate_dir.mkdir()
+    candidate_dir.mkdir(exist_ok=True)  # a pair started ahead of need made it, empty, for its runner's view
     for name in files:
         src = Path(source_root) / name
         if src.exists():
@@ -89,93 +90,179 @@ def stage_candidate(source_root: Path, problem_rel: str, files: list[str], scrat
 
 
 def evaluate_tree(source_root: Path, config, *, state_dir: Path, devices_env: dict | None = None,
-                  race: dict | None = None) -> dict:
+                  race: dict | None = None, pair: "Pair | None" = None) -> dict:
     """Evaluate the kernel in a checked-out tree; return the result document.
 
     `race` is the incumbent to race against (harness/racing.py), from `kgit evolve` only.
+    `pair`: a judge and runner started ahead of need for this config (`Pair.ahead`), used
+    instead of starting one; it is used once, whatever the outcome.
     """
     task = load_task(Path(source_root) / config.problem)
     reference = Path(source_root) / config.problem / "reference.py"
     if not reference.is_file():
+        if pair is not None:
+            pair.discard()
         # Evaluating anyway would commit the problem's breakage as the kernel's crash.
         raise ConfigError(f"{config.problem}/reference.py is missing from the tree being evaluated: a problem "
                           "folder needs task.yml and reference.py. Restore it with "
                           f"`git checkout kgit/baseline -- {config.problem}/reference.py` and commit.")
-    state_dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f"eval-{os.getpid()}-", dir=state_dir))
+    if pair is None:
+        pair = Pair.ahead(config, state_dir, devices_env)
     try:
-        problem_dir, candidate_dir = stage_candidate(source_root, config.problem, task.files, scratch)
+        stage_candidate(source_root, config.problem, task.files, pair.scratch)
         # state_dir is <repo>/.git/kgit/scratch; the judge's build-facts cache sits beside it,
         # hidden from the runner with the repository (harness/factcache.py, docs/targets.md).
-        return run_child(problem_dir, candidate_dir, config, scratch, devices_env, race=race,
-                         targets_cache=state_dir.parent / "target-facts")
+        return pair.evaluate(config, race=race, targets_cache=state_dir.parent / "target-facts")
     finally:
-        remove_tree(scratch)
+        pair.discard()
 
 
 def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, devices_env: dict | None = None,
               race: dict | None = None, targets_cache: Path | None = None) -> dict:
-    isolation = sandbox.plan(config.evaluator.sandbox)
-    sandbox.protect_parent()
-    spec = {
-        "problem_dir": str(problem_dir), "candidate_dir": str(candidate_dir),
-        "timing": asdict(config.timing), "secret_seed": secrets.randbelow(2**31),
-        "timeout_s": config.evaluator.timeout_s,
-        # The runner's confinement and the command that wraps it: applied by the judge
-        # to the runner only, so the judge keeps its view of the problem and the result fd.
-        # The runner gets its inputs from the judge, so the problem folder is hidden from it.
-        "sandbox": isolation.child_settings(scratch, config.evaluator.timeout_s, config.evaluator.max_memory_gb,
-                                            scratch_gb=config.evaluator.scratch_gb,
-                                            max_processes=config.evaluator.max_processes, hide_problem=True,
-                                            trusted_init=isolation.namespaces),
-        "runner_prefix": list(isolation.prefix), "runner_cwd": str(scratch),
-        "targets": config.targets,  # None: the problem's declared build targets (docs/targets.md)
-        "targets_cache": str(targets_cache) if targets_cache else None,  # the judge's only (harness/factcache.py)
-        "race": race,
-    }
-    result_r, result_w = os.pipe()
-    # The judge watches the read end; when kgit dies, however it dies, the kernel closes
-    # our write end and the judge kills itself and everything it started.
-    life_r, life_w = os.pipe()
-    spec["lifeline_fd"] = life_r
-    spec_path = scratch / "spec.json"
-    spec_path.write_text(json.dumps(spec))
-    cmd = [sys.executable, "-I", "-B", "-m", "kgit_harness", "judge",
-           "--spec", str(spec_path), "--result-fd", str(result_w)]
-    started = time.monotonic()
+    """Evaluate a staged problem and candidate at once (a pair started for them, then used)."""
+    pair = Pair(config, scratch, Path(problem_dir), Path(candidate_dir), devices_env, owns_scratch=False)
     try:
-        proc = subprocess.Popen(
-            cmd, cwd=scratch, env=child_env(scratch, devices_env), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(result_w, life_r),
-            start_new_session=True,
-        )
-    except BaseException:
-        os.close(result_r)
-        os.close(life_w)
-        raise
+        return pair.evaluate(config, race=race, targets_cache=targets_cache)
     finally:
-        os.close(result_w)
-        os.close(life_r)
-    limit = config.evaluator.max_output_bytes
-    streams = {"result": OutputTail(64 << 20), "stdout": OutputTail(limit), "stderr": OutputTail(limit)}
-    try:
+        pair.discard()
+
+
+def start_key(config, devices_env: dict | None) -> tuple:
+    """What a started pair was started for: one started under other settings is not used."""
+    ev = config.evaluator
+    return (ev.sandbox, ev.timeout_s, ev.max_memory_gb, ev.scratch_gb, ev.max_processes,
+            tuple(sorted((devices_env or {}).items())))
+
+
+class Pair:
+    """A judge and its runner, started before their candidate exists, used for one evaluation.
+
+    Started: the judge (`kgit_harness judge --start`) starts the runner under the sandbox,
+    both import torch and triton and make the device context, then the judge waits on
+    the go pipe. `evaluate` writes the evaluation (problem, timing, secret seed, race) to
+    that pipe once the candidate's files are in `candidate_dir`, which the runner's view
+    has held, read-only, since it confined itself. A pair is never used twice; `discard`
+    ends whatever is left of it. Both processes die with kgit, kill -9 included: the
+    lifeline pipe (its write end only here), the parent-death signal, and the trusted
+    init as PID 1 of the runner's namespace.
+    """
+
+    def __init__(self, config, scratch: Path, problem_dir: Path, candidate_dir: Path,
+                 devices_env: dict | None = None, *, owns_scratch: bool):
+        self.scratch, self.problem_dir, self.candidate_dir = Path(scratch), problem_dir, candidate_dir
+        self.owns_scratch, self.key = owns_scratch, start_key(config, devices_env)
+        self.isolation = sandbox.plan(config.evaluator.sandbox)
+        sandbox.protect_parent()
+        ev = config.evaluator
+        self.start_spec = {
+            "problem_dir": str(problem_dir), "candidate_dir": str(candidate_dir),
+            # The runner's confinement and the command that wraps it: applied by the judge
+            # to the runner only, so the judge keeps its view of the problem and the result fd.
+            # The runner gets its inputs from the judge, so the problem folder is hidden from it.
+            "sandbox": self.isolation.child_settings(self.scratch, ev.timeout_s, ev.max_memory_gb,
+                                                     scratch_gb=ev.scratch_gb, max_processes=ev.max_processes,
+                                                     hide_problem=True, trusted_init=self.isolation.namespaces),
+            "runner_prefix": list(self.isolation.prefix), "runner_cwd": str(self.scratch),
+            "parent_pid": os.getpid(),
+        }
+        self.proc, self.used = None, False
+        self._start(devices_env)
+
+    @classmethod
+    def ahead(cls, config, state_dir: Path, devices_env: dict | None = None) -> "Pair":
+        """A pair in a fresh scratch folder of `state_dir`, its candidate folder still empty."""
+        state_dir.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f"eval-{os.getpid()}-", dir=state_dir))
+        (scratch / "candidate").mkdir()
+        try:
+            return cls(config, scratch, scratch / "problem", scratch / "candidate", devices_env, owns_scratch=True)
+        except BaseException:
+            remove_tree(scratch)
+            raise
+
+    def _start(self, devices_env):
+        result_r, result_w = os.pipe()
+        # The judge watches the read end; when kgit dies, however it dies, the kernel closes
+        # our write end and the judge kills itself and everything it started.
+        life_r, life_w = os.pipe()
+        go_r, go_w = os.pipe()
+        self.spawned_at = time.monotonic()
+        spec = dict(self.start_spec, lifeline_fd=life_r, spawned_at=self.spawned_at)
+        start_path = self.scratch / "spec.json"  # one pair per scratch folder; the judge deletes it
+        start_path.write_text(json.dumps(spec))
+        cmd = [sys.executable, "-I", "-B", "-m", "kgit_harness", "judge", "--start", str(start_path),
+               "--go-fd", str(go_r), "--result-fd", str(result_w)]
+        try:
+            self.proc = subprocess.Popen(
+                cmd, cwd=self.scratch, env=child_env(self.scratch, devices_env), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(result_w, life_r, go_r),
+                start_new_session=True,
+            )
+        except BaseException:
+            for fd in (result_r, life_w, go_w):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (result_w, life_r, go_r):
+                os.close(fd)
+        self.result_r, self.life_w, self.go_w = result_r, life_w, go_w
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and not self.used
+
+    def evaluate(self, config, race: dict | None = None, targets_cache: Path | None = None) -> dict:
+        """Send the evaluation (the candidate's files are in place) and collect its result."""
+        assert not self.used, "a started pair is used for one evaluation only"
+        self.used = True
+        ev = config.evaluator
+        task = {"problem_dir": str(self.problem_dir), "candidate_dir": str(self.candidate_dir),
+                "timing": asdict(config.timing), "secret_seed": secrets.randbelow(2**31),
+                "timeout_s": ev.timeout_s,
+                "targets": config.targets,  # None: the problem's declared build targets (docs/targets.md)
+                "targets_cache": str(targets_cache) if targets_cache else None,  # the judge's only (harness/factcache.py)
+                "race": race}
+        started = time.monotonic()
+        try:
+            with os.fdopen(self.go_w, "wb") as go:
+                go.write(json.dumps(task).encode())
+        except BrokenPipeError:
+            pass  # the judge is gone already; what it left on the result pipe says why
+        self.go_w = None
+        limit = ev.max_output_bytes
+        streams = {"result": OutputTail(64 << 20), "stdout": OutputTail(limit), "stderr": OutputTail(limit)}
+        proc = self.proc
+        result_r, self.result_r = self.result_r, None
         status = _wait(proc, {result_r: streams["result"], proc.stdout.fileno(): streams["stdout"],
-                              proc.stderr.fileno(): streams["stderr"]}, config.evaluator.timeout_s)
-    finally:
-        os.close(life_w)
-        proc.stdout.close()
-        proc.stderr.close()
-        sandbox.cgroups.remove(spec["sandbox"].get("pids_cgroup"))
-    elapsed = round(time.monotonic() - started, 3)
-    stdout, stderr = streams["stdout"].text(), streams["stderr"].text()
-    payload = bytes(streams["result"].head + streams["result"].tail)
-    doc = _result_doc(status, payload, proc.returncode, stderr, config.evaluator.timeout_s)
-    confined = doc.pop("confine", None) or {}
-    doc["eval_s"] = elapsed
-    doc["stdout"], doc["stderr"] = stdout, stderr
-    doc["sandbox"] = {"namespaces": isolation.namespaces, "applied": confined.get("applied", []),
-                      "missing": isolation.missing + confined.get("missing", [])}
-    return kgit_secrets.redact_result(doc)  # the excerpt and output reach commits and prompts
+                              proc.stderr.fileno(): streams["stderr"]}, ev.timeout_s)
+        elapsed = round(time.monotonic() - started, 3)
+        stdout, stderr = streams["stdout"].text(), streams["stderr"].text()
+        payload = bytes(streams["result"].head + streams["result"].tail)
+        doc = _result_doc(status, payload, proc.returncode, stderr, ev.timeout_s)
+        confined = doc.pop("confine", None) or {}
+        doc["eval_s"] = elapsed
+        doc["stdout"], doc["stderr"] = stdout, stderr
+        doc["sandbox"] = {"namespaces": self.isolation.namespaces, "applied": confined.get("applied", []),
+                          "missing": self.isolation.missing + confined.get("missing", [])}
+        return kgit_secrets.redact_result(doc)  # the excerpt and output reach commits and prompts
+
+    def discard(self):
+        """End the pair (used or not) and remove its scratch folder if it made one."""
+        for name in ("go_w", "result_r", "life_w"):
+            fd = getattr(self, name, None)
+            if fd is not None:
+                setattr(self, name, None)
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        if self.proc is not None:
+            _kill_group(self.proc)
+            for stream in (self.proc.stdout, self.proc.stderr):
+                if stream is not None:
+                    stream.close()
+        sandbox.cgroups.remove(self.start_spec["sandbox"].get("pids_cgroup"))
+        if self.owns_scratch:
+            remove_tree(self.scratch)
 
 
 def _result_doc(status: str, payload: bytes, code, stderr: str, timeout_s: float) -> dict:
@@ -233,7 +320,10 @@ def _wait(proc, streams: dict, timeout) -> str:
                 break
             if grace_until is None and (result_fd not in sel.get_map() or proc.poll() is not None):
                 # The result is in, or the harness is gone: what is still open belongs to
-                # a process that exits slowly or to the candidate's leftovers. Drain briefly.
+                # a process that exits slowly or to the candidate's leftovers. The group is
+                # ended now, not waited for (the judge wrote its output before its result),
+                # and what is left in the pipes is drained briefly.
+                _signal_group(proc)
                 grace_until = now + 2.0
             if grace_until is not None and now >= grace_until:
                 break
@@ -247,20 +337,19 @@ def _wait(proc, streams: dict, timeout) -> str:
     finally:
         sel.close()
         os.close(result_fd)
-    if status == "done":
-        try:
-            proc.wait(timeout=10.0)
-        except subprocess.TimeoutExpired:
-            pass  # exits too slowly after its result; killed with its group below
     _kill_group(proc)
     return status
 
 
-def _kill_group(proc):
+def _signal_group(proc):
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _kill_group(proc):
+    _signal_group(proc)
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:

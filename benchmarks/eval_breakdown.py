@@ -1,0 +1,177 @@
+"""Where one evaluation's wall time goes, cold and warm, and how it compares with other kgits.
+
+For each problem it makes a throwaway kernel repository and evaluates its baseline:
+
+- cold: a judge/runner pair started for the candidate (what `kgit eval` does);
+- warm: a pair started ahead of need (what `kgit evolve` keeps per slot), handed the
+  candidate once its start-up is over (`--warm-wait` seconds later);
+
+and prints, from the marks the judge and runner leave in the result (`phases`,
+harness/phases.py), the seconds of each stage: the judge's and the runner's start-up
+(Python, torch, triton, device context), the problem and reference, the wait for the
+runner, the candidate's import, the checks (input generation, candidate calls, compare),
+the timed loop (with the target cross-compiles beside it), the result. The last lines
+are the wall time from the moment the candidate was there to the result in kgit's hands.
+
+`--compare NAME=KGIT` adds the wall time of `KGIT eval --json` in a repository that
+KGIT initialised, for another kgit (an older commit's venv: `--compare before=/tmp/old/.venv/bin/kgit`).
+
+    python benchmarks/eval_breakdown.py                              # vector_add and softmax, default timing
+    python benchmarks/eval_breakdown.py --problems vector_add --repeats 3 --compare main=/work/main/.venv/bin/kgit
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from tabulate import tabulate
+
+from kgit import config as config_mod, workflow as experiments
+from kgit.archive.repo import BASELINE_TAG, Repo
+from kgit.evaluation import child, gpus
+
+FAST_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
+
+# (row, first mark, second mark); marks are seconds after kgit started the judge.
+START_ROWS = [
+    ("judge: python + harness import", None, ("judge", "judge up")),
+    ("judge: torch import", ("judge", "runner spawned"), ("judge", "torch imported")),
+    ("judge: triton import + device context", ("judge", "torch imported"), ("judge", "device ready")),
+    ("runner: python + harness import", ("judge", "runner spawned"), ("runner", "runner up")),
+    ("runner: confine (namespaces, mounts)", ("runner", "runner up"), ("runner", "runner confined")),
+    ("runner: torch import", ("runner", "runner confined"), ("runner", "runner torch imported")),
+    ("runner: triton import + device context", ("runner", "runner torch imported"), ("runner", "runner ready")),
+]
+EVAL_ROWS = [
+    ("problem, reference, needs check", ("judge", "candidate arrived"), ("judge", "reference ready")),
+    ("waiting for the runner's start-up", ("judge", "reference ready"), ("judge", "runner ready")),
+    ("candidate import", ("judge", "runner ready"), ("judge", "candidate imported")),
+    ("checks (inputs, calls incl. JIT, compare)", ("judge", "candidate imported"), ("judge", "checked")),
+    ("timed loop (target builds beside it)", ("judge", "checked"), ("judge", "timed")),
+    ("target facts collected, runner closed", ("judge", "timed"), ("judge", "result")),
+]
+
+
+def make_repo(root: Path, problem: str, fast: bool) -> Repo:
+    data = yaml.safe_load(config_mod.default_text())
+    if fast:
+        data["timing"] = dict(FAST_TIMING)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
+    for key, value in (("user.name", "kgit bench"), ("user.email", "bench@localhost")):
+        subprocess.run(["git", "-C", str(root), "config", key, value], check=True)
+    experiments.init(root, problem, config_text=yaml.safe_dump(data, sort_keys=False))
+    return Repo(root)
+
+
+def _at(phases: dict, where):
+    if where is None:
+        return 0.0
+    side, name = where
+    return phases.get(side, {}).get(name)
+
+
+def one(repo: Repo, config, env: dict, warm_wait: float | None) -> dict:
+    """One evaluation of the baseline; its phases and kgit-side wall times."""
+    with repo.worktree(repo.rev(BASELINE_TAG)) as path:
+        state = repo.state / "scratch"
+        pair = child.Pair.ahead(config, state, env)
+        if warm_wait:
+            time.sleep(warm_wait)
+        arrived = time.monotonic()
+        doc = child.evaluate_tree(path, config, state_dir=state, devices_env=env, pair=pair)
+        done = time.monotonic()
+    phases = doc.get("phases") or {}
+    return {"status": doc["status"], "phases": phases, "critical_s": done - arrived,
+            "spawn_to_result_s": done - pair.spawned_at, "result_mark": _at(phases, ("judge", "result")),
+            "to_kgit_s": (done - pair.spawned_at) - (_at(phases, ("judge", "result")) or 0.0)}
+
+
+def rows_of(runs: list[dict]) -> list[list]:
+    def med(values):
+        values = [v for v in values if v is not None]
+        return f"{statistics.median(values):.2f}" if values else "-"
+
+    def span(a, b):
+        return [(_at(r["phases"], b) - _at(r["phases"], a)) if _at(r["phases"], a) is not None
+                and _at(r["phases"], b) is not None else None for r in runs]
+
+    out = [["start-up (off the critical path when warm)", ""]]
+    out += [["  " + name, med(span(a, b))] for name, a, b in START_ROWS]
+    out.append(["evaluation (from the candidate's arrival)", ""])
+    for name, a, b in EVAL_ROWS:
+        out.append(["  " + name, med(span(a, b))])
+        if name.startswith("checks"):
+            for part in ("checks: inputs", "checks: candidate calls", "checks: compare"):
+                out.append(["    " + part.split(": ")[1], med([r["phases"].get("spans", {}).get(part) for r in runs])])
+    out.append(["  result to kgit (pipe, kill, output)", med([r["to_kgit_s"] for r in runs])])
+    out.append(["wall: candidate there -> result in kgit", med([r["critical_s"] for r in runs])])
+    out.append(["wall: judge spawned -> result in kgit", med([r["spawn_to_result_s"] for r in runs])])
+    return out
+
+
+def compare(kgit: str, problem: str, fast: bool, repeats: int, tmp: Path) -> tuple[list[float], list]:
+    """Wall times of `KGIT eval --json` (and the eval_s it reports) in a repo that KGIT made."""
+    root = tmp / f"cmp-{abs(hash(kgit)) % 10**6}-{problem}"
+    subprocess.run([kgit, "init", str(root), "--problem", problem], check=True, capture_output=True)
+    if fast:
+        path = root / ".kgit.yaml"
+        data = yaml.safe_load(path.read_text())
+        data["timing"] = dict(FAST_TIMING)
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        subprocess.run(["git", "-C", str(root), "commit", "-qam", "fast timing"], check=True)
+    walls, evals = [], []
+    for _ in range(repeats):
+        started = time.monotonic()
+        proc = subprocess.run([kgit, "eval", "--json"], cwd=root, capture_output=True, text=True)
+        walls.append(time.monotonic() - started)
+        try:
+            evals.append(json.loads(proc.stdout).get("eval_s"))
+        except json.JSONDecodeError:
+            evals.append(None)
+    return walls, evals
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--problems", nargs="+", default=["vector_add", "softmax"])
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--fast", action="store_true", help="short timing settings (as in the tests)")
+    parser.add_argument("--warm-wait", type=float, default=15.0,
+                        help="seconds a warm pair gets to start before its candidate arrives")
+    parser.add_argument("--compare", action="append", default=[], metavar="NAME=KGIT",
+                        help="also time `KGIT eval --json` (another kgit's executable)")
+    args = parser.parse_args()
+
+    host = gpus.discover()
+    env = gpus.pin_env(host, host.ids[0] if host.ids else None)
+    print(f"host: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, GPUs {list(host.ids) or 'none'}; "
+          f"timing {'fast' if args.fast else 'default'}; median of {args.repeats}")
+    with tempfile.TemporaryDirectory(prefix="kgit-breakdown-") as tmp:
+        for problem in args.problems:
+            repo = make_repo(Path(tmp) / problem, problem, args.fast)
+            config = config_mod.load(repo.root)
+            cold = [one(repo, config, env, None) for _ in range(args.repeats)]
+            warm = [one(repo, config, env, args.warm_wait) for _ in range(args.repeats)]
+            statuses = sorted({r["status"] for r in cold + warm})
+            table = [[name, c, w[1]] for (name, c), w in zip(rows_of(cold), rows_of(warm))]
+            print(f"\n{problem} (statuses: {', '.join(statuses)}), seconds")
+            print(tabulate(table, headers=["stage", "cold", f"warm (started {args.warm_wait:g} s ahead)"],
+                           tablefmt="github"))
+            for spec in args.compare:
+                name, _, kgit = spec.partition("=")
+                walls, evals = compare(kgit, problem, args.fast, args.repeats, Path(tmp))
+                ev = [e for e in evals if e is not None]
+                print(f"{name}: `kgit eval` wall {statistics.median(walls):.2f} s, harness eval_s "
+                      f"{statistics.median(ev) if ev else '-'} ({kgit})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Seconds per attempt of an offline `kgit evolve -n N`, with warm evaluators on and off.
+
+Makes a throwaway kernel repository of a shipped problem (the default .kgit.yaml, the
+offline strategist: no model, no network), runs `kgit evolve -n N` through the library
+once per setting, and prints attempts, wall time, seconds per attempt, the statuses and
+the best geomean the run found (on a GPU: racing must not throw winners away).
+
+    python benchmarks/evolve_rate.py --problem vector_add -n 10 --fast          # CPU
+    python benchmarks/evolve_rate.py --problem fp8_blockscale_gemm -n 10 --warm on   # H200
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import yaml
+from tabulate import tabulate
+
+from kgit import config as config_mod, evolve, workflow as experiments
+
+FAST_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
+
+
+def run_once(root: Path, problem: str, iterations: int, warm: bool, fast: bool, jobs: int, progress=None) -> dict:
+    data = yaml.safe_load(config_mod.default_text())
+    if fast:
+        data["timing"] = dict(FAST_TIMING)
+    data["evaluator"]["warm"] = warm
+    data["evolve"].update(iterations=iterations, jobs=jobs)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
+    for key, value in (("user.name", "kgit bench"), ("user.email", "bench@localhost")):
+        subprocess.run(["git", "-C", str(root), "config", key, value], check=True)
+    experiments.init(root, problem, config_text=yaml.safe_dump(data, sort_keys=False))
+    repo, config = experiments.load(root)
+    started = time.monotonic()
+    summary = evolve.evolve(repo, config, progress=progress)
+    wall = time.monotonic() - started
+    n = len(summary.rows)
+    best = summary.best_after
+    return {"warm": warm, "attempts": n, "wall_s": wall, "per_attempt_s": wall / n if n else None,
+            "statuses": dict(Counter(r.status for r in summary.rows)),
+            "best_geomean_us": getattr(best, "geomean", None), "baseline_geomean_us": getattr(
+                summary.best_before, "geomean", None), "stop": summary.stop,
+            "device": repo.read()[0].device}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--problem", default="vector_add")
+    parser.add_argument("-n", "--iterations", type=int, default=10)
+    parser.add_argument("--warm", choices=["on", "off", "both"], default="both")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--fast", action="store_true", help="short timing settings (as in the tests)")
+    parser.add_argument("--progress", action="store_true", help="print evolve's lines with the seconds since the start")
+    args = parser.parse_args()
+    t0 = time.monotonic()
+    progress = (lambda line: print(f"{time.monotonic() - t0:7.1f}s {line}", flush=True)) if args.progress else None
+    settings = {"on": [True], "off": [False], "both": [False, True]}[args.warm]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kgit-evolve-rate-") as tmp:
+        for warm in settings:
+            r = run_once(Path(tmp) / f"repo-{warm}", args.problem, args.iterations, warm, args.fast, args.jobs, progress)
+            speedup = (f"{r['baseline_geomean_us'] / r['best_geomean_us']:.3f}x"
+                       if r["best_geomean_us"] and r["baseline_geomean_us"] else "-")
+            rows.append(["on" if warm else "off", r["attempts"], f"{r['wall_s']:.1f}",
+                         f"{r['per_attempt_s']:.2f}" if r["per_attempt_s"] else "-",
+                         ", ".join(f"{k} {v}" for k, v in sorted(r["statuses"].items())),
+                         f"{r['best_geomean_us']:.2f}" if r["best_geomean_us"] else "-", speedup])
+            device = r["device"]
+    print(f"problem {args.problem}, evolve -n {args.iterations} offline, jobs {args.jobs}, "
+          f"timing {'fast' if args.fast else 'default'}, device {device}")
+    print(tabulate(rows, headers=["warm", "attempts", "wall s", "s / attempt", "statuses", "best geomean us",
+                                  "vs baseline"], tablefmt="github"))
+
+
+if __name__ == "__main__":
+    main()

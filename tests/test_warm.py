@@ -1,0 +1,232 @@
+"""Warm evaluators: judge/runner pairs started ahead of their candidate (docs/evaluators.md).
+
+A spare pair per slot, used once, confined as a cold one, and dead with kgit however
+kgit dies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from kgit import config as config_mod
+from kgit.archive.repo import BASELINE_TAG, Repo
+from kgit.evaluation import backends, child, gpus as devices
+
+from conftest import fast_config_text, git
+
+CPU_HOST = devices.Host(None, ())
+
+
+def _config(**evaluator) -> config_mod.Config:
+    return config_mod.parse(fast_config_text(evaluator=evaluator))
+
+
+def _spare(pool: backends.WarmPairs, slot):
+    return pool._spares[slot].result(timeout=60)
+
+
+def test_a_warm_evaluator_uses_each_spare_once_and_starts_the_next(kernel_repo):
+    repo = Repo(kernel_repo)
+    evaluator = backends.LocalEvaluator(repo, _config(), host=CPU_HOST, warm=True)
+    sha = repo.rev(BASELINE_TAG)
+    try:
+        first = evaluator(sha)  # no spare yet: a pair started for it, and the next one started
+        assert first["status"] == "ok", first.get("error")
+        slot = next(iter(evaluator.warm._spares))
+        spare = _spare(evaluator.warm, slot)
+        assert spare.alive() and not spare.used
+        second = evaluator(sha)
+        assert second["status"] == "ok", second.get("error")
+        # The spare was the pair that evaluated: used, ended, its scratch gone; a fresh one waits.
+        assert spare.used and spare.proc.poll() is not None and not spare.scratch.exists()
+        following = _spare(evaluator.warm, slot)
+        assert following is not spare and following.alive()
+        # The candidate arrived after the pair's own start: its marks come before the arrival.
+        judge = second["phases"]["judge"]
+        assert judge["judge up"] < judge["candidate arrived"]
+    finally:
+        evaluator.close()
+    assert not following.alive() and not following.scratch.exists()
+
+
+def test_a_spare_started_under_other_settings_is_not_used(kernel_repo):
+    repo = Repo(kernel_repo)
+    pool = backends.WarmPairs()
+    state = repo.state / "scratch"
+    try:
+        pool.refill("slot", _config(timeout_s=100), state, {})
+        spare = _spare(pool, "slot")
+        assert pool.take("slot", _config(timeout_s=200), state, {}) is None
+        assert not spare.alive()  # discarded, not kept for later
+        pool.refill("slot", _config(), state, {})
+        assert pool.take("slot", _config(), state, {"CUDA_VISIBLE_DEVICES": "1"}) is None
+    finally:
+        pool.close()
+
+
+def test_a_runner_started_before_its_candidate_is_confined_as_a_cold_one(kernel_repo):
+    """The candidate's folder was bound into the runner's view while still empty: the files
+    kgit copied in later are seen, read-only, and the problem folder copied beside them
+    after the runner confined itself is not seen at all."""
+    from kgit.evaluation import sandbox
+
+    if not sandbox.probe()[0]:
+        pytest.skip("no user namespaces on this host: the runner's private view is not built")
+    kernel = kernel_repo / "kernel.py"
+    probe = textwrap.dedent("""
+        import pathlib as _p
+        _here = _p.Path(__file__).resolve().parent
+        _seen = (_here.parent / "problem" / "reference.py").exists()
+        try:
+            (_here / "planted.py").write_text("x = 1")
+            _wrote = True
+        except OSError:
+            _wrote = False
+        if _seen or _wrote:
+            raise RuntimeError(f"problem seen: {_seen}, candidate folder written: {_wrote}")
+    """)
+    kernel.write_text(probe + kernel.read_text(encoding="utf-8"), encoding="utf-8")
+    git(kernel_repo, "commit", "-q", "-am", "kernel probes its view")
+    repo = Repo(kernel_repo)
+    config = _config()
+    state = repo.state / "scratch"
+    pair = child.Pair.ahead(config, state)
+    time.sleep(1.0)  # the runner confines itself before the files exist
+    doc = child.evaluate_tree(kernel_repo, config, state_dir=state, pair=pair)
+    assert doc["status"] == "ok", doc.get("error")
+    assert any("hidden" in a or "tmpfs" in a for a in doc["sandbox"]["applied"])
+
+
+DRIVER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from kgit import config as config_mod
+    from kgit.evaluation import backends
+    root, sandbox, slots = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    config = config_mod.load(root)
+    config.evaluator.sandbox = sandbox
+    pool = backends.WarmPairs()
+    for slot in range(slots):
+        pool.refill(slot, config, root / ".git" / "kgit" / "scratch", {})
+    for slot in range(slots):
+        print(pool._spares[slot].result().proc.pid, flush=True)
+    time.sleep(600)
+""")
+
+
+def _process_table() -> dict[int, tuple[int, str, str]]:
+    """pid -> (parent pid, start time, command line) of every live process visible here."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] == "Z":
+            continue  # exited, only not yet reaped: nothing of it runs
+        table[int(entry.name)] = (int(fields[1]), fields[19], cmdline)
+    return table
+
+
+def _descendants(root: int, table: dict) -> dict[int, tuple[str, str]]:
+    found, frontier = {}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, started, cmdline) in table.items():
+            if ppid == parent and pid not in found:
+                found[pid] = (started, cmdline)
+                frontier.append(pid)
+    return found
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
+def test_warm_pairs_die_with_kgit_killed_by_sigkill(kernel_repo, sandbox):
+    """kill -9 of a kgit holding spare pairs: no process of theirs is left."""
+    if sys.platform != "linux":
+        pytest.skip("process tables are read from /proc")
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(kernel_repo), sandbox, "2"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        judges = [int(driver.stdout.readline()) for _ in range(2)]
+        # Until each judge has its runner: the whole tree of both pairs is then there to be seen.
+        deadline = time.monotonic() + 240
+        while True:
+            family = _descendants(driver.pid, _process_table())
+            runners = [pid for pid, (_, cmd) in family.items() if "kgit_harness runner" in cmd
+                       and "pidone" not in cmd and "unshare" not in cmd]
+            if len(runners) >= 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert set(judges) <= set(family) and len(runners) >= 2, family
+    finally:
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+    deadline = time.monotonic() + 60
+    while True:
+        table = _process_table()
+        left = {pid: cmd for pid, (started, cmd) in family.items() if pid in table and table[pid][1] == started}
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not left, f"processes of the warm pairs outlived kgit: {json.dumps(left, indent=1)}"
+
+
+# -- slots stay busy ----------------------------------------------------------------------
+class TwoSlots:
+    """Stands in for a two-GPU pool: two evaluations at once; the first candidate is slow.
+
+    The slow one returns only once the other slot has evaluated three more candidates
+    (or after a minute, so a scheduler that idles the free slot fails instead of hanging).
+    """
+
+    def __init__(self, baseline):
+        import threading
+
+        self.baseline, self.slots = baseline, threading.BoundedSemaphore(2)
+        self.lock, self.others_done, self.calls = threading.Lock(), threading.Event(), 0
+        self.finished_while_slow = 0
+        self.released_by_others = None
+
+    def __call__(self, sha):
+        with self.slots:
+            with self.lock:
+                self.calls += 1
+                slow = self.calls == 1
+            if slow:
+                self.released_by_others = self.others_done.wait(60)
+            else:
+                with self.lock:
+                    self.finished_while_slow += 1
+                    if self.finished_while_slow >= 3:
+                        self.others_done.set()
+            b = self.baseline
+            return {"status": "ok", "device": b.device, "timing": b.timing, "harness": b.harness, "ranking": "mean",
+                    "eval_s": 0.1, "geomean_us": b.geomean, "shapes": [{"key": k, "mean_us": v} for k, v in b.times.items()]}
+
+
+def test_one_slow_candidate_does_not_idle_the_other_slot(kernel_repo):
+    """evolve.jobs = 2 on two slots: while the first iteration's slow candidate holds one slot,
+    the next iterations are designed and evaluated on the other."""
+    from kgit import evolve, workflow as experiments
+
+    (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"knowledge": [], "pick": 2, "attempts": 1,
+                                                                      "jobs": 2, "race": False}))
+    repo, config = experiments.load(kernel_repo)
+    config = evolve.with_overrides(config, iterations=3)
+    slots = TwoSlots(repo.read()[0])
+    summary = evolve.evolve(repo, config, evaluate=slots)
+    assert slots.released_by_others is True, "the free slot sat idle while the slow candidate ran"
+    assert len(summary.rows) == 6 and summary.iterations == 3
