@@ -5,7 +5,8 @@ Synthesizes kernel repositories with 10,000 and 100,000 attempt commits (through
 a measurement note on every tenth attempt) and times `Repo.read()` (one `git log -z`
 call plus parsing): cold (no archive cache; before and after kgit's ref packing and
 commit-graph), warm (cache, nothing new), and after one new attempt; and the whole
-`kgit log --json` command.
+`kgit log --json` command: its first run (which renders every attempt and keeps them) and
+later ones.
 
     python benchmarks/archive_scale.py [--sizes 10000 100000]
 Goals (core issue, issue 15): at 100,000 attempts on a 2-core machine, the first read
@@ -129,13 +130,18 @@ def main():
             repo.read()
             warm = best_of(repo.read)
             grown = best_of(repo.read, before=lambda: add_attempt(root))
-            log_json = best_of(lambda: subprocess.run(["kgit", "log", "--json"], cwd=root, check=True,
-                                                      stdout=subprocess.DEVNULL))
+            kgit_log = lambda: subprocess.run(["kgit", "log", "--json"], cwd=root, check=True,  # noqa: E731
+                                              stdout=subprocess.DEVNULL)
+            # The first `kgit log --json` renders every attempt (and keeps them); later ones join what was kept.
+            first_log = best_of(kgit_log, repeat=1)
+            log_json = best_of(kgit_log)
             rows.append([size, count, noted, f"{build:.1f}", f"{cold_loose:.3f}", f"{cold:.3f}", f"{warm:.3f}",
-                         f"{grown:.3f}", f"{log_json:.3f}", "yes" if min(warm, grown) < 2.0 else "no"])
+                         f"{grown:.3f}", f"{first_log:.3f}", f"{log_json:.3f}",
+                         "yes" if min(warm, grown) < 2.0 else "no"])
     print(tabulate(rows, headers=["attempts", "read back", "with notes", "synthesize s", "cold read s (loose refs)",
                                   "cold read s (maintained)", "warm read s", "read after +1 attempt s",
-                                  "kgit log --json s", "warm read < 2 s"], tablefmt="github"))
+                                  "first kgit log --json s", "kgit log --json s", "warm read < 2 s"],
+                   tablefmt="github"))
 
 
 if __name__ == "__main__":

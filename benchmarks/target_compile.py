@@ -30,6 +30,7 @@ from kgit import config as config_mod
 from kgit import workflow
 from kgit.archive.repo import Repo
 from kgit.evaluation import buildfacts
+from kgit.evaluation.evaluated import Evaluation
 from kgit_harness import problem, targets
 
 
@@ -56,9 +57,9 @@ def main() -> None:
             cold, warm, bare = [], [], []
             for _ in range(args.repeat):
                 shutil.rmtree(cache, ignore_errors=True)
-                cold.append(workflow.evaluate_rev(repo, config, repo.rev("kgit/baseline")))
-                warm.append(workflow.evaluate_rev(repo, config, repo.rev("kgit/baseline")))
-                bare.append(workflow.evaluate_rev(repo, without, repo.rev("kgit/baseline")))
+                cold.append(workflow.evaluate_rev(repo, config, repo.rev("kgit/baseline")).to_document())
+                warm.append(workflow.evaluate_rev(repo, config, repo.rev("kgit/baseline")).to_document())
+                bare.append(workflow.evaluate_rev(repo, without, repo.rev("kgit/baseline")).to_document())
             assert all(d["targets"] is None for d in bare)
             assert not any(d["targets"].get("cached") for d in cold), "a cold evaluation was served from the cache"
             assert all(d["targets"].get("cached") for d in warm), "a warm evaluation was not served from the cache"
@@ -71,7 +72,7 @@ def main() -> None:
                          f"{statistics.median(d['targets']['waited_s'] for d in cold):.2f}",
                          cold[-1]["targets"]["variants"], cold[-1]["targets"]["triton"]])
             assert warm[-1]["targets"]["results"] == cold[-1]["targets"]["results"]
-            for target, value in buildfacts.trailers(cold[-1])[:-1]:
+            for target, value in buildfacts.trailers(Evaluation.of(cold[-1]).result)[:-1]:
                 kernels = cold[-1]["targets"]["results"][targets.name_of_key(target[len("Kgit-Target-"):])]["kernels"]
                 each = ", ".join(f"{k['compile_s']:.1f}" for k in kernels)
                 facts.append([name, target[len("Kgit-Target-"):], value, each])

@@ -38,25 +38,16 @@ def _open_dir(name: str, parent_fd: int) -> int | None:
     return None
 
 
-def _unlink(name: str, dir_fd: int):
+def _remove(remove, name: str, dir_fd: int):
+    """`remove` (os.unlink or os.rmdir) the entry `name` of the folder open as dir_fd."""
     try:
-        os.unlink(name, dir_fd=dir_fd)
+        remove(name, dir_fd=dir_fd)
     except FileNotFoundError:
         pass
     except PermissionError:
         # The folder itself was made read-only; entries go once we may write it again.
         os.chmod(dir_fd, 0o700)
-        os.unlink(name, dir_fd=dir_fd)
-
-
-def _rmdir(name: str, dir_fd: int):
-    try:
-        os.rmdir(name, dir_fd=dir_fd)
-    except FileNotFoundError:
-        pass
-    except PermissionError:
-        os.chmod(dir_fd, 0o700)
-        os.rmdir(name, dir_fd=dir_fd)
+        remove(name, dir_fd=dir_fd)
 
 
 def _sweep(fd: int) -> list[str]:
@@ -68,7 +59,7 @@ def _sweep(fd: int) -> list[str]:
         if is_dir:
             subdirs.append(name)
         else:
-            _unlink(name, fd)
+            _remove(os.unlink, name, fd)
     return subdirs
 
 
@@ -86,7 +77,7 @@ def _empty(root_fd: int):
                     stack.pop()
                     if stack:
                         os.close(fd)
-                        _rmdir(name, stack[-1][0])
+                        _remove(os.rmdir, name, stack[-1][0])
                     continue
             sub = pending.pop()
             if len(stack) >= MAX_OPEN:
@@ -98,7 +89,7 @@ def _empty(root_fd: int):
                 continue
             sub_fd = _open_dir(sub, fd)
             if sub_fd is None:
-                _unlink(sub, fd)
+                _remove(os.unlink, sub, fd)
                 continue
             stack.append([sub_fd, sub, _sweep(sub_fd)])
     finally:
@@ -126,17 +117,17 @@ def remove_tree(path) -> bool:
         return False
     try:
         if not stat.S_ISDIR(st.st_mode):
-            _unlink(base, parent_fd)
+            _remove(os.unlink, base, parent_fd)
             return True
         root_fd = _open_dir(base, parent_fd)
         if root_fd is None:
-            _unlink(base, parent_fd)
+            _remove(os.unlink, base, parent_fd)
             return True
         try:
             _empty(root_fd)
         finally:
             os.close(root_fd)
-        _rmdir(base, parent_fd)
+        _remove(os.rmdir, base, parent_fd)
         return True
     except OSError:
         return not os.path.lexists(path)

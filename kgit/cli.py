@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import click
-import orjson
 
 from kgit import __version__
 from kgit import workflow as ex
@@ -27,11 +26,8 @@ class KgitGroup(click.Group):
             ctx.exit(e.exit_code)
 
 
-def _emit_json(data, compact=False):
-    if compact:  # archive-sized output: orjson writes 100,000 attempts in a tenth of json's time
-        click.echo(orjson.dumps(data, default=str))
-    else:
-        click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+def _emit_json(data):
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
 def _progress(message: str):
@@ -98,7 +94,7 @@ def init(directory, problem, force, config_file, as_json, gpumode, kernelbench):
     else:
         outcome = ex.init(directory, problem, **options)
     if as_json:
-        _emit_json({"sha": outcome.sha, "result": outcome.result})
+        _emit_json({"sha": outcome.sha, "result": outcome.result.to_document()})
         return
     click.echo(report.result_summary(outcome.result))
     click.echo(f"\nbaseline committed as {outcome.sha[:10]} and tagged kgit/baseline.")
@@ -136,12 +132,12 @@ def record(notes, allow_unchanged, as_json):
     repo, config = ex.load()
     outcome = ex.record(repo, config, notes, allow_unchanged=allow_unchanged, progress=_progress)
     if as_json:
-        _emit_json({"sha": outcome.sha, "speedup": outcome.speedup, "result": outcome.result})
+        _emit_json({"sha": outcome.sha, "speedup": outcome.speedup, "result": outcome.result.to_document()})
     else:
-        click.echo(report.shape_table(outcome.result, outcome.base_times) if outcome.result.get("shapes")
+        click.echo(report.shape_table(outcome.result.result, outcome.base_times) if outcome.result.result.shapes
                    else report.result_summary(outcome.result))
         click.echo(f"\nrecorded {outcome.sha[:10]}: {repo.subject(outcome.sha)}")
-    if outcome.result["status"] != "ok":
+    if not outcome.result.ok:
         sys.exit(ExitCode.EVALUATION_FAILED)
 
 
@@ -158,12 +154,12 @@ def eval_(rev, as_json):
     repo, config = ex.load()
     sha = ex.resolve(repo, rev)
     _progress(f"evaluating {rev} ({sha[:10]}) in a throwaway worktree...")
-    result = ex.evaluate_rev(repo, config, sha)
+    judged = ex.evaluate_rev(repo, config, sha)
     if as_json:
-        _emit_json(result)
+        _emit_json(judged.to_document())
     else:
-        click.echo(report.result_summary(result))
-    if result["status"] != "ok":
+        click.echo(report.result_summary(judged))
+    if not judged.ok:
         sys.exit(ExitCode.EVALUATION_FAILED)
 
 
@@ -199,13 +195,12 @@ def log(as_json, per_device):
     interpreter timings, which say nothing about speed; once attempts are re-measured
     on a GPU, two more columns give the ranking device's geomean and speedup.
     """
-    from kgit.archive import measure
-
     repo, _ = ex.load()
-    attempts = repo.read()
     if as_json:
-        _emit_json([{**a.to_json(), "devices": measure.by_device(a)} for a in attempts], compact=True)
-    elif not attempts:
+        click.echo(repo.log_json())  # rendered in the archive's cache: 100,000 attempts in about a second
+        return
+    attempts = repo.read()
+    if not attempts:
         click.echo("no attempts yet: the archive starts with `kgit init`.")
     elif per_device:
         click.echo(report.devices_table(attempts))
@@ -271,9 +266,11 @@ def eval_candidate(folder):
     """
     from kgit.evaluation import candidate
 
-    result = candidate.evaluate_folder(folder)
-    click.echo(json.dumps(result, sort_keys=True))
-    if result["status"] != "ok":
+    from kgit.evaluation.evaluated import Evaluation
+
+    judged = Evaluation.of(candidate.evaluate_folder(folder))
+    click.echo(json.dumps(judged.to_document(), sort_keys=True))
+    if not judged.ok:
         sys.exit(ExitCode.EVALUATION_FAILED)
 
 

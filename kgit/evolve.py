@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from tabulate import tabulate
 
 from kgit.evaluation import backends
+from kgit.evaluation.evaluated import Evaluation
 from kgit import workflow as experiments
 from kgit.archive import trailers as tr
 from kgit.archive.refs import ExperimentRef
 from kgit.archive.repo import Repo
 from kgit.errors import KgitError, LLMError, LLMUnavailable
 from kgit import problems as problem_mod
-from kgit_harness import result as result_mod
+from kgit_harness.result import STATUSES
 from kgit.archive import figures, measure, notebook, trees
 from kgit.scientist import context as context_mod
 from kgit.scientist import protocol
@@ -91,7 +92,8 @@ def with_overrides(config, *, iterations=None, model=None, api_base=None, max_co
 
 
 class Run:
-    """One `kgit evolve` run; `evaluate(sha) -> result dict` is the one evaluation entry point."""
+    """One `kgit evolve` run; `evaluate(sha)` (an evaluator: it answers the harness's result document)
+    is the one evaluation entry point."""
 
     def __init__(self, repo: Repo, config, *, evaluate=None, client=None, progress=None, clock=time.monotonic):
         self.repo, self.config = repo, config
@@ -108,7 +110,7 @@ class Run:
         self.started = clock()
         self.summary = Summary(models=sorted({self.client.model(s) for s in ("select", "design", "write")}))
         self.commit_lock = threading.Lock()
-        self.known: dict[str, tuple[str, dict]] = {}  # tree -> (sha, result) of evaluated attempts
+        self.known: dict[str, tuple[str, Evaluation]] = {}  # tree -> (sha, result) of evaluated attempts
         self.measured_on: tuple | None = None  # (device, harness) of this run's latest evaluation
         self.ctx = protocol.build(repo, config, self.task, repo.root / config.problem, repo.read())
 
@@ -277,16 +279,16 @@ class Run:
                      if reused else ""]
             sha = self._commit(state, selection, plan, reference, tree, result, "\n\n".join(n for n in notes if n),
                                replies, reused)
-            self._line(tag, "write", "write", f"{state['branch']} attempt {attempt}: {result['status']}"
-                       + (f" ({result.get('reason')})" if result.get("reason") else ""))
-            if result["status"] == "ok" or unanswered:
+            self._line(tag, "write", "write", f"{state['branch']} attempt {attempt}: {result.status}"
+                       + (f" ({result.reason})" if result.reason else ""))
+            if result.ok or unanswered:
                 return
             if new_files is not None:
                 files = new_files
             error = _feedback(result)
             state["parent"] = sha
 
-    def _result(self, parent: str, new_files, edit_error, base: str | None = None) -> tuple[dict, str, str]:
+    def _result(self, parent: str, new_files, edit_error, base: str | None = None) -> tuple[Evaluation, str, str]:
         """(result, tree, sha whose result is reused or "") of one candidate: rejected, reused, or evaluated."""
         parent_tree = trees.tree_of(self.repo, parent)
         if new_files is None:
@@ -298,14 +300,14 @@ class Run:
         with self.commit_lock:
             seen = self.known.get(tree)
             # A result stands for this run only if this run's evaluator would measure it the same way.
-            if seen is not None and (seen[1].get("device"), seen[1].get("harness")) == self.measured_on:
-                return dict(seen[1]), tree, seen[0]
+            if seen is not None and (seen[1].device, seen[1].harness) == self.measured_on:
+                return Evaluation.of(seen[1].to_document()), tree, seen[0]  # a copy: the commit may change it
         candidate = self.repo.commit_tree(tree, [parent], "kgit: candidate for evaluation\n")
         race = self._race(base) if base else None
-        result = self.evaluate(candidate, race=race) if race else self.evaluate(candidate)
-        if result.get("device"):
+        result = Evaluation.of(self.evaluate(candidate, race=race) if race else self.evaluate(candidate))
+        if result.device:
             with self.commit_lock:
-                self.measured_on = (result["device"], result.get("harness"))
+                self.measured_on = (result.device, result.harness)
         return result, tree, ""
 
     def _race(self, base: str) -> dict | None:
@@ -345,11 +347,12 @@ class Run:
                 notes=notes, plan=f"{plan.text()}\n\nBase chosen because: {selection.reason}",
                 expected_gain=plan.expected_gain, author=f"kgit ({model})", model=model, cost=cost, tokens=tokens)
             # A stopped result says "slower than this base", not what the tree measures: never reused.
-            if not reused and result["status"] not in ("rejected", "stopped"):
+            result = outcome.result
+            if not reused and result.status not in ("rejected", "stopped"):
                 self.known[tree] = (outcome.sha, result)
             attempt = next(a for a in self.repo.read() if a.sha == outcome.sha)
             self.summary.rows.append(Row(outcome.sha, state["branch"], attempt.experiment, attempt.attempt,
-                                         result["status"], result.get("geomean_us"), outcome.speedup, model,
+                                         result.status, result.geomean_us, outcome.speedup, model,
                                          tokens, cost, reused="same tree" if reused else ""))
         return outcome.sha
 
@@ -383,7 +386,10 @@ class Run:
         for a in attempts:
             if a.status in ("rejected", "unknown", "stopped") or a.tree in self.known:
                 continue
-            self.known[a.tree] = (a.sha, _result_from(a))
+            try:
+                self.known[a.tree] = (a.sha, _result_from(a))
+            except ValueError:  # a hand-edited commit: "ok" with no geomean is no result to repeat
+                continue
 
 
 def _base_suffix(attempts, base: str) -> str:
@@ -407,31 +413,28 @@ def _totals(replies: list[Reply]) -> tuple[float | None, int | None]:
     return cost, (sum(known) if known else None)
 
 
-def _rejected(reason: str, error: str) -> dict:
-    return result_mod.new("rejected", reason=reason, error=error, eval_s=0.0)
+def _rejected(reason: str, error: str) -> Evaluation:
+    return Evaluation.new("rejected", reason=reason, error=error, eval_s=0.0)
 
 
-def _result_from(a) -> dict:
-    """A result document rebuilt from an attempt's trailers (what reusing its measurement needs)."""
+def _result_from(a) -> Evaluation:
+    """A result rebuilt from an attempt's trailers (what reusing its measurement needs)."""
     fields = tr.to_result(a)
     status = fields.pop("status")
-    doc = result_mod.new(status if status in result_mod.STATUSES else "crash",
-                         **{**fields, "eval_s": 0.0}, error=f"the same tree was measured as {a.sha[:10]} ({a.status}); "
-                                                             f"`git show {a.sha[:10]}` has its error excerpt.")
-    if a.ok:
-        doc["error"] = None
-    return doc
+    error = None if a.ok else (f"the same tree was measured as {a.sha[:10]} ({a.status}); "
+                               f"`git show {a.sha[:10]}` has its error excerpt.")
+    return Evaluation.new(status if status in STATUSES else "crash", **{**fields, "eval_s": 0.0}, error=error)
 
 
-def _feedback(result: dict) -> str:
+def _feedback(result: Evaluation) -> str:
     """What the writer is told about a failed attempt."""
-    status = result["status"]
+    status = result.status
     head = {"rejected": "Your edits could not be used", "compile-error": "The kernel did not compile",
             "incorrect": "The kernel ran but gave wrong results", "runtime-error": "The kernel failed at run time",
             "timeout": "The evaluation timed out", "crash": "The evaluation process crashed",
             "stopped": "The kernel is correct but clearly slower than the base; timing was stopped early"}.get(status, status)
-    reason = f" ({result['reason']})" if result.get("reason") else ""
-    error = context_mod.candidate_error(result.get("error") or "").strip()
+    reason = f" ({result.reason})" if result.reason else ""
+    error = context_mod.candidate_error(result.error or "").strip()
     return f"{head}{reason}.\n\n{error[-ERROR_CHARS:]}"
 
 

@@ -14,6 +14,7 @@ from kgit.archive import measure
 from kgit.archive.remotes import sync  # noqa: F401  (kgit sync; the git side lives in the archive)
 from kgit.archive.repo import BASELINE_TAG
 from kgit.evaluation.backends import get_evaluator
+from kgit.evaluation.evaluated import Evaluation
 from kgit.errors import KgitError
 from kgit.workflow import best, find, resolve
 
@@ -24,7 +25,7 @@ ERROR_EXCERPT_CHARS = 2000
 class Remeasured:
     sha: str
     record: dict
-    result: dict
+    result: Evaluation
 
 
 def targets(repo, attempts, revs: list[str], every: bool) -> list[str]:
@@ -61,11 +62,11 @@ def remeasure(repo, config, revs=(), *, device_tag: str | None = None, repeat: i
         jobs = [sha for sha in shas for _ in range(repeat)]
 
         def one(sha):
-            doc = evaluator(sha)
-            record = failure_fields(doc) | measure.note_record(doc, tag="remeasure")
+            judged = Evaluation.of(evaluator(sha))
+            record = failure_fields(judged) | measure.note_record(judged.result, tag="remeasure")
             if device_tag:
                 record["device_tag"] = device_tag
-            return Remeasured(sha, record, doc)
+            return Remeasured(sha, record, judged)
 
         done = []
         with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), getattr(evaluator, "slots", 1)))) as pool:
@@ -74,7 +75,7 @@ def remeasure(repo, config, revs=(), *, device_tag: str | None = None, repeat: i
             for item in pool.map(one, jobs):
                 repo.add_note(item.sha, item.record)
                 if progress:
-                    progress(f"{item.sha[:10]}: {item.result['status']}"
+                    progress(f"{item.sha[:10]}: {item.result.status}"
                              + (f" ({item.record['reason']})" if item.record.get("reason") else "")
                              + (f", {item.record['geomean_us']:.2f} us" if item.record.get("geomean_us") else "")
                              + f" on {item.record.get('device_tag') or item.record.get('device')}")
@@ -82,18 +83,18 @@ def remeasure(repo, config, revs=(), *, device_tag: str | None = None, repeat: i
     return done
 
 
-def failure_fields(doc: dict) -> dict:
+def failure_fields(judged: Evaluation) -> dict:
     """What a failed re-measurement keeps besides its status: the one-line reason and the end of the error.
 
     A note is one JSON line, so the excerpt is bounded; the whole error is the evaluator's
     to log. Correct results keep neither.
     """
-    if doc.get("status") == "ok":
+    if judged.ok:
         return {}
     out = {}
-    if doc.get("reason"):
-        out["reason"] = " ".join(str(doc["reason"]).split())
-    error = (doc.get("error") or "").strip()
+    if judged.reason:
+        out["reason"] = " ".join(judged.reason.split())
+    error = (judged.error or "").strip()
     if error:
         out["error_excerpt"] = error[-ERROR_EXCERPT_CHARS:]
     return out

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from kgit import config as config_mod
 from kgit.evaluation import buildfacts, child as evaluate
+from kgit.evaluation.evaluated import Evaluation
 from kgit.archive import figures, measure
 from kgit.archive import trailers as tr
 from kgit.archive import trees
@@ -31,7 +32,7 @@ class Outcome:
     """What one evaluation + commit produced."""
 
     sha: str
-    result: dict
+    result: Evaluation
     speedup: float | None = None
     speedup_baseline: float | None = None
     base_times: dict = field(default_factory=dict)
@@ -91,38 +92,39 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
 
             where = "" if gpu_driver_present() else " (no GPU here: in the Triton CPU interpreter)"
             progress(f"measuring the {task.name} baseline{where}...")
-        doc = evaluate.evaluate_tree(repo.root, config, state_dir=repo.state / "scratch")
-        if doc["status"] == "unsupported":
-            raise EvaluationFailed(f"the problem {task.name} is {tr.subject('', 'unsupported', None, None, doc.get('reason'))[2:]}; "
-                                   f"no kernel was judged:\n{_tail(doc.get('error') or '', 1500)}\nNothing was committed; "
+        judged = Evaluation.of(evaluate.evaluate_tree(repo.root, config, state_dir=repo.state / "scratch"))
+        doc = judged.to_document()  # what EvaluationFailed carries (`kgit init --json` prints it)
+        error = judged.error or ""
+        if judged.status == "unsupported":
+            raise EvaluationFailed(f"the problem {task.name} is {tr.subject('', 'unsupported', None, None, judged.reason)[2:]}; "
+                                   f"no kernel was judged:\n{_tail(error, 1500)}\nNothing was committed; "
                                    "run `kgit init` on a machine that has what it needs, or edit the problem.", doc)
-        missing = re.search(r"ModuleNotFoundError: No module named '([^'.]+)", doc.get("error") or "")
-        if doc["status"] == "compile-error" and missing:
+        missing = re.search(r"ModuleNotFoundError: No module named '([^'.]+)", error)
+        if judged.status == "compile-error" and missing:
             raise EvaluationFailed(f"the baseline kernel needs the Python module {missing.group(1)}, which is not "
-                                   f"installed here:\n{_tail(doc.get('error') or '', 1500)}\nNothing was committed; "
+                                   f"installed here:\n{_tail(error, 1500)}\nNothing was committed; "
                                    f"install it, or write {kernel_name} without it, and run `kgit init --force`.", doc)
-        if doc["status"] != "ok":
-            raise EvaluationFailed(f"the baseline kernel did not pass ({doc['status']}): "
-                                   f"{_tail(doc.get('error') or '', 1500)}\nNothing was committed. {kernel_name} is "
+        if not judged.ok:
+            raise EvaluationFailed(f"the baseline kernel did not pass ({judged.status}): "
+                                   f"{_tail(error, 1500)}\nNothing was committed. {kernel_name} is "
                                    "the problem's own kernel, so fix it where it came from (the problem folder "
                                    "or the imported files) and run the same `kgit init` with --force, which "
                                    f"writes {config.problem}/, {kernel_name} and .kgit.yaml again.", doc)
         paths = [config.problem, kernel_name, ".kgit.yaml", ".gitignore"] + task.files[1:]
         tree = repo.snapshot_tree(paths)
         message = tr.Message(
-            subject=f"kgit baseline: {task.name} (geomean {doc['geomean_us']:.1f} us)",
+            subject=f"kgit baseline: {task.name} (geomean {judged.geomean_us:.1f} us)",
             paragraphs=[f"Baseline kernel of the problem {task.name}, measured by kgit init.", task.summary],
             trailers=tr.lines({"experiment": 0, "attempt": 0, "branch": repo.head_branch() or "HEAD",
-                               "hypothesis": "baseline", **tr.from_result(doc),
+                               "hypothesis": "baseline", **tr.from_result(judged.result),
                                "speedup": "1.00", "speedup_baseline": "1.00", "model": "human"})
-            + buildfacts.trailers(doc),  # Kgit-Target-<name> (issue 14): one per target, beside the table
         ).render(ok=False)
         head = repo.head()
         sha = repo.commit_tree(tree, [head] if head else [], message)
         repo.update_ref("HEAD", sha, head, reason="kgit init")
         repo.tag_baseline(sha)
         repo.sync_index()
-    return Outcome(sha=sha, result=doc, speedup=1.0, speedup_baseline=1.0)
+    return Outcome(sha=sha, result=judged, speedup=1.0, speedup_baseline=1.0)
 
 
 def _tail(text: str, limit: int) -> str:
@@ -245,8 +247,8 @@ def record(repo: Repo, config, notes: str = "", *, allow_unchanged: bool = False
         if progress:
             progress("evaluating the work tree...")
         provisional = repo.commit_tree(tree, [parent], "kgit: provisional commit for evaluation\n")
-        doc = evaluate_rev(repo, config, provisional)
-        outcome = commit_attempt(repo, config, branch=branch, tree=tree, parent=parent, result=doc,
+        judged = evaluate_rev(repo, config, provisional)
+        outcome = commit_attempt(repo, config, branch=branch, tree=tree, parent=parent, result=judged,
                                  notes=notes, author=None, model="human")
         repo.sync_index()
     return outcome
@@ -262,11 +264,11 @@ def _refuse_unchanged(repo: Repo, branch: str, tree: str, parent: str):
                             "`kgit record --allow-unchanged`.")
 
 
-def evaluate_rev(repo: Repo, config, rev: str) -> dict:
+def evaluate_rev(repo: Repo, config, rev: str) -> Evaluation:
     """Evaluate a commit with the configured backend (kgit/backends.py): local GPUs, Ray, or a command."""
     from kgit.evaluation.backends import get_evaluator
 
-    return get_evaluator(repo, config)(rev)
+    return Evaluation.of(get_evaluator(repo, config)(rev))
 
 
 def experiment_info(repo: Repo, attempts: list[Attempt], branch: str) -> dict:
@@ -282,25 +284,28 @@ def experiment_info(repo: Repo, attempts: list[Attempt], branch: str) -> dict:
     }
 
 
-def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, result: dict,
+def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, result: Evaluation | dict,
                    notes: str = "", plan: str = "", expected_gain: str | None = None,
                    author: str | None, model: str, cost: float | None = None, tokens: int | None = None,
                    extra_trailers: list | None = None) -> Outcome:
-    """Commit one attempt on `branch` (whose tip must be `parent`) with its result; the lock is held."""
+    """Commit one attempt on `branch` (whose tip must be `parent`) with its result (an Evaluation, or
+    the harness's result document, validated here); the lock is held."""
+    judged = Evaluation.of(result)
+    result = judged.result
     buildfacts.apply_policy(result, config)  # require_targets (issue 14): in place, so evolve sees it too
     attempts = repo.read()
     info = experiment_info(repo, attempts, branch)
     number = info["number"]
     index = max((a.attempt for a in info["attempts"]), default=0) + 1
-    ok = result["status"] == "ok"
+    ok = result.status == "ok"
     base_m = baseline_m = None
     times = measure.result_times(result)
     if ok:
         base_m = _reference_measurement(repo, config, attempts, info["base"], result)
         baseline_sha = repo.rev(BASELINE_TAG)
         baseline_m = base_m if baseline_sha == info["base"] else _reference_measurement(repo, config, attempts, baseline_sha, result)
-    speedup = measure.ratio(base_m, result.get("geomean_us"), times)
-    speedup_baseline = measure.ratio(baseline_m, result.get("geomean_us"), times)
+    speedup = measure.ratio(base_m, result.geomean_us, times)
+    speedup_baseline = measure.ratio(baseline_m, result.geomean_us, times)
     slug = ExperimentRef.parse(branch).slug
     priced = cost is not None or not (model == "human" or is_offline(model))
     trailers = tr.lines({
@@ -310,58 +315,53 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
         "speedup_baseline": speedup_baseline, "model": model,
         "cost": ("unknown" if cost is None else cost) if priced else None, "tokens": tokens,
     })
-    trailers += buildfacts.trailers(result) + stopped_trailers(result) + (extra_trailers or [])
+    trailers += stopped_trailers(judged) + (extra_trailers or [])
     paragraphs = [f"Hypothesis: {info['hypothesis']}", plan, f"Notes: {notes}" if notes else ""]
-    if not ok and result.get("error"):
-        paragraphs.append("Error excerpt:\n" + _indent(result["error"][-2500:]))
-    judged = None
+    if not ok and result.error:
+        paragraphs.append("Error excerpt:\n" + _indent(result.error[-2500:]))
+    verdict = None
     if ok:
         base_attempt = find(attempts, info["base"])
-        judged = figures.verdict(speedup, result.get("timing"), result.get("device"), figures.result_noise(result),
-                                 figures.measurement_noise(base_attempt, base_m) if base_attempt else (base_m or {}).get("noise"),
-                                 figures.repeatability(attempts, result.get("device"), result.get("harness")))
-        subject = (f"{slug}: {judged.subject_part()}" if judged.word == "interpreter" else
-                   f"{slug}: {judged.subject_part()} vs base (geomean {result['geomean_us']:.1f} us)")
-    elif result["status"] == "stopped":
-        subject = racing.subject(slug, result.get("race") or {"incumbent": info["base"][:10], "timed": len(times),
-                                                               "total": "?"})
+        verdict = figures.verdict(speedup, result.timing, result.device, figures.result_noise(result),
+                                  figures.measurement_noise(base_attempt, base_m) if base_attempt else (base_m or {}).get("noise"),
+                                  figures.repeatability(attempts, result.device, result.harness))
+        subject = (f"{slug}: {verdict.subject_part()}" if verdict.word == "interpreter" else
+                   f"{slug}: {verdict.subject_part()} vs base (geomean {result.geomean_us:.1f} us)")
+    elif result.status == "stopped":
+        subject = racing.subject(slug, judged.race or {"incumbent": info["base"][:10], "timed": len(times),
+                                                       "total": "?"})
     else:
-        subject = tr.subject(slug, result["status"], speedup, result.get("geomean_us"), result.get("reason"))
+        subject = tr.subject(slug, result.status, speedup, result.geomean_us, result.reason)
     # Only a real speedup may carry the lowercase word, so `git log --grep speedup` lists exactly those.
-    message = tr.Message(subject, paragraphs, trailers).render(ok=bool(judged and judged.claimed))
+    message = tr.Message(subject, paragraphs, trailers).render(ok=bool(verdict and verdict.claimed))
     sha = repo.commit_tree(tree, [parent], message, author=author)
     repo.update_ref(f"refs/heads/{branch}", sha, parent, reason=f"kgit attempt {number}.{index}")
-    return Outcome(sha=sha, result=result, speedup=speedup, speedup_baseline=speedup_baseline,
+    return Outcome(sha=sha, result=judged, speedup=speedup, speedup_baseline=speedup_baseline,
                    base_times=(base_m or {}).get("times", {}))
 
 
-def result_trailers(doc: dict) -> list:
-    # Kgit-Target-<name> (issue 14, docs/targets.md): one trailer per declared target.
-    return tr.lines(tr.from_result(doc)) + buildfacts.trailers(doc) + stopped_trailers(doc)
-
-
-def stopped_trailers(doc: dict) -> list:
+def stopped_trailers(judged: Evaluation) -> list:
     """A stopped result's race and the shapes timed before it stopped: kept, never ranked (no Kgit-Geomean-us)."""
-    if doc["status"] != "stopped":
+    if judged.status != "stopped":
         return []
-    race = doc.get("race") or {}
+    race = judged.race or {}
     return ([("Kgit-Stopped", f"after {race.get('timed')} of {race.get('total')} shapes, "
                               f"{race.get('slower')}x the time of {race.get('incumbent')}")]
-            + [("Kgit-Time-us", f"{key} {value:.3f}") for key, value in measure.result_times(doc).items()])
+            + [("Kgit-Time-us", f"{key} {value:.3f}") for key, value in measure.result_times(judged.result).items()])
 
 
 def _reference_measurement(repo, config, attempts, sha, result) -> dict | None:
     """The base's timing on the device and harness that just measured `result`; re-measured if absent."""
     attempt = find(attempts, sha)
     if attempt is not None:
-        found = measure.comparable(attempt, result["device"], result["harness"])
+        found = measure.comparable(attempt, result.device, result.harness)
         if found:
             return found
-    doc = evaluate_rev(repo, config, sha)
-    if doc["status"] != "ok":
+    judged = evaluate_rev(repo, config, sha)
+    if not judged.ok:
         return None
-    record_ = measure.note_record(doc, tag="re-timed as a base")
-    record_["noise"] = figures.result_noise(doc)
+    record_ = measure.note_record(judged.result, tag="re-timed as a base")
+    record_["noise"] = figures.result_noise(judged.result)
     repo.add_note(sha, record_)
     return record_
 

@@ -21,8 +21,8 @@ BASELINE_US = {"size=4096": 40.0, "size=65536": 160.0}
 
 
 def result(times: dict | None = None, status: str = "ok", error: str = "", eval_s: float = 10.0) -> dict:
-    doc = {"status": status, "device": DEVICE, "timing": "events", "harness": HARNESS, "ranking": "mean",
-           "eval_s": eval_s}
+    doc = {"schema": "kgit.result/1", "status": status, "device": DEVICE, "timing": "events", "harness": HARNESS,
+           "ranking": "mean", "eval_s": eval_s}
     if status == "ok":
         doc["shapes"] = [{"key": k, "mean_us": v} for k, v in times.items()]
         product = 1.0

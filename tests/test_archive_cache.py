@@ -18,7 +18,7 @@ def _warm(repo: Repo) -> list[dict]:
 
 
 def _fake_attempt(repo, branch, parent, geomean=5.0):
-    result = {"status": "ok", "device": "cpu", "timing": "interpreter", "harness": "h", "ranking": "mean",
+    result = {"schema": "kgit.result/1", "status": "ok", "device": "cpu", "timing": "interpreter", "harness": "h", "ranking": "mean",
               "geomean_us": geomean, "eval_s": 0.1,
               "shapes": [{"key": "size=4096", "mean_us": geomean}, {"key": "size=65536", "mean_us": geomean}]}
     tree = git(repo.root, "rev-parse", f"{parent}^{{tree}}").strip()
@@ -93,3 +93,32 @@ def test_lines_left_by_a_crashed_append_are_ignored_and_dropped(kernel_repo):
     grown = _warm(repo)
     assert "half a line" not in records.read_text()
     assert grown == _full(repo)
+
+
+def _log_json(repo: Repo) -> list[dict]:
+    from kgit.archive import measure
+
+    kept = json.loads(repo.log_json())
+    plain = [{**a.to_json(), "devices": measure.by_device(a)} for a in repo.read()]
+    assert kept == json.loads(json.dumps(plain, default=str)), "the kept objects differ from rendering them now"
+    return kept
+
+
+def test_log_json_keeps_rendered_attempts_and_follows_growth_notes_and_damage(kernel_repo, run_kgit):
+    repo = Repo(kernel_repo)
+    rendered = repo.state / "cache" / "archive-log.jsonl"
+    assert [a["experiment"] for a in _log_json(repo)] == [0] and rendered.exists()
+    assert json.loads(run_kgit(kernel_repo, "log", "--json").output) == _log_json(repo)
+    branch, base = experiments.start(repo, "first idea", checkout=False)
+    one = _fake_attempt(repo, branch, base)
+    assert [a["sha"] for a in _log_json(repo)].count(one) == 1  # growth: the new attempt rendered and kept
+    assert rendered.read_bytes().count(b"\n") == 2
+    repo.add_note(one, {"device": "NVIDIA H200", "geomean_us": 1.0, "times": {}})  # a note: a new generation
+    noted = next(a for a in _log_json(repo) if a["sha"] == one)
+    assert noted["devices"]["NVIDIA H200"]["latest_us"] == 1.0 and noted["notes"][-1]["device"] == "NVIDIA H200"
+    good = rendered.read_bytes()
+    cut = good.index(b"\n") + 1
+    rendered.write_bytes(good[:cut - 12] + b"[broken" + good[cut - 5:])  # damaged in place, its length kept
+    assert len(rendered.read_bytes()) == len(good)
+    assert {a["sha"] for a in _log_json(repo)} == {one, base}
+    assert b"broken" not in rendered.read_bytes()

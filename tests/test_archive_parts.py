@@ -14,6 +14,7 @@ from kgit.archive import trailers as tr
 from kgit.archive.attempt import Attempt, parse_log
 from kgit.archive.refs import BadRefName, ExperimentRef
 from kgit.archive.repo import Repo
+from kgit_harness.result import Result
 from kgit.errors import EvaluationFailed, ExitCode, GitError, KgitError, UsageError
 
 
@@ -53,7 +54,7 @@ def _attempt(trailers) -> Attempt:
 
 def test_written_trailers_read_back_as_attributes():
     values = {"experiment": 4, "attempt": 2, "branch": "kgit/4-x", "base": "b" * 40, "hypothesis": "h",
-              **tr.from_result(RESULT), "speedup": 1.23456, "model": "m", "cost": 0.5, "tokens": 120.0}
+              **tr.from_result(Result(**RESULT)), "speedup": 1.23456, "model": "m", "cost": 0.5, "tokens": 120.0}
     lines = tr.lines(values)
     assert lines[:3] == [("Kgit-Experiment", "4"), ("Kgit-Attempt", "2"), ("Kgit-Branch", "kgit/4-x")]
     assert ("Kgit-Time-us", "n=2 15.240") in lines and ("Kgit-Tokens", "120") in lines
@@ -68,11 +69,11 @@ def test_written_trailers_read_back_as_attributes():
 
 
 def test_a_result_survives_the_trip_through_trailers():
-    a = _attempt(tr.lines({"experiment": 1, "attempt": 1, **tr.from_result(RESULT)}))
+    a = _attempt(tr.lines({"experiment": 1, "attempt": 1, **tr.from_result(Result(**RESULT))}))
     back = tr.to_result(a)
     assert back["status"] == "ok" and back["device"] == "NVIDIA H200" and back["geomean_us"] == 12.346
     assert back["shapes"] == [{"key": "n=1", "mean_us": 10.0}, {"key": "n=2", "mean_us": 15.24}]
-    failed = _attempt(tr.lines({"experiment": 1, **tr.from_result({"status": "incorrect", "device": ""})}))
+    failed = _attempt(tr.lines({"experiment": 1, **tr.from_result(Result(status="incorrect", device=""))}))
     assert tr.to_result(failed) == {"status": "incorrect", "reason": None, "device": "unknown", "timing": "none",
                                     "harness": "", "eval_s": 0.0}
 
@@ -157,6 +158,9 @@ def _from_raw_trailers(a: Attempt) -> dict:
                 out[t.attr] = float(one)
             except (TypeError, ValueError):
                 out[t.attr] = None
+        elif t.kind == "family":
+            out[t.attr] = {t.decode(k[len(t.key):]): v[-1] for k, v in a.trailers.items()
+                           if k.startswith(t.key) and len(k) > len(t.key)}  # a family key names something
         else:
             times = {}
             for value in values or []:
@@ -170,7 +174,8 @@ def _from_raw_trailers(a: Attempt) -> dict:
 
 
 LINE_KEYS = st.sampled_from(["Kgit-Experiment", "Kgit-Attempt", "Kgit-Time-us", "Kgit-Geomean-us", "Kgit-Status",
-                             "Kgit-Tokens", " Kgit-Status", "Kgit-Status ", "Kgit-Other"])
+                             "Kgit-Tokens", " Kgit-Status", "Kgit-Status ", "Kgit-Other",
+                             "Kgit-Target-gfx942", "Kgit-Target-sm-90a", "Kgit-Target-"])
 LINE_VALUES = st.text(alphabet="ab1.5e-x \t\u00a0\x1c:", max_size=16)
 
 

@@ -171,9 +171,9 @@ def test_evaluate_rev_goes_through_the_configured_backend(kernel_repo, tmp_path)
     script = tmp_path / "never-used-locally.sh"
     script.write_text("echo '{\"schema\": \"kgit.result/1\", \"status\": \"incorrect\", \"error\": \"remote says no\"}'\n")
     config = _config(backend="command", command=f"sh {script}")
-    doc = experiments.evaluate_rev(Repo(kernel_repo), config, BASELINE_TAG)
-    assert doc["status"] == "incorrect" and doc["error"] == "remote says no"
-    assert doc["worker"]["backend"] == "command"
+    judged = experiments.evaluate_rev(Repo(kernel_repo), config, BASELINE_TAG)
+    assert judged.status == "incorrect" and judged.error == "remote says no"
+    assert judged.worker["backend"] == "command"
 
 
 # -- the candidate folder and the command backend --------------------------------------

@@ -23,7 +23,7 @@ def test_offline_branches_name_their_base_and_progress_names_the_base_used(kerne
         # baseline, so nothing is re-timed.
         factor = next(speed)
         times = {key: us / factor for key, us in baseline.times.items()}
-        return {"status": "ok", "device": baseline.device, "timing": baseline.timing, "harness": baseline.harness,
+        return {"schema": "kgit.result/1", "status": "ok", "device": baseline.device, "timing": baseline.timing, "harness": baseline.harness,
                 "ranking": "mean", "eval_s": 0.1, "geomean_us": baseline.geomean / factor,
                 "shapes": [{"key": key, "mean_us": us} for key, us in times.items()]}
 

@@ -12,6 +12,7 @@ from kgit import remeasure
 from kgit.archive import cause, figures, notebook
 from kgit.archive.repo import Repo, parse_log
 from kgit.scientist import context
+from kgit_harness.result import Result
 
 
 def attempt(sha, experiment, when, device="NVIDIA H200", timing="events", geomean=10.0, status="ok", notes=""):
@@ -22,11 +23,11 @@ def attempt(sha, experiment, when, device="NVIDIA H200", timing="events", geomea
 
 
 def test_result_noise_is_the_geomeans_standard_error():
-    doc = {"ranking": "mean", "shapes": [{"mean_us": 100.0, "std_us": 10.0, "n": 100},
-                                         {"mean_us": 50.0, "std_us": 5.0, "n": 100}]}
+    doc = Result(ranking="mean", shapes=[{"key": "a", "mean_us": 100.0, "std_us": 10.0, "n": 100},
+                                         {"key": "b", "mean_us": 50.0, "std_us": 5.0, "n": 100}])
     # Each shape: 1% standard error; the geomean of two: sqrt(2) * 1% / 2.
     assert figures.result_noise(doc) == pytest.approx(0.01 * 2 ** 0.5 / 2)
-    assert figures.result_noise({"shapes": [{"mean_us": 1.0}]}) is None
+    assert figures.result_noise(Result(shapes=[{"key": "a", "mean_us": 1.0}])) is None
 
 
 @pytest.mark.parametrize("ratio, noise, word", [

@@ -15,6 +15,7 @@ import torch
 from kgit import config as config_mod
 from kgit.archive.repo import Repo
 from kgit.evaluation import buildfacts
+from kgit_harness.result import Result
 from kgit_harness import problem, targets
 
 DATA = Path(__file__).parent / "data" / "targets"
@@ -225,8 +226,8 @@ def _doc(status="ok", amd_builds=True):
            if amd_builds else {"builds": False, "error": "RuntimeError: boom", "kernels": []})
     nv = {"builds": True, "error": None, "kernels": [{"registers": 96, "shared_bytes": 1536, "spill_bytes": 8,
                                                       "occupancy": 4}]}
-    return {"status": status, "error": None, "reason": None,
-            "targets": {"triton": "3.9.0", "results": {"gfx942": amd, "sm_90a": nv}}}
+    return Result(status=status, error=None, reason=None, geomean_us=1.0,
+                  targets={"triton": "3.9.0", "results": {"gfx942": amd, "sm_90a": nv}})
 
 
 def test_trailers_one_per_target_and_their_round_trip():
@@ -235,7 +236,7 @@ def test_trailers_one_per_target_and_their_round_trip():
                      ("Kgit-Target-sm-90a", "builds; regs 96, smem 1.5 KiB, spill 8 B, occupancy 4"),
                      ("Kgit-Targets-Compiler", "triton 3.9.0, candidate-reported")]
     assert buildfacts.trailers(_doc(amd_builds=False))[0] == ("Kgit-Target-gfx942", "fails: RuntimeError: boom")
-    assert buildfacts.trailers({"status": "ok", "targets": None}) == []
+    assert buildfacts.trailers(Result(status="ok", geomean_us=1.0, targets=None)) == []
 
 
 @pytest.mark.parametrize("required", [False, True])
@@ -243,11 +244,11 @@ def test_require_targets_fails_an_attempt_that_does_not_build(required):
     config = config_mod.parse(f"require_targets: {str(required).lower()}\n")
     doc = buildfacts.apply_policy(_doc(amd_builds=False), config)
     if required:
-        assert doc["status"] == "compile-error" and doc["reason"] == "does not build for a declared target"
-        assert "gfx942 (MI300X): RuntimeError: boom" in doc["error"]
+        assert doc.status == "compile-error" and doc.reason == "does not build for a declared target"
+        assert "gfx942 (MI300X): RuntimeError: boom" in doc.error
     else:
-        assert doc["status"] == "ok" and doc["error"] is None
-    assert buildfacts.apply_policy(_doc(), config)["status"] == "ok"
+        assert doc.status == "ok" and doc.error is None
+    assert buildfacts.apply_policy(_doc(), config).status == "ok"
 
 
 def test_the_attempt_shows_its_targets_in_show_and_log(softmax_repo, run_kgit):

@@ -1,9 +1,11 @@
+import json
 import subprocess
 
 from kgit.archive import trailers as tr
 from kgit.archive.repo import parse_log
+from kgit_harness import result as result_mod
 
-from conftest import make_git_repo
+from conftest import fast_config_text, git, make_git_repo
 
 
 def _commit(repo, message):
@@ -69,3 +71,48 @@ def test_parse_log_skips_non_kgit_commits():
     assert attempts[0].experiment == 3 and attempts[0].attempt == 2 and attempts[0].subject == "s: speedup"
     assert attempts[0].times == {"k=1": 2.5}
     assert attempts[0].notes == [{"device": "x", "geomean_us": 1}]
+
+
+# -- the build-target family: written by both commit sites, read back by `kgit log --json` ------
+TARGET_FACTS = {"triton": "3.9.0", "results": {
+    "gfx942": {"builds": True, "error": None, "kernels": [{"vgpr": 128, "agpr": 0, "lds_bytes": 65536,
+                                                          "scratch_bytes": 0, "vgpr_spill": 0, "occupancy": 2}]},
+    "sm_90a": {"builds": False, "error": "RuntimeError: boom", "kernels": []}}}
+TARGET_LINES = {"gfx942": "builds; vgpr 128, lds 64 KiB, spill 0, occupancy 2", "sm_90a": "fails: RuntimeError: boom"}
+
+
+def _judged_with_targets(geomean_us: float) -> dict:
+    return result_mod.new("ok", device="Test GPU", timing="events", harness="test harness", geomean_us=geomean_us,
+                          shapes=[{"key": "n=1", "mean_us": geomean_us}], targets=TARGET_FACTS, eval_s=0.5)
+
+
+def test_init_and_every_attempt_carry_target_trailers_that_log_json_reads_back(tmp_path, monkeypatch, run_kgit):
+    from kgit import workflow
+    from kgit.archive.repo import Repo
+
+    monkeypatch.setattr(workflow.evaluate, "evaluate_tree", lambda *a, **k: _judged_with_targets(10.0))
+    root = make_git_repo(tmp_path / "k")
+    baseline = workflow.init(root, "vector_add", config_text=fast_config_text()).sha
+    repo, config = workflow.load(root)
+    branch, base = workflow.start(repo, "a change", checkout=False)
+    tree = git(root, "rev-parse", f"{base}^{{tree}}").strip()
+    with repo.lock("test"):
+        attempt = workflow.commit_attempt(repo, config, branch=branch, tree=tree, parent=base,
+                                          result=_judged_with_targets(8.0), author=None, model="human").sha
+    for sha in (baseline, attempt):
+        body = git(root, "show", "-s", "--format=%B", sha)
+        assert "Kgit-Target-gfx942: builds; vgpr 128" in body and "Kgit-Target-sm-90a: fails: RuntimeError" in body
+        assert "Kgit-Targets-Compiler: triton 3.9.0, candidate-reported" in body
+    logged = {a["sha"]: a for a in json.loads(run_kgit(root, "log", "--json").output)}
+    assert logged[baseline]["targets"] == logged[attempt]["targets"] == TARGET_LINES
+    assert {a.sha: a.targets for a in Repo(root).read()} == {baseline: TARGET_LINES, attempt: TARGET_LINES}
+
+
+def test_a_family_trailer_is_read_by_name_and_an_odd_key_is_not():
+    block = "Kgit-Experiment: 1\nKgit-Target-sm-90a: builds\nKgit-Target-gfx942: fails: x\nKgit-Target-a_b: no\n" \
+            "Kgit-Target-sm-90a:  builds; regs 96 \nKgit-Targets-Compiler: triton 3.9.0"
+    a = parse_log("\x1f".join(["b" * 40, "", "t" * 40, "n", "e", "2", f"s\n\n{block}\n", ""]))[0]
+    assert a.targets == {"sm_90a": "builds; regs 96", "gfx942": "fails: x"}  # the last of a repeated key wins
+    assert a.targets == {tr.family_of(k)[1]: v[-1] for k, v in a.trailers.items() if tr.family_of(k)}
+    assert a.targets_compiler == "triton 3.9.0"
+    assert tr.lines({"targets": {"sm_90a": "builds"}}) == [("Kgit-Target-sm-90a", "builds")]

@@ -200,7 +200,7 @@ def test_base_from_another_device_is_retimed_and_noted(kernel_repo, run_kgit):
 
     repo = Repo(kernel_repo)
     branch, base = experiments.start(repo, "pretend H200 result", checkout=False)
-    fake = {"status": "ok", "device": "NVIDIA H200", "timing": "events", "harness": "other",
+    fake = {"schema": "kgit.result/1", "status": "ok", "device": "NVIDIA H200", "timing": "events", "harness": "other",
             "ranking": "mean", "geomean_us": 5.0, "eval_s": 1.0,
             "shapes": [{"key": "size=4096", "mean_us": 5.0}, {"key": "size=65536", "mean_us": 5.0}]}
     tree = git(kernel_repo, "rev-parse", "HEAD^{tree}").strip()

@@ -51,14 +51,47 @@ class Attempt:
         """
         last: dict[str, str] = {}
         repeated: dict[str, list[str]] = {}
+        families: dict[str, dict[str, str]] = {}
         for line in self.block.split("\n"):
             key, sep, value = line.partition(":")
-            if sep and key in _REPEATED:
+            if not sep:
+                continue
+            if key in _REPEATED:
                 repeated.setdefault(key, []).append(value)
-            elif sep and key in tr.BY_KEY:
+            elif key in tr.BY_KEY:
                 last[key] = value
-        return {t.attr: _CONVERT[t.kind](t, repeated.get(t.key) if t.kind == "times" else last.get(t.key))
-                for t in tr.SCHEMA}
+            elif key.startswith(_FAMILY_PREFIXES):
+                found = tr.family_of(key)
+                if found:
+                    families.setdefault(found[0].attr, {})[found[1]] = value.strip()
+        # Kind by kind rather than a converter call per row: this runs 100,000 times.
+        out = {}
+        for key, attr, default in _TEXT:
+            raw = last.get(key)
+            out[attr] = default if raw is None else raw.strip()
+        for key, attr in _INT:
+            raw = last.get(key)
+            if raw is None:
+                out[attr] = 0
+            else:
+                try:
+                    out[attr] = int(raw.strip())
+                except ValueError:  # a hand-edited commit: -1 keeps it out of the baseline and every experiment
+                    out[attr] = -1
+        for key, attr in _FLOAT:
+            raw = last.get(key)
+            if raw is None:
+                out[attr] = None
+            else:
+                try:
+                    out[attr] = float(raw.strip())  # float() alone keeps some characters strip() removes
+                except ValueError:
+                    out[attr] = None
+        for key, attr in _TIMES:
+            out[attr] = _times(repeated.get(key))
+        for attr in _FAMILY_ATTRS:
+            out[attr] = families.get(attr, {})
+        return out
 
     @functools.cached_property
     def notes(self) -> list[dict]:
@@ -68,17 +101,6 @@ class Attempt:
         """The last value of trailer `key` (stripped), or `default`."""
         values = self.trailers.get(key)
         return values[-1] if values else default
-
-    @property
-    def targets(self) -> dict[str, str]:
-        """{build target: its Kgit-Target-<name> trailer}, e.g. {"gfx942": "builds; vgpr 128, ..."}.
-
-        One trailer per target, so the keys are not rows of the schema table.
-        """
-        from kgit_harness.targets import name_of_key
-
-        return {name_of_key(key[len("Kgit-Target-"):]): values[-1] for key, values in self.trailers.items()
-                if key.startswith("Kgit-Target-") and values}
 
     @property
     def is_baseline(self) -> bool:
@@ -102,33 +124,11 @@ class Attempt:
         values = self._values
         for name, attr in _IN_JSON:
             out[name] = values[attr]
-        out.update(author=self.author, time=self.time, subject=self.subject, notes=self.notes, targets=self.targets)
+        out.update(author=self.author, time=self.time, subject=self.subject, notes=self.notes)
         return out
 
 
-def _text(t: tr.Trailer, raw: str | None):
-    return t.default if raw is None else raw.strip()
-
-
-def _int(t: tr.Trailer, raw: str | None) -> int:
-    # A hand-edited commit may carry anything here; -1 keeps it out of the
-    # baseline (0) and out of every real experiment instead of breaking `kgit log`.
-    try:
-        return int("0" if raw is None else raw.strip())
-    except ValueError:
-        return -1
-
-
-def _float(t: tr.Trailer, raw: str | None) -> float | None:
-    if raw is None:
-        return None
-    try:
-        return float(raw.strip())  # float() alone keeps some characters strip() removes (\x1c-\x1f)
-    except ValueError:
-        return None
-
-
-def _times(t: tr.Trailer, raws: list[str] | None) -> dict[str, float]:
+def _times(raws: list[str] | None) -> dict[str, float]:
     """{shape: us} from the repeated `<shape> <us>` lines."""
     out = {}
     for value in raws or ():
@@ -140,8 +140,13 @@ def _times(t: tr.Trailer, raws: list[str] | None) -> dict[str, float]:
     return out
 
 
-_CONVERT = {"text": _text, "int": _int, "float": _float, "times": _times}
+_TEXT = [(t.key, t.attr, t.default) for t in tr.SCHEMA if t.kind == "text"]
+_INT = [(t.key, t.attr) for t in tr.SCHEMA if t.kind == "int"]
+_FLOAT = [(t.key, t.attr) for t in tr.SCHEMA if t.kind == "float"]
+_TIMES = [(t.key, t.attr) for t in tr.SCHEMA if t.kind == "times"]
+_FAMILY_ATTRS = [t.attr for t in tr.FAMILIES]
 _REPEATED = {t.key for t in tr.SCHEMA if t.kind == "times"}
+_FAMILY_PREFIXES = tuple(t.key for t in tr.FAMILIES)
 for _t in tr.SCHEMA:
     setattr(Attempt, _t.attr, property(lambda self, _a=_t.attr: self._values[_a], doc=f"The {_t.key} trailer."))
 _IN_JSON = [(t.json, t.attr) for t in tr.SCHEMA if t.json]

@@ -7,18 +7,26 @@ time. The cache is dropped, and the archive read whole, when anything happened t
 growth does not explain: a branch deleted or moved sideways, a new baseline, a new
 notes commit (re-measurements attach to old commits), or a different cache format.
 
-Two files: `archive-records.jsonl`, one attempt per line, only ever appended to (so
-growth costs the new lines, not a rewrite of 100 MB), and `archive-state.json`, the
-tips and how many of those lines (and bytes) are valid (a crash mid-append leaves
-extra lines, which are ignored). JSON, not pickle: evaluated code may be able to write
-here on some hosts, and loading must not run anything. All 100,000 lines are read
-with one orjson call, with the garbage collector paused.
+Two files: `archive-records.jsonl`, one JSON array per attempt, separated by commas
+and only ever appended to (so growth costs the new records, not a rewrite of 100 MB),
+and `archive-state.json`, the tips, how many records (and bytes) are valid (a crash
+mid-append leaves extra bytes, which are ignored) and a `generation` that changes
+whenever the records are written whole. JSON, not pickle: evaluated code may be able
+to write here on some hosts, and loading must not run anything. All 100,000 records
+are read with one orjson call, and written with one, with the garbage collector paused.
+
+Beside them, `archive-log.jsonl` and `archive-log-state.json` keep each attempt's
+`kgit log --json` object, rendered, for one generation of the records (`log_json`):
+an attempt's object depends only on its record, and every change of a record (a new
+note) starts a new generation.
 """
 
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
+import operator
 import os
 import uuid
 from contextlib import contextmanager
@@ -28,8 +36,9 @@ import orjson
 
 from kgit.archive.attempt import Attempt
 
-FORMAT = 3
+FORMAT = 4
 _ATTEMPT_FIELDS = ("sha", "parents", "tree", "author", "email", "time", "subject", "block", "raw_notes")
+_record = operator.attrgetter(*_ATTEMPT_FIELDS)
 
 
 def _paths(repo) -> tuple[Path, Path]:
@@ -37,14 +46,19 @@ def _paths(repo) -> tuple[Path, Path]:
     return root / "archive-state.json", root / "archive-records.jsonl"
 
 
+def _log_paths(repo) -> tuple[Path, Path]:
+    root = repo.state / "cache"
+    return root / "archive-log-state.json", root / "archive-log.jsonl"
+
+
 def _load(state_path: Path, records_path: Path):
     try:
         state = json.loads(state_path.read_text(encoding="utf-8"))
-        if not isinstance(state, dict) or state.get("format") != FORMAT:
+        if not isinstance(state, dict) or state.get("format") != FORMAT or not state.get("generation"):
             return None, None
         size = state["bytes"]
-        # Every line but the file's first starts with a comma, so "[" + the valid bytes
-        # + "]" is one JSON array: one parse for the whole archive, read in place.
+        # The records are comma-separated, so "[" + the valid bytes + "]" is one JSON
+        # array: one parse for the whole archive, read in place.
         buf = bytearray(size + 2)
         with open(records_path, "rb") as f:
             if f.readinto(memoryview(buf)[1:size + 1]) != size:
@@ -74,10 +88,6 @@ def gc_paused():
             gc.enable()
 
 
-def _line(attempt, first: bool) -> bytes:
-    return (b"" if first else b",") + orjson.dumps([getattr(attempt, f) for f in _ATTEMPT_FIELDS]) + b"\n"
-
-
 def _attempt(record: list) -> Attempt:
     return Attempt(*record)
 
@@ -97,7 +107,9 @@ def _save(state_path: Path, records_path: Path, state: dict, attempts: list, app
 
     `append_at` is the byte length of the valid records (None: rewrite them all).
     """
-    data = b"".join(_line(a, append_at in (None, 0) and i == 0) for i, a in enumerate(attempts))
+    data = orjson.dumps([_record(a) for a in attempts])[1:-1]  # one call; the array's brackets off
+    if data and append_at:
+        data = b"," + data
     try:
         state_path.parent.mkdir(parents=True, exist_ok=True)
         if append_at is None:
@@ -130,15 +142,89 @@ def _grew(old_tip: str, new_tip: str, new_by_sha: dict) -> bool:
 
 def read(repo, refs: dict[str, str], log) -> list:
     with gc_paused():
-        return _read(repo, refs, log)
+        return _read(repo, refs, log)[0]
 
 
-def _read(repo, refs: dict[str, str], log) -> list:
+def log_json(repo, refs: dict[str, str], log, render) -> bytes:
+    """The archive as one JSON array of `render(attempt)` objects (bytes, compact), in
+    `read`'s order; each object is rendered once per generation of the records and kept."""
+    with gc_paused():
+        attempts, generation = _read(repo, refs, log)
+        state_path, lines_path = _log_paths(repo)
+        kept_bytes, kept = _load_rendered(state_path, lines_path, generation)
+        pieces = [kept.get(a.sha) for a in attempts]
+        fresh = []
+        for i, a in enumerate(attempts):
+            if pieces[i] is None:
+                pieces[i] = render(a)
+                fresh.append(pieces[i])
+        if fresh:
+            _save_rendered(state_path, lines_path, generation, fresh, kept_bytes)
+        return b"[" + b",".join(pieces) + b"]"
+
+
+_SHA_AT = len(b'{"sha":"')  # every rendered object starts with its sha (Attempt.to_json)
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(part)
+    return h.hexdigest()
+
+
+def _load_rendered(state_path: Path, lines_path: Path, generation: str) -> tuple[bytes, dict]:
+    """(the kept bytes, {sha: its rendered object}) for this generation of the records; (b"", {}) if none.
+
+    The digest catches a damaged or half-written file (it is printed as it is, so it must
+    be exactly what was rendered); like the records, the file is not proof against
+    someone who rewrites it and its state together.
+    """
+    try:
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+        if not isinstance(state, dict) or state.get("format") != FORMAT or state.get("generation") != generation:
+            return b"", {}
+        with open(lines_path, "rb") as f:
+            data = f.read(state["bytes"])
+        if len(data) != state["bytes"] or _digest(data) != state["digest"]:
+            return b"", {}
+        # Compact JSON holds no raw newline, so the lines are the objects.
+        lines = data.split(b"\n")[:-1]
+        if not all(line.startswith(b'{"sha":"') for line in lines):
+            return b"", {}
+        return data, {line[_SHA_AT:_SHA_AT + 40].decode("ascii", "replace"): line for line in lines}
+    except (OSError, ValueError, KeyError, TypeError):
+        return b"", {}
+
+
+def _save_rendered(state_path: Path, lines_path: Path, generation: str, rendered: list, kept: bytes):
+    """Best effort, as `_save`: the rendered objects of new attempts appended to the `kept` bytes
+    (or written alone when none were kept), with the digest of the whole."""
+    data = b"".join(text + b"\n" for text in rendered)
+    try:
+        state_path.parent.mkdir(parents=True, exist_ok=True)
+        if kept:
+            with open(lines_path, "r+b") as f:
+                f.truncate(len(kept))  # what another reader appended since is not covered by our digest
+                f.seek(len(kept))
+                f.write(data)
+        else:
+            state_path.unlink(missing_ok=True)
+            tmp = lines_path.with_name(f"{lines_path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, lines_path)
+        _write_state(state_path, {"format": FORMAT, "generation": generation, "bytes": len(kept) + len(data),
+                                  "digest": _digest(kept, data)})
+    except OSError:
+        pass
+
+
+def _read(repo, refs: dict[str, str], log) -> tuple[list, str]:
     """The archive, from the cache plus ONE `git log` over what is new (or everything).
 
     `refs` maps each kgit ref (branches, "baseline", "notes") to its sha; `log(exclude)`
     runs the archive's `git log`, less what is reachable from the shas `exclude`, and
-    returns its attempts.
+    returns its attempts. Also returns the records' generation.
     """
     state_path, records_path = _paths(repo)
     cached, records = _load(state_path, records_path)
@@ -147,6 +233,7 @@ def _read(repo, refs: dict[str, str], log) -> list:
               and cached["notes"] == refs.get("notes") and all(ref in tips for ref in cached["tips"]))
     state = {"format": FORMAT, "baseline": refs.get("baseline"), "notes": refs.get("notes"), "tips": tips}
     if usable:
+        state["generation"] = cached["generation"]
         # Everything reachable from these is in the cache already (the baseline included).
         old_tips = sorted(set(cached["tips"].values()) | {cached["baseline"]})
         new = log(old_tips)
@@ -159,9 +246,10 @@ def _read(repo, refs: dict[str, str], log) -> list:
             new = [a for a in new if a.sha not in known]
             if new or tips != cached["tips"]:
                 _save(state_path, records_path, {**state, "lines": len(records) + len(new)}, new, cached["bytes"])
-            return new + [_attempt(r) for r in records]
+            return new + [_attempt(r) for r in records], state["generation"]
+    state["generation"] = uuid.uuid4().hex  # a new generation: every record may have changed
     attempts = log([])
     seen: set = set()
     attempts = [a for a in attempts if not (a.sha in seen or seen.add(a.sha))]
     _save(state_path, records_path, {**state, "lines": len(attempts)}, attempts, None)
-    return attempts
+    return attempts, state["generation"]

@@ -22,10 +22,11 @@ def of_error(error: str | None) -> str:
     return flat if len(flat) <= CHARS else flat[: CHARS - 3] + "..."
 
 
-def trailer(doc: dict) -> list:
-    if doc.get("status") == "ok":
+def trailer(result) -> list:
+    """[("Kgit-Cause", its one line)] for a failed harness `Result`."""
+    if result.status == "ok":
         return []
-    text = of_error(doc.get("error"))
+    text = of_error(result.error)
     return [(TRAILER, text)] if text else []
 
 

@@ -29,11 +29,11 @@ def is_interpreter(timing: str | None, device: str | None = None) -> bool:
     return timing == INTERPRETER or (device or "").lower() == "cpu"
 
 
-def result_noise(doc: dict) -> float | None:
-    """Relative standard error of a result's geomean, from each shape's spread and repetitions."""
-    stat = (doc.get("ranking") or "mean") + "_us"
+def result_noise(result) -> float | None:
+    """Relative standard error of a result's geomean (a harness `Result`), from each shape's spread and repetitions."""
+    stat = (result.ranking or "mean") + "_us"
     errors = []
-    for shape in doc.get("shapes") or []:
+    for shape in result.shapes:
         mean, std, n = shape.get(stat) or shape.get("mean_us"), shape.get("std_us"), shape.get("n")
         if mean and std is not None and n and n > 1 and mean > 0:
             errors.append(std / math.sqrt(n) / mean)
@@ -43,8 +43,8 @@ def result_noise(doc: dict) -> float | None:
     return math.sqrt(sum(e * e for e in errors)) / len(errors)
 
 
-def noise_trailer(doc: dict) -> list:
-    noise = result_noise(doc)
+def noise_trailer(result) -> list:
+    noise = result_noise(result)
     return [] if noise is None else [(NOISE_TRAILER, f"{100 * noise:.3f}%")]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from kgit_harness.result import geomean
+from kgit_harness.result import Result, geomean
 
 
 def comparable(attempt, device: str, harness: str) -> dict | None:
@@ -19,19 +19,20 @@ def comparable(attempt, device: str, harness: str) -> dict | None:
     return matches[-1] if matches else None
 
 
-def note_record(doc: dict, tag: str | None = None) -> dict:
+def note_record(result: Result, tag: str | None = None) -> dict:
     """A measurement as stored in refs/notes/kgit (see docs/archive.md)."""
     return {
-        "device": doc.get("device"), "harness": doc.get("harness"), "timing": doc.get("timing"),
-        "status": doc.get("status"), "geomean_us": doc.get("geomean_us"),
-        "times": result_times(doc), "tag": tag, "when": int(time.time()),
-        "versions": doc.get("versions", {}),
+        "device": result.device, "harness": result.harness, "timing": result.timing,
+        "status": result.status, "geomean_us": result.geomean_us,
+        "times": result_times(result), "tag": tag, "when": int(time.time()),
+        "versions": result.versions,
     }
 
 
-def result_times(doc: dict) -> dict[str, float]:
-    stat = (doc.get("ranking") or "mean") + "_us"
-    return {s["key"]: s[stat] for s in doc.get("shapes") or [] if s.get(stat) is not None}
+def result_times(result: Result) -> dict[str, float]:
+    """{shape: time} of a result, by its ranking statistic (mean or min)."""
+    stat = (result.ranking or "mean") + "_us"
+    return {s["key"]: s[stat] for s in result.shapes if s.get(stat) is not None}
 
 
 def ratio(before: dict | None, after_geomean: float | None, after_times: dict) -> float | None:

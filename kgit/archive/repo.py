@@ -17,9 +17,11 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+import orjson
+
 from kgit.cleanup import remove_tree
 from kgit.archive import cache as archive_cache
-from kgit.archive import command
+from kgit.archive import command, measure
 from kgit.archive import trailers as tr
 from kgit.archive.attempt import LOG_FORMAT, Attempt, parse_log, parse_records  # noqa: F401  (Attempt, parse_log: the archive's API)
 from kgit.archive.refs import BASELINE_TAG, BRANCH_PREFIX, NOTES_REF, ExperimentRef
@@ -251,12 +253,21 @@ class Repo:
     def read(self) -> list[Attempt]:
         """Every attempt (and the baseline), newest first, from ONE git log call.
 
-        The call covers only commits new since the last read (kgit/archive_cache.py).
+        The call covers only commits new since the last read (kgit/archive/cache.py).
         """
         refs = self.kgit_refs()
-        baseline = refs.get("baseline")
-        if not baseline:
-            return []
+        return archive_cache.read(self, refs, self._log(refs["baseline"])) if refs.get("baseline") else []
+
+    def log_json(self) -> bytes:
+        """`kgit log --json`: one compact JSON array, an object per attempt in `read()`'s order
+        (`Attempt.to_json()` and its `devices`), rendered once and kept in the cache."""
+        refs = self.kgit_refs()
+        if not refs.get("baseline"):
+            return b"[]"
+        return archive_cache.log_json(self, refs, self._log(refs["baseline"]), _render_for_log)
+
+    def _log(self, baseline: str):
+        """`log(exclude)`: the archive's attempts from one `git log`, less what the shas `exclude` reach."""
         args = ["log", "-z", f"--format={LOG_FORMAT}", f"--notes={NOTES_REF}",
                 f"--branches={BRANCH_PREFIX}*", baseline, "--not", f"{baseline}^@"]
 
@@ -266,7 +277,7 @@ class Repo:
             return parse_records(command.records(self._git, [*args, "--stdin"],
                                                  input="".join(f"^{sha}\n" for sha in exclude)))
 
-        return archive_cache.read(self, refs, log)
+        return log
 
     def kgit_refs(self) -> dict[str, str]:
         """Sha of every experiment branch (by full ref name), plus "baseline" and "notes"."""
@@ -353,6 +364,10 @@ class Repo:
                 removed += 1
         self.git("worktree", "prune", check=False)
         return removed
+
+
+def _render_for_log(attempt: Attempt) -> bytes:
+    return orjson.dumps({**attempt.to_json(), "devices": measure.by_device(attempt)}, default=str)
 
 
 def _owner_alive(name: str) -> bool:

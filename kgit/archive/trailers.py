@@ -4,7 +4,8 @@
 `Attempt`, how its value is written and read, and which field of a harness result it
 carries. Writing (`lines`, `from_result`), reading (`kgit.archive.attempt`) and turning
 an attempt back into a result (`to_result`) all come from it, so a new trailer is one
-row here.
+row here. A family row (kind "family") stands for one trailer per name: its key is a
+prefix, `Kgit-Target-<name>` for each build target (docs/targets.md).
 
 The lowercase word "speedup" appears only in messages of timed, correct attempts, so
 `git log --all --grep speedup` lists exactly those; everything else kgit quotes
@@ -18,6 +19,8 @@ from dataclasses import dataclass, field
 
 from kgit.archive import cause, figures
 from kgit.archive.measure import result_times
+from kgit_harness import targets as harness_targets
+from kgit_harness.result import Result
 
 _SPEEDUP = re.compile(r"speedup", re.I)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -108,15 +111,19 @@ def strip_trailers(body: str) -> list[str]:
 class Trailer:
     """One trailer key of kgit's attempt commits."""
 
-    key: str
+    key: str  # for a family: the prefix, the name follows it
     attr: str  # the Attempt attribute that reads it
-    kind: str = "text"  # text | int | float | times ("<shape> <us>", one line per shape)
+    # text | int | float | times ("<shape> <us>", one line per shape) | family ({name: text},
+    # one trailer per name, the name written as `encode` says and read back with `decode`)
+    kind: str = "text"
     default: object = None  # what the attribute is when the commit has no such trailer
     fmt: str = "{}"  # how a number is written; strings are written as they are
     result: str | None = None  # the harness result field it carries (from_result, to_result)
     result_default: object = None  # written when the result leaves that field empty
     ok_only: bool = False  # carried only by a correct, timed result
     json: str | None = None  # its key in `Attempt.to_json()` (`kgit log --json`)
+    encode: object = None  # a family's name -> the key's tail (git trailer keys allow letters, digits, "-")
+    decode: object = None  # and back
 
 
 # In the order kgit writes them.
@@ -145,9 +152,23 @@ SCHEMA = (
     Trailer("Kgit-Cost-USD", "cost", "float", fmt="{:.4f}", json="cost_usd"),
     Trailer("Kgit-Tokens", "tokens", "float", fmt="{:d}", json="tokens"),
     Trailer("Kgit-Squash-Of", "squash_of"),
+    # Build facts (issue 14): one trailer per declared target, then which Triton made them.
+    Trailer("Kgit-Target-", "targets", "family", default={}, json="targets",
+            encode=harness_targets.key_of_name, decode=harness_targets.name_of_key),
+    Trailer("Kgit-Targets-Compiler", "targets_compiler"),
 )
 BY_ATTR = {t.attr: t for t in SCHEMA}
-BY_KEY = {t.key: t for t in SCHEMA}
+BY_KEY = {t.key: t for t in SCHEMA if t.kind != "family"}
+FAMILIES = tuple(t for t in SCHEMA if t.kind == "family")
+_FAMILY_TAIL = re.compile(r"[A-Za-z0-9-]+")
+
+
+def family_of(key: str) -> tuple[Trailer, str] | None:
+    """(the family row, the name) of a trailer key such as `Kgit-Target-sm-90a`, or None."""
+    for t in FAMILIES:
+        if key.startswith(t.key) and _FAMILY_TAIL.fullmatch(key, len(t.key)):
+            return t, t.decode(key[len(t.key):])
+    return None
 
 
 def lines(values: dict) -> list[tuple[str, str]]:
@@ -162,6 +183,8 @@ def lines(values: dict) -> list[tuple[str, str]]:
             continue
         if t.kind == "times":
             out += [(t.key, f"{shape} {t.fmt.format(us)}") for shape, us in value.items()]
+        elif t.kind == "family":
+            out += [(t.key + t.encode(name), text) for name, text in value.items()]
         elif isinstance(value, str):
             out.append((t.key, value))
         else:
@@ -169,24 +192,35 @@ def lines(values: dict) -> list[tuple[str, str]]:
     return out
 
 
-def from_result(doc: dict) -> dict:
+def from_result(result: Result) -> dict:
     """The trailer values (by attribute) that carry a harness result."""
-    ok = doc["status"] == "ok"
+    ok = result.status == "ok"
     values = {}
     for t in SCHEMA:
         if t.result is None or (t.ok_only and not ok):
             continue
         if t.kind == "times":
-            values[t.attr] = result_times(doc)
+            values[t.attr] = result_times(result)
             continue
-        value = doc.get(t.result)
+        value = getattr(result, t.result)
         if value is None or value == "":
             value = t.result_default
         values[t.attr] = value
-    # Two trailers are derived from the result rather than copied from a field.
-    for key, value in (figures.noise_trailer(doc) if ok else []) + cause.trailer(doc):
+    # The rest are derived from the result rather than copied from a field.
+    for key, value in (figures.noise_trailer(result) if ok else []) + cause.trailer(result):
         values[BY_KEY[key].attr] = value
+    values.update(target_values(result))
     return values
+
+
+def target_values(result: Result) -> dict:
+    """The build-facts trailers' values of a result: {name: its line} per target, and the compiler."""
+    facts = result.targets or {}
+    results = facts.get("results") or {}
+    if not results:
+        return {}
+    return {"targets": {name: harness_targets.trailer_value(res) for name, res in results.items()},
+            "targets_compiler": f"triton {facts.get('triton') or 'unknown'}, candidate-reported"}
 
 
 def to_result(attempt) -> dict:

@@ -11,37 +11,37 @@ from __future__ import annotations
 
 import re
 
-from kgit_harness import targets as harness_targets
+from kgit.archive import trailers as tr
+from kgit_harness.result import Result
 
-TRAILER_PREFIX = "Kgit-Target-"  # + the target's name, "_" written "-" (git trailer keys allow no "_")
+TRAILER_PREFIX = tr.BY_ATTR["targets"].key  # + the target's name, "_" written "-"
+
 # Names a build target in prose: the hardware it stands for.
 HARDWARE = {"gfx942": "MI300X", "gfx950": "MI350X", "gfx90a": "MI250X", "sm_90a": "H100/H200", "sm_90": "H100/H200",
             "sm_80": "A100"}
 
 
-def trailers(doc: dict) -> list[tuple[str, str]]:
-    """One trailer per build target, then which Triton made the facts."""
-    facts = doc.get("targets") or {}
-    results = facts.get("results") or {}
-    out = [(TRAILER_PREFIX + harness_targets.key_of_name(name), harness_targets.trailer_value(res))
-           for name, res in results.items()]
-    if out:
-        out.append(("Kgit-Targets-Compiler", f"triton {facts.get('triton') or 'unknown'}, candidate-reported"))
-    return out
+def trailers(result) -> list[tuple[str, str]]:
+    """One trailer per build target, then which Triton made the facts: the trailer table's
+    family rows (kgit/archive/trailers.py), which every attempt commit writes. `result` is
+    a harness `Result`, or its document as an evaluator answers it."""
+    if isinstance(result, dict):
+        result = Result.from_dict(result)
+    return tr.lines(tr.target_values(result))
 
 
-def apply_policy(doc: dict, config) -> dict:
-    """With `require_targets`, an ok result whose kernels do not build for a target fails."""
-    if not getattr(config, "require_targets", False) or doc.get("status") != "ok":
-        return doc
-    results = (doc.get("targets") or {}).get("results") or {}
+def apply_policy(result, config):
+    """With `require_targets`, an ok result (a harness `Result`) whose kernels do not build for a target fails."""
+    if not getattr(config, "require_targets", False) or result.status != "ok":
+        return result
+    results = (result.targets or {}).get("results") or {}
     failing = [n for n, r in results.items() if r.get("builds") is False]
     if failing:
         lines = [f"{n} ({HARDWARE.get(n, n)}): {results[n].get('error')}" for n in failing]
-        doc.update(status="compile-error", reason="does not build for a declared target",
-                   error="The kernel is correct on this machine but does not build for the declared target(s) "
-                         "(require_targets is on):\n" + "\n".join(lines))
-    return doc
+        result.status, result.reason = "compile-error", "does not build for a declared target"
+        result.error = ("The kernel is correct on this machine but does not build for the declared target(s) "
+                        "(require_targets is on):\n" + "\n".join(lines))
+    return result
 
 
 def short(targets: dict[str, str]) -> str:

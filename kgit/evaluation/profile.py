@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kgit.cleanup import remove_tree
 from kgit.errors import KgitError
 
 # The metrics of the recorded H200 run (tests/data/ncu/), one ncu replay set.
@@ -287,7 +288,7 @@ def profile(repo, config, rev: str, choice: str = "auto", devices_env: dict | No
                   "device": plan.get("device"), "when": int(time.time()),
                   "wall_s": round(time.monotonic() - started, 1), "shapes": per_shape(rows, plan)}
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree(scratch)  # the profiled candidate shaped it: a hostile tree defeats rmtree
     repo.add_note(sha, record)
     return record
 

@@ -85,11 +85,11 @@ def devices_table(attempts) -> str:
     return tabulate(rows, headers=headers, tablefmt="simple")
 
 
-def shape_table(result: dict, before: dict | None = None) -> str:
-    """Per-shape statistics of one result, against `before` times (key -> us) when given."""
-    ranking = result.get("ranking") or "mean"
+def shape_table(result, before: dict | None = None) -> str:
+    """Per-shape statistics of one harness `Result`, against `before` times (key -> us) when given."""
+    ranking = result.ranking or "mean"
     rows = []
-    for s in result.get("shapes") or []:
+    for s in result.shapes:
         row = [s["key"], _num(s.get("mean_us"), "{:.2f}"), _num(s.get("median_us"), "{:.2f}"),
                _num(s.get("min_us"), "{:.2f}"), _num(s.get("std_us"), "{:.2f}"), s.get("n")]
         if before is not None:
@@ -103,20 +103,22 @@ def shape_table(result: dict, before: dict | None = None) -> str:
     return tabulate(rows, headers=headers, tablefmt="simple")
 
 
-def result_summary(result: dict) -> str:
-    lines = [f"status: {result['status']}" + (f" ({result['reason']})" if result.get("reason") else ""),
-             f"device: {result.get('device')}  timing: {result.get('timing')}  ranking: {result.get('ranking')}"]
-    if result.get("timing") == "interpreter":
+def result_summary(judged) -> str:
+    """One evaluation (kgit.evaluation.evaluated.Evaluation) for the terminal."""
+    result = judged.result
+    lines = [f"status: {result.status}" + (f" ({result.reason})" if result.reason else ""),
+             f"device: {result.device}  timing: {result.timing}  ranking: {result.ranking}"]
+    if result.timing == "interpreter":
         lines.append("note: measured in the Triton CPU interpreter; the figures say nothing about GPU speed.")
-    missing = (result.get("sandbox") or {}).get("missing")
+    missing = (judged.sandbox or {}).get("missing")
     if missing:
         lines.append("sandbox: not applied: " + "; ".join(missing) + " (docs/sandbox.md)")
-    if result.get("geomean_us") is not None:
-        lines.append(f"geomean: {result['geomean_us']:.2f} us")
-    if result.get("shapes"):
+    if result.geomean_us is not None:
+        lines.append(f"geomean: {result.geomean_us:.2f} us")
+    if result.shapes:
         lines += ["", shape_table(result)]
-    if result.get("error"):
-        lines += ["", "error:", result["error"].rstrip()[-3000:]]
+    if result.error:
+        lines += ["", "error:", result.error.rstrip()[-3000:]]
     from kgit.evaluation.buildfacts import trailers
 
     lines += [f"{key[len('Kgit-'):].lower()}: {value}" for key, value in trailers(result)]

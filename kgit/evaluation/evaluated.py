@@ -1,0 +1,78 @@
+"""One evaluation as kgit holds it: the harness's validated `Result` and what kgit adds.
+
+The harness's result travels as a kgit.result/1 JSON document (the judge's result pipe,
+a command evaluator's output, a Ray task's return), and an evaluator hands kgit that
+document. `Evaluation.of` validates it once, at that boundary; past it the workflow,
+evolve, remeasure, the review views and the CLI read typed fields, never string keys,
+and the archive maps the `Result` to trailers and notes (kgit/archive/trailers.py,
+measure.py). `to_document` is the document again, for JSON output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kgit_harness import result as result_mod
+from kgit_harness.result import Result
+
+# The keys kgit's evaluators add to the harness's document (kgit/evaluation/child.py, backends.py).
+KGIT_KEYS = ("stdout", "stderr", "sandbox", "worker")
+
+
+@dataclass
+class Evaluation:
+    """The harness's `Result` of one candidate, with where and how kgit ran it.
+
+    `result.eval_s` is kgit's own clock around the whole evaluation for a local one (the
+    child writes it over the judge's), the evaluator's figure otherwise.
+    """
+
+    result: Result
+    stdout: str | None = None  # the judge's and runner's output, bounded (evaluator.max_output_bytes)
+    stderr: str | None = None
+    sandbox: dict | None = None  # the runner's confinement: namespaces, applied, missing
+    worker: dict | None = None  # where it ran: backend, host, device (the slot's tag), env
+
+    @classmethod
+    def of(cls, evaluated) -> "Evaluation":
+        """An evaluator's answer (a result document, a Result, or an Evaluation) as an Evaluation.
+
+        Raises ValueError for a document that is not a kgit.result/1 result.
+        """
+        if isinstance(evaluated, Evaluation):
+            return evaluated
+        if isinstance(evaluated, Result):
+            return cls(evaluated)
+        result = Result.from_dict(evaluated)
+        added = {key: result.extra.pop(key) for key in KGIT_KEYS if key in result.extra}
+        return cls(result, **added)
+
+    @classmethod
+    def new(cls, status: str, **fields) -> "Evaluation":
+        """A result kgit makes itself (a rejected edit, a timeout), stamped with this harness."""
+        return cls.of(result_mod.new(status, **fields))
+
+    def to_document(self) -> dict:
+        doc = self.result.to_dict()
+        doc.update({key: getattr(self, key) for key in KGIT_KEYS if getattr(self, key) is not None})
+        return doc
+
+    # status, geomean_us, device, harness, timing, reason, error: read through to `result` (below).
+    @property
+    def ok(self) -> bool:
+        return self.result.status == "ok"
+
+    @property
+    def race(self) -> dict | None:
+        """A stopped result's race (harness/racing.py): incumbent, shapes timed of how many, how much slower."""
+        return self.result.extra.get("race")
+
+    @property
+    def slot(self) -> str | None:
+        """The device tag of the slot it ran in (a GPU index, "cpu"), when the evaluator said."""
+        return (self.worker or {}).get("device")
+
+
+# What kgit reads most, by name, read through to the harness's result.
+for _name in ("status", "geomean_us", "device", "harness", "timing", "reason", "error"):
+    setattr(Evaluation, _name, property(lambda self, _n=_name: getattr(self.result, _n), doc=f"`result.{_name}`"))
