@@ -22,3 +22,39 @@ def test_row_shows_devices_and_spread():
 
 def test_row_without_remeasurements_has_no_device_column():
     assert "remeasured" not in select_mod.row(_attempt(""))
+
+
+def _cpu_attempt(sha: str, notes: str):
+    message = ("x: correct\n\nKgit-Experiment: 2\nKgit-Attempt: 1\nKgit-Status: ok\n"
+               "Kgit-Device: cpu\nKgit-Timing: interpreter\nKgit-Harness: h\nKgit-Geomean-us: 9000.0\n")
+    record = "\x1f".join([sha * 40, "b" * 40, "t" * 40, "n", "e", "6", message, notes])
+    return parse_log(record + "\0")[0]
+
+
+def test_a_kernel_wrong_on_the_gpu_says_so_and_why():
+    """Correct in the interpreter, incorrect when re-measured on the H200: the model must see it."""
+    from kgit.scientist.view import ArchiveView
+
+    measured = _attempt('{"device":"NVIDIA H200","harness":"h","status":"ok","geomean_us":10.0,"when":5}\n')
+    wrong = _cpu_attempt("c", '{"device":"NVIDIA H200","harness":"h2","status":"incorrect","when":9,'
+                              '"error":"m=64,n=576: relative Frobenius error 0.03 on a 128-column piece"}\n')
+    other = _cpu_attempt("d", '{"device":"NVIDIA H200","harness":"h2","status":"ok","geomean_us":7.5,"when":9}\n')
+    also = _cpu_attempt("e", '{"device":"NVIDIA H200","harness":"h","status":"ok","geomean_us":9.0,"when":6}\n')
+    view = ArchiveView([measured, also, wrong, other])  # harness h measured the most: it ranks
+    assert view.device == "NVIDIA H200"
+    said = view.timing(wrong)
+    assert said.startswith("correct in the interpreter, but incorrect on NVIDIA H200")
+    assert "relative Frobenius error 0.03" in said
+    assert view.timing(other).startswith("7.5 us on NVIDIA H200, by another harness version (h2)")
+
+
+def test_a_note_of_a_failed_measurement_keeps_its_reason_in_one_line():
+    from kgit.archive import measure
+    from kgit_harness.result import Result
+
+    failed = Result.from_dict({"schema": "kgit.result/1", "status": "incorrect", "device": "NVIDIA H200",
+                               "error": "m=64 (seed 3): mismatch\n  max abs error 2.0"})
+    assert measure.note_record(failed)["error"] == "m=64 (seed 3): mismatch"
+    crash = Result.from_dict({"schema": "kgit.result/1", "status": "crash",
+                              "error": "Traceback (most recent call last):\n  File x\nRuntimeError: boom"})
+    assert measure.note_record(crash)["error"] == "RuntimeError: boom"

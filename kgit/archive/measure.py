@@ -19,6 +19,13 @@ def comparable(attempt, device: str, harness: str) -> dict | None:
     return matches[-1] if matches else None
 
 
+def latest_on(attempt, device: str) -> dict | None:
+    """The latest re-measurement of `attempt` on `device`, by any harness, failed ones included."""
+    matches = [m for m in attempt.notes if m.get("device") == device]
+    matches.sort(key=lambda m: m.get("when", 0))
+    return matches[-1] if matches else None
+
+
 def note_record(result: Result, tag: str | None = None) -> dict:
     """A measurement as stored in refs/notes/kgit (see docs/archive.md)."""
     return {
@@ -26,7 +33,18 @@ def note_record(result: Result, tag: str | None = None) -> dict:
         "status": result.status, "geomean_us": result.geomean_us,
         "times": result_times(result), "tag": tag, "when": int(time.time()),
         "versions": result.versions,
+        # Why it failed there, in one line: the model must learn that a kernel correct in
+        # the interpreter is wrong on the GPU, and how.
+        "error": error_line(result.error) if result.status != "ok" else None,
     }
+
+
+def error_line(text: str | None, limit: int = 300) -> str | None:
+    """A failure in one line: a traceback's exception, else the message's first line."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        return None
+    return (lines[-1] if "Traceback" in text else lines[0])[:limit]
 
 
 def result_times(result: Result) -> dict[str, float]:

@@ -66,6 +66,14 @@ class ArchiveView:
         if self.gpu:
             us = self.on_device.get(a.sha)
             if us is None:
+                other = measure.latest_on(a, self.device)
+                if other is not None and other.get("status") not in (None, "ok"):
+                    why = other.get("error")
+                    return (f"correct in the interpreter, but {other['status']} on {self.device} (re-measured)"
+                            + (f": {why}" if why else ""))
+                if other is not None and other.get("geomean_us"):
+                    return (f"{other['geomean_us']:.1f} us on {self.device}, by another harness version "
+                            f"({other.get('harness') or 'unknown'}): not comparable with the figures ranked here")
                 return f"correct; not measured on {self.device}" + (
                     " (interpreter only)" if figures.is_interpreter(a.timing, a.device) else f" (timed on {a.device})")
             parts = [f"{us:.1f} us"]
