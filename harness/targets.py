@@ -280,8 +280,13 @@ def compilable(fn):
         return fn
     made = fn.__dict__.get("_kgit_jit")
     if made is None:
-        made = JITFunction(_compiled_copy(fn.fn), **_jit_kwargs(fn))
+        # Registered before its globals are translated: two kernels of one module name
+        # each other there, and translating one must find the other's copy, not make it
+        # again (which recursed until Python gave up, failing every two-launch kernel).
+        copy, fill_globals = _compiled_copy(fn.fn)
+        made = JITFunction(copy, **_jit_kwargs(fn))
         fn.__dict__["_kgit_jit"] = made
+        fill_globals()
     return made
 
 
@@ -335,19 +340,22 @@ def _fresh(value):
 
 
 def _compiled_copy(py_fn):
-    """`py_fn` over a copy of its globals that names the compiling Triton's objects."""
+    """`py_fn` over a copy of its globals, and the call that makes those globals name the
+    compiling Triton's objects (made later, see `compilable`)."""
     import types
 
-    shadow = {}
+    shadow = dict(py_fn.__globals__)
     copy = types.FunctionType(py_fn.__code__, shadow, py_fn.__name__, py_fn.__defaults__, py_fn.__closure__)
-    shadow.update(py_fn.__globals__)
-    for name, value in py_fn.__globals__.items():
-        if not name.startswith("__") and getattr(value, "fn", None) is not py_fn:
-            shadow[name] = _fresh(value)
     copy.__qualname__, copy.__module__, copy.__doc__ = py_fn.__qualname__, py_fn.__module__, py_fn.__doc__
     copy.__kwdefaults__, copy.__annotations__ = py_fn.__kwdefaults__, py_fn.__annotations__
     copy.__wrapped__ = py_fn  # inspect.getsource follows it to the source file
-    return copy
+
+    def fill_globals():
+        for name, value in py_fn.__globals__.items():
+            if not name.startswith("__") and getattr(value, "fn", None) is not py_fn:
+                shadow[name] = _fresh(value)
+
+    return copy, fill_globals
 
 
 def _map_types(sig, name: str):

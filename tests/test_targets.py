@@ -80,6 +80,20 @@ def test_softmax_baseline_builds_for_both_targets():
         assert result["kernels"][0]["options"] == {"num_warps": 4, "num_stages": 1}
 
 
+def test_two_kernels_that_name_each_other_build_for_both_targets():
+    """A split reduction in two launches (each kernel a global of the other's module).
+
+    The campaign on fp8 found every two-launch kernel failing both targets with
+    "RecursionError": the compile copy of one kernel chased the other's globals and back.
+    """
+    probe = _probe(DATA / "two_kernels.py", "(torch.randn(4, 300),)")
+    assert probe["host_error"] is None
+    for name in BOTH:
+        result = probe["targets"]["results"][name]
+        assert result["builds"] is True, result["error"]
+        assert sorted(k["kernel"] for k in result["kernels"]) == ["add_parts", "partial_sums"]
+
+
 def test_inline_ptx_builds_for_hopper_only_and_says_why():
     probe = _probe(DATA / "ptx_only.py", "torch.randn(300)")
     assert "inline_asm" in probe["host_error"]  # the interpreter cannot run asm
