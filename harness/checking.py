@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import secrets
 
+from kgit_harness import problem
+
 # Keys the global RNG's seed for each generated input (see make_input); drawn per
 # process and never shown to the candidate.
 _RNG_KEY = secrets.token_bytes(16)
@@ -54,15 +56,14 @@ def clone(data):
 
 def poison(data, index):
     """Fill the preallocated output with garbage, so leftovers can never pass a check."""
-    if index is None:
-        return
     import torch
 
-    out = data[index]
-    if out.is_floating_point():
-        out.fill_(float("nan"))
-    else:
-        out.fill_(torch.iinfo(out.dtype).max if out.dtype != torch.bool else True)
+    for i in problem.output_indices(index):
+        out = data[i]
+        if out.is_floating_point():
+            out.fill_(float("nan"))
+        else:
+            out.fill_(torch.iinfo(out.dtype).max if out.dtype != torch.bool else True)
 
 
 def inputs_unchanged(pristine, data, output_index) -> tuple[bool, str]:
@@ -75,7 +76,7 @@ def inputs_unchanged(pristine, data, output_index) -> tuple[bool, str]:
         return list(d) if isinstance(d, (tuple, list)) else [d]
 
     for i, (before, after) in enumerate(zip(flat(pristine), flat(data))):
-        if i == output_index or not isinstance(before, torch.Tensor):
+        if i in problem.output_indices(output_index) or not isinstance(before, torch.Tensor):
             continue
         same = isinstance(after, torch.Tensor) and before.shape == after.shape and bool(torch.equal(before, after) or
                                                     torch.equal(before.isnan(), after.isnan()) and

@@ -23,7 +23,7 @@ import time
 import traceback
 from pathlib import Path
 
-from kgit_harness import channel, checking, confine, needs, peaks, pidone, policy, problem, racing, shared, timing
+from kgit_harness import channel, checking, confine, factcache, needs, peaks, pidone, policy, problem, racing, shared, timing
 from kgit_harness import result as result_mod
 
 _clock = time.perf_counter
@@ -183,7 +183,7 @@ class Slots:
     def take(self, slot: int):
         """The judge's private copy of what the runner left in the slot's output."""
         data, out = self.views[slot]
-        copy = checking.clone(out if out is not None else data[self.task.output])
+        copy = checking.clone(out if out is not None else problem.pick_output(data, self.task.output))
         return copy
 
     def call(self, slot: int, *, timed: bool, empty: bool = False) -> dict:
@@ -282,7 +282,7 @@ def run(spec: dict) -> dict:
         doc.update(status="crash", error=f"the problem could not be run: {e}")
     finally:
         if runner is not None:
-            doc["targets"] = _targets_collect(runner)  # [kgit targets, issue 14]
+            _targets_finish(runner, doc)  # [kgit targets, issue 14]
             runner.close()
     doc["eval_s"] = round(_clock() - started, 3)
     return doc
@@ -297,6 +297,18 @@ def _targets_build(runner, names):
         runner.targets_started = True
     except (Verdict, channel.ChannelError):
         pass
+
+
+def _targets_finish(runner, doc):
+    """The runner's build facts into doc["targets"] (a cached entry stays), stored for reuse
+    when the checks ran to their end (harness/factcache.py)."""
+    facts = _targets_collect(runner)
+    if facts is None:
+        return
+    doc["targets"] = facts
+    cache = getattr(runner, "targets_cache", None)
+    if cache is not None:
+        cache.write(facts)
 
 
 def _targets_collect(runner) -> dict | None:
@@ -376,9 +388,15 @@ def _evaluate(spec, task, reference, runner, on_gpu, torch, doc) -> dict:
     tests = []
     # [kgit targets, issue 14] The runner captures the checks' launches and cross-compiles them
     # for the build targets while the timing runs; collected in run() (docs/targets.md).
+    # Facts of byte-identical code measured before are served from the judge's cache
+    # (harness/factcache.py): no capture, no compile.
     names = task.targets if spec.get("targets") is None else spec["targets"]
+    cache = factcache.Cache(spec.get("targets_cache"), factcache.key(spec, task, names, doc)) if names else None
+    if cache is not None and (hit := cache.read()) is not None:
+        doc["targets"], names = hit, []
     if names:
         runner.ask({"op": "targets_start"})
+    checked = False
     try:
         for shape in task.shapes("tests", on_gpu):
             seeds = (int(shape.get("seed", 0)), checking.mix_seed(shape.get("seed", 0), secret, 7))
@@ -388,9 +406,11 @@ def _evaluate(spec, task, reference, runner, on_gpu, torch, doc) -> dict:
             for seed in seeds:
                 tests.append(_check_shape(task, reference, slots, shape, seed))
             slots.close()
+        checked = True
     finally:
         if names:
             _targets_build(runner, names)
+            runner.targets_cache = cache if checked else None
     # [end kgit targets]
     failed = [t for t in tests if not t["ok"]]
     if failed:

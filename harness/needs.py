@@ -4,7 +4,7 @@ A problem written for a B200, for ROCm, for eight GPUs or around a module that i
 installed cannot be judged here, and that is no fault of the kernel. The harness asks
 before the candidate is imported: the task's `requires` (task.yml), then the problem's
 own code (the reference's import, a dry run sizing every shape's inputs, one real
-`generate_input`). Whatever fails there is the problem's, and the result is
+`generate_input`, and `ref_kernel` and `check_implementation` on it). Whatever fails there is the problem's, and the result is
 `unsupported` with a reason that says what is missing, e.g. `needs sm_100`.
 """
 
@@ -45,7 +45,17 @@ def check(task, reference, on_gpu: bool, torch) -> None:
                     "on a larger machine")
     first = task.shapes("tests", on_gpu)[0]
     try:
-        reference.generate_input(**first)
+        data = reference.generate_input(**first)
+        # The reference on its own input, before any kernel: a ref_kernel or a check that
+        # cannot run (a module, a GPU, or a bug of its own: at one upstream commit
+        # pmpp_v2/matmul_py unpacked two of its three inputs, and prefixsum_py's check
+        # called .numel() on the input tuple) is the problem's failure, not a crash of
+        # every kernel judged by it. Only a raise counts: what the check says of the
+        # reference's own output is not judged here.
+        expected = reference.ref_kernel(data)
+        check = getattr(reference, "check_implementation", None)
+        if check is not None:
+            check(data, expected)
     except Exception as e:  # noqa: BLE001 - the problem's own failure, classified below
         raise Unsupported(reason(e, on_gpu)) from e
 

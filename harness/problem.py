@@ -51,7 +51,8 @@ class Task:
     rtol: float = 1e-5
     atol: float = 1e-6
     tolerance_why: str = ""
-    output: int | None = None
+    # The input indices a kernel fills in place (`output: 2`, or `output: [1, 2]` for several).
+    output: int | list | None = None
     # The error's RMS over the reference output's RMS must stay within this (per output
     # tensor), on top of rtol/atol: a kernel returning zeros where the outputs are small
     # passes any atol, not this.
@@ -75,6 +76,20 @@ class Task:
         """FLOPs and bytes moved for one shape, from the task's formulas."""
         return (formula(self.flops, shape) if self.flops else None,
                 formula(self.bytes, shape) if self.bytes else None)
+
+
+def output_indices(output) -> tuple:
+    """The indices of a task's `output`: (2,) for `output: 2`, (1, 2) for `[1, 2]`, () for none."""
+    if output is None:
+        return ()
+    return tuple(output) if isinstance(output, (list, tuple)) else (output,)
+
+
+def pick_output(data, output):
+    """What a kernel filled among its inputs: data[i], or a tuple of them for a list of indices."""
+    if isinstance(output, (list, tuple)):
+        return tuple(data[i] for i in output)
+    return data[output]
 
 
 def shape_key(shape: dict) -> str:
@@ -118,6 +133,12 @@ def load_task(problem_dir: Path) -> Task:
         raise TaskError(f"{path}: requires may only hold gpus (a count), arch (e.g. [sm_100]) and modules "
                         "(Python module names).")
     files = data.get("files") or ["kernel.py"]
+    output = data.get("output")
+    listed = output if isinstance(output, list) else [output]
+    if output is not None and (not listed or len(set(listed)) != len(listed)
+                               or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in listed)):
+        raise TaskError(f"{path}: output is the index of the input a kernel fills (output: 2), or a list of "
+                        f"distinct indices (output: [1, 2]), not {output!r}.")
     return Task(
         name=str(data["name"]), summary=str(data.get("summary", "")).strip(),
         description=str(data.get("description", "")).strip(), files=[str(f) for f in files],

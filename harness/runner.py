@@ -21,7 +21,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from kgit_harness import channel, confine, portable, shared, timing
+from kgit_harness import channel, confine, portable, problem, shared, timing
 from kgit_harness import targets as build_targets
 from kgit_harness.guards import Guards
 
@@ -183,7 +183,7 @@ class Session:
         return {"op": "done"}
 
     def _target(self, data, out):
-        return out if out is not None else data[self.output]
+        return out if out is not None else problem.pick_output(data, self.output)
 
     def op_call(self, message, fds) -> dict:
         """One call; timed with events (GPU) or the host clock (CPU) when asked."""

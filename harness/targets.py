@@ -19,7 +19,9 @@ occupancy. Two steps:
 Both import and run candidate code, so they belong to the untrusted side (the runner),
 never to the judge: the facts are what the candidate's process reports
 (`"reported_by": "candidate"`). Compiles go to the candidate's own TRITON_CACHE_DIR
-(inside its scratch folder), and the document names the Triton that made them.
+(inside its scratch folder), and the document names the Triton that made them. The
+judge serves the facts of byte-identical code again from its own cache
+(harness/factcache.py), without asking the runner.
 
 Types follow the target, not the host: MI300's fp8 is the FNUZ family (float8_e4m3fnuz,
 float8_e5m2fnuz), every other target here uses the OCP types (float8_e4m3fn,

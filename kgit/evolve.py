@@ -191,7 +191,7 @@ class Run:
         base_files = trees.commit_files(self.repo, selection.base, self.editable)
         reference_files = (trees.commit_files(self.repo, selection.reference, self.editable)
                            if selection.reference and selection.reference != selection.base else {})
-        iteration = protocol.Iteration(selection, plans, base_files, reference_files)
+        iteration = protocol.make_iteration(self.ctx, attempts, selection, plans, base_files, reference_files)
         self._line(tag, "design", "design", f"{len(plans)} plan(s): " + "; ".join(
             p.title + (f" (from {p.base[:10]})" if p.base and p.base != selection.base else "") for p in plans))
         shared = replies + design_replies

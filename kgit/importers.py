@@ -26,6 +26,9 @@ from kgit.errors import KgitError
 
 GPUMODE_HELPERS = "gpumode"  # subfolder of the problem holding the GPU MODE sources
 KERNELBENCH_INIT_SEED = 0
+# Seeded before every forward of Model and of ModelNew, as KernelBench's own eval seeds
+# before each: a model in training mode (level2/66's nn.Dropout) draws the same mask in both.
+KERNELBENCH_FORWARD_SEED = 1
 ADAPTER_MARK = "# ---- added by kgit init --from-{} ----"
 
 
@@ -64,7 +67,8 @@ def gpumode_problem(source: Path, dest: Path) -> tuple[Path, str]:
     if missing:
         raise ImportProblemError(f"{source} has no {' and no '.join(missing)}: {GPUMODE_SHAPE}.")
     reference_text = _read(source / "reference.py")
-    _refuse_forward_backward(source, reference_text)
+    if _is_forward_backward(reference_text, source):
+        return _forward_backward_problem(source, dest, spec, reference_text, submission)
     _require_names(source / "reference.py", reference_text, ("generate_input", "ref_kernel"))
     kernel = _read(submission)
     _require_names(submission, kernel, ("custom_kernel",))
@@ -150,12 +154,13 @@ def _gpumode_helpers(source: Path, spec: dict, submission: Path):
     return found
 
 
-def _returned_input(tree: ast.Module) -> int | None:
+def _returned_input(tree: ast.Module) -> int | list | None:
     """The index in `data` of a preallocated output, read from ref_kernel's source.
 
     GPU MODE references unpack `a, b, c = data` and `return c` when c is filled in place;
     that c is the harness's `output` (poisoned before each call, and the one input a
-    kernel may write). Other shapes of ref_kernel leave it unknown.
+    kernel may write). `return x_q, x_s` of two unpacked buffers (helion's int8_quant)
+    gives a list of indices. Other shapes of ref_kernel leave it unknown.
     """
     func = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "ref_kernel"), None)
     if func is None or not func.args.args:
@@ -168,7 +173,12 @@ def _returned_input(tree: ast.Module) -> int | None:
             unpacked = [t.id if isinstance(t, ast.Name) else None for t in node.targets[0].elts]
         if isinstance(node, ast.Return) and isinstance(node.value, ast.Name):
             returned = node.value.id
-    if unpacked and returned in unpacked:
+        elif (isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple)
+              and all(isinstance(e, ast.Name) for e in node.value.elts)):
+            returned = [e.id for e in node.value.elts]
+    if unpacked and isinstance(returned, list) and returned and all(r in unpacked for r in returned):
+        return [unpacked.index(r) for r in returned]
+    if unpacked and isinstance(returned, str) and returned in unpacked:
         return unpacked.index(returned)
     return None
 
@@ -301,16 +311,178 @@ def _gpumode_cpu_shapes(tests: list) -> dict:
 _FORWARD_BACKWARD = ("generate_inputs", "reference_forward", "reference_backward")
 
 
-def _refuse_forward_backward(source: Path, text: str) -> None:
+def _is_forward_backward(text: str, source: Path) -> bool:
     names = _top_level_names(text, source / "reference.py")
-    if "generate_input" not in names and any(n in names for n in _FORWARD_BACKWARD):
-        found = ", ".join(n for n in _FORWARD_BACKWARD if n in names)
+    return "generate_input" not in names and any(n in names for n in _FORWARD_BACKWARD)
+
+
+def _forward_backward_problem(source: Path, dest: Path, spec: dict, reference_text: str,
+                              submission: Path) -> tuple[Path, str]:
+    """A forward-and-backward folder (princeton/cross_entropy_py) as one kgit problem.
+
+    Its reference defines generate_inputs(batch, ..., seed=S), reference_forward and
+    reference_backward; its submission two functions named *_forward and *_backward; its
+    own eval.py fixes the batch size and times forward then backward. kgit's problem calls
+    both in one custom_kernel(data) and compares the pair, so a call is timed as eval.py's
+    combined figure is. Every name is read from the sources, never guessed: what cannot be
+    read is refused with what to write instead.
+    """
+    reference_tree = _parse(source / "reference.py", reference_text)
+    gen, fwd, bwd = (_function(reference_tree, n) for n in _FORWARD_BACKWARD)
+    kernel_text = _read(submission)
+    kernel_tree = _parse(submission, kernel_text)
+    mine = {n.name: n for n in kernel_tree.body if isinstance(n, ast.FunctionDef)}
+    forward = [n for n in mine if n.endswith("_forward")]
+    backward = [n for n in mine if n.endswith("_backward")]
+    returned = _returned_names(gen) if gen else None
+    fixed = _eval_call_sizes(source / "eval.py", gen) if gen else {}
+    problems = []
+    if gen is None or fwd is None or bwd is None:
+        problems.append(f"reference.py defines no {', no '.join(n for n, f in zip(_FORWARD_BACKWARD, (gen, fwd, bwd)) if f is None)}")
+    elif returned is None or not all(a.arg in returned for f in (fwd, bwd) for a in f.args.args):
+        problems.append("generate_inputs does not end in `return a, b, ...` naming what reference_forward and "
+                        "reference_backward take")
+    if len(forward) != 1 or len(backward) != 1:
+        problems.append(f"{submission.name} defines {len(forward)} function(s) named *_forward and {len(backward)} "
+                        "named *_backward, not one of each")
+    if problems:
         raise ImportProblemError(
-            f"{source / 'reference.py'} is a forward-and-backward problem ({found}; the submission defines "
-            "functions such as cross_entropy_forward and cross_entropy_backward, and the folder's own eval.py "
-            "decides the batch size): kgit imports problems whose reference defines generate_input(**shape) and "
-            "ref_kernel(data) and whose submission defines custom_kernel(data). Write those three in the folder "
-            "(custom_kernel returning the forward and backward outputs as a tuple) and import it again.")
+            f"{source} is a forward-and-backward problem, but {'; '.join(problems)}. kgit reads these folders when "
+            "generate_inputs returns named tensors that reference_forward/reference_backward take by the same "
+            "names; otherwise write generate_input(**shape), ref_kernel(data) and custom_kernel(data) (returning "
+            "the forward and backward outputs as a tuple) in the folder and import it again.")
+    params = [a.arg for a in gen.args.args]
+    defaults = dict(zip(params[len(params) - len(gen.args.defaults):], gen.args.defaults))
+    shape_keys = {k for s in spec["tests"] + spec["benchmarks"] for k in s}
+    missing = [p for p in params if p not in shape_keys and p not in fixed and p not in defaults]
+    if missing:
+        raise ImportProblemError(
+            f"{source}: generate_inputs takes {', '.join(missing)}, which neither task.yml's shapes nor eval.py's call "
+            f"of generate_inputs give a value; add {missing[0]} to every shape in task.yml and import it again.")
+    seed_default = defaults.get("seed")
+    seed = seed_default.value if isinstance(seed_default, ast.Constant) and isinstance(seed_default.value, int) else 0
+
+    def full(shape: dict, n: int) -> dict:
+        # eval.py's fixed sizes first, then the shape's own keys, then the seed it uses.
+        return {**{k: v for k, v in fixed.items() if k not in shape}, **shape, "seed": shape.get("seed", seed + n)}
+
+    tests = [full(s, 0) for s in spec["tests"]]
+    benchmarks = [full(s, 1) for s in spec["benchmarks"]]
+    constants = _module_numbers(reference_tree)
+    helpers = dest / GPUMODE_HELPERS
+    helpers.mkdir(parents=True)
+    (helpers / "reference.py").write_text(reference_text, encoding="utf-8")
+    (dest / "reference.py").write_text(_forward_backward_adapter(params, returned, fwd, bwd), encoding="utf-8")
+    f_args = ", ".join(a.arg for a in mine[forward[0]].args.args)
+    b_args = ", ".join(a.arg for a in mine[backward[0]].args.args)
+    unknown = [a for a in (f_args + ", " + b_args).split(", ") if a not in returned]
+    if unknown:
+        raise ImportProblemError(f"{submission} takes {unknown[0]}, which generate_inputs does not return "
+                                 f"({', '.join(returned)}); name the arguments as the reference does.")
+    kernel = kernel_text.rstrip() + "\n\n\n" + f'''{ADAPTER_MARK.format("gpumode")}
+# kgit calls custom_kernel(data) with generate_inputs' ({", ".join(returned)}) and compares
+# both outputs with the reference's; one call is timed as eval.py's forward+backward figure.
+def custom_kernel(data):
+    {", ".join(returned)}, = data
+    return {forward[0]}({f_args}), {backward[0]}({b_args})
+'''
+    description = str(spec.get("description") or "").strip()
+    batch_note = "".join(f" {k} = {v} comes from its eval.py." for k, v in fixed.items())
+    task = {
+        "name": _gpumode_name(source),
+        "summary": _first_line(description) or f"GPU MODE problem {source.name}",
+        "description": description + f"\n\n(Imported from the GPU MODE forward-and-backward folder {source.name}; "
+                       "custom_kernel(data) returns (forward output, backward output)." + batch_note
+                       + " Its sources are in problem/gpumode/.)",
+        "files": ["kernel.py"],
+        "tests": tests,
+        "benchmarks": benchmarks,
+        "cpu": _forward_backward_cpu(tests, fixed),
+        "ranking": "mean",
+        "tolerance": {"rtol": float(constants.get("RTOL", 1e-5)), "atol": float(constants.get("ATOL", 1e-6)),
+                      "why": "The reference's own RTOL and ATOL, applied to the forward and the backward output "
+                             "as its eval.py does (torch.allclose on each)." if "RTOL" in constants
+                      else "No RTOL/ATOL in the reference: kgit's default tolerance."},
+    }
+    _write_task(dest, task)
+    return dest, kernel
+
+
+def _returned_names(func: ast.FunctionDef) -> list | None:
+    """The names a function returns as `return a, b, c` (its last return), or None."""
+    returns = [n for n in ast.walk(func) if isinstance(n, ast.Return) and n.value is not None]
+    if not returns or not isinstance(returns[-1].value, ast.Tuple):
+        return None
+    names = [e.id if isinstance(e, ast.Name) else None for e in returns[-1].value.elts]
+    return names if all(names) else None
+
+
+def _module_numbers(tree: ast.Module) -> dict:
+    return {n.targets[0].id: n.value.value for n in tree.body
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+            and isinstance(n.value, ast.Constant) and type(n.value.value) in (int, float)}
+
+
+def _eval_call_sizes(eval_path: Path, gen: ast.FunctionDef) -> dict:
+    """Arguments eval.py passes to generate_inputs as module-level numbers (`B = 4_096`)."""
+    if not eval_path.is_file():
+        return {}
+    tree = _parse(eval_path, _read(eval_path))
+    numbers = _module_numbers(tree)
+    params = [a.arg for a in gen.args.args]
+    sizes = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "generate_inputs":
+            for name, arg in zip(params, node.args):
+                if isinstance(arg, ast.Name) and isinstance(numbers.get(arg.id), int):
+                    sizes.setdefault(name, numbers[arg.id])
+    return sizes
+
+
+# A forward-and-backward problem on a host without a GPU: eval.py's batch cut to this
+# many rows (the rows are independent; the vocabulary, what a kernel tiles over, stays).
+FORWARD_BACKWARD_CPU_BATCH = 8
+
+
+def _forward_backward_cpu(tests: list, fixed: dict) -> dict:
+    small = [{**s, **{k: min(int(s[k]), FORWARD_BACKWARD_CPU_BATCH) for k in fixed if isinstance(s.get(k), int)}}
+             for s in tests]
+    return {"tests": small[:2], "benchmarks": [dict(s) for s in small[:1]]}
+
+
+def _forward_backward_adapter(params: list, returned: list, fwd: ast.FunctionDef, bwd: ast.FunctionDef) -> str:
+    f_args = ", ".join(a.arg for a in fwd.args.args)
+    b_args = ", ".join(a.arg for a in bwd.args.args)
+    call = ", ".join(f"{p}={p}" for p in params)
+    return f'''"""Written by `kgit init --from-gpumode`: a forward-and-backward problem as one kgit problem.
+
+The folder's own reference is in gpumode/; generate_input and ref_kernel call its
+generate_inputs, reference_forward and reference_backward, with `device="cuda"` mapped
+to the CPU on a host without a GPU (kgit_harness.portable).
+"""
+
+import importlib.util
+from pathlib import Path
+
+from kgit_harness import portable as _portable
+
+_HERE = Path(__file__).resolve().parent / "{GPUMODE_HELPERS}"
+_spec = importlib.util.spec_from_file_location("gpumode_reference", _HERE / "reference.py")
+_reference = importlib.util.module_from_spec(_spec)
+with _portable.on_cpu():
+    _spec.loader.exec_module(_reference)
+
+
+def generate_input({", ".join(params)}):
+    with _portable.on_cpu():
+        return tuple(_reference.generate_inputs({call}))
+
+
+def ref_kernel(data):
+    {", ".join(returned)}, = data
+    with _portable.on_cpu():
+        return (_reference.reference_forward({f_args}), _reference.reference_backward({b_args}))
+'''
 
 
 def _gpumode_name(source: Path) -> str:
@@ -395,7 +567,8 @@ def kernelbench_problem(source: Path, dest: Path) -> tuple[Path, str]:
             "custom_kernel(data) must return what Model.forward returns. kernel.py starts as ModelNew, a "
             "copy of Model; both are built after torch.manual_seed("
             f"{KERNELBENCH_INIT_SEED}), so they hold the same weights while ModelNew creates its parameters "
-            "in the same order."),
+            f"in the same order, and both forwards run after torch.manual_seed({KERNELBENCH_FORWARD_SEED}), so "
+            "random layers (dropout, in training mode as in KernelBench) draw the same values."),
         "files": ["kernel.py"],
         "tests": [{**shape, "seed": 1}, {**shape, "seed": 2}],
         "benchmarks": [{**shape, "seed": 3}],
@@ -501,6 +674,7 @@ def ref_kernel(data):
         # The same seed as kernel.py's ModelNew: both start from the same weights.
         _kgit_torch.manual_seed({KERNELBENCH_INIT_SEED})
         _kgit_models[key] = Model(*get_init_inputs()).to(key)
+    _kgit_torch.manual_seed({KERNELBENCH_FORWARD_SEED})  # dropout draws what ModelNew's forward draws
     with _kgit_torch.no_grad():
         return _kgit_models[key](*data)
 '''
@@ -522,6 +696,7 @@ def custom_kernel(data):
     if device not in _models:
         _torch.manual_seed({KERNELBENCH_INIT_SEED})
         _models[device] = ModelNew(*get_init_inputs()).to(device)
+    _torch.manual_seed({KERNELBENCH_FORWARD_SEED})  # as before Model's forward: the same dropout masks
     with _torch.no_grad():
         return _models[device](*data)
 '''

@@ -129,16 +129,38 @@ def test_evolve_profile_is_a_checked_choice():
 
 @pytest.mark.gpu
 def test_kgit_profile_of_the_fp8_baseline_on_the_gpu(tmp_path, capsys):
+    """On the H200 (ncu installed): per benchmark shape, DRAM and SM/tensor throughput as
+    percentages of peak, stored in the baseline's note and shown to the designer."""
     from conftest import fast_config_text, make_git_repo
     from kgit import workflow
+    from kgit_harness import peaks
 
     root = make_git_repo(tmp_path / "fp8")
     workflow.init(root, "fp8_blockscale_gemm", config_text=fast_config_text())
     repo = Repo(root)
-    record = profile.profile(repo, config_mod.load(root), "kgit/baseline", "auto")
-    assert len(record["shapes"]) == 18
+    config = config_mod.load(root)
+    record = profile.profile(repo, config, "kgit/baseline", "auto")
+    task = problem.load_task(root / config.problem)
+    assert [s["key"] for s in record["shapes"]] == [problem.shape_key(s) for s in task.benchmarks]
+    assert record["profiler"] in ("ncu", "rocprofv3") and record["device"]
+    peak = peaks.lookup(record["device"])
     for s in record["shapes"]:
-        assert s["duration_us"] > 0 and 0 < s["sm_pct"] <= 100 and 0 < s["memory_pct"] <= 100
-        assert s["dram_pct"] is not None and s["dram_bytes_per_s"] > 0
+        assert s["kernels"] >= 1 and s["duration_us"] > 0, s
+        for figure in ("dram_pct", "memory_pct", "sm_pct"):
+            assert s[figure] is not None and 0 < s[figure] <= 100, (figure, s)
+        assert s["dram_bytes_per_s"] > 0
+        if peak is not None:  # achieved DRAM bandwidth cannot beat the datasheet's by much
+            assert s["dram_bytes_per_s"] <= 1.1 * peak.bytes_per_s, (s, peak)
+        if record["profiler"] == "ncu":
+            assert s["tensor_pct"] is not None and 0 <= s["tensor_pct"] <= 100, s
+            assert s["registers"] and 0 < s["registers"] <= 255, s
+        assert s["bound"].startswith(("memory-bound", "compute-bound", "latency-bound")), s["bound"]
+    (baseline,) = repo.read()
+    # The GPU evaluation of kgit init recorded the static facts too (Triton of this host).
+    assert set(baseline.targets) == {"gfx942", "sm_90a"}
+    assert all(v.startswith("builds; ") for v in baseline.targets.values()), baseline.targets
+    assert profile.latest(baseline)["shapes"] == record["shapes"]
+    assert record["shapes"][0]["key"] in buildfacts.base_facts(repo.read(), baseline.sha)
     with capsys.disabled():  # the figures the closing note quotes
-        print("\n" + profile.profile_text(record))
+        print("\n" + "\n".join(f"{k}: {v}" for k, v in baseline.targets.items()))
+        print(profile.profile_text(record))

@@ -70,6 +70,60 @@ def test_a_pmpp_v2_output_buffer_is_found_and_the_problem_runs_on_the_cpu(tmp_pa
     assert doc["status"] == "incorrect" and "differ" in doc["error"]
 
 
+def test_two_output_buffers_filled_in_place_are_both_outputs(tmp_path):
+    # helion/int8_quant_py's trait: (x, x_q, x_s) with two buffers, ref_kernel filling and
+    # returning both. With one output index the other buffer counted as a modified input.
+    source = tmp_path / "absmax_scale"
+    shutil.copytree(AXPB, source)
+    (source / "reference.py").write_text(textwrap.dedent('''
+        import torch
+
+
+        def generate_input(rows: int, cols: int, seed: int):
+            gen = torch.Generator(device="cuda").manual_seed(seed)
+            x = torch.randn(rows, cols, device="cuda", generator=gen)
+            return x, torch.empty(rows, cols, device="cuda"), torch.empty(rows, device="cuda")
+
+
+        def ref_kernel(data):
+            x, scaled, peak = data
+            peak[...] = x.abs().amax(dim=-1)
+            scaled[...] = x / peak[:, None]
+            return scaled, peak
+        '''))
+    (source / "submission.py").write_text(textwrap.dedent('''
+        def custom_kernel(data):
+            x, scaled, peak = data
+            peak.copy_(x.abs().amax(dim=-1))
+            scaled.copy_(x / peak[:, None])
+            return scaled, peak
+        '''))
+    spec = yaml.safe_load((source / "task.yml").read_text())
+    spec.update(tests=[{"rows": 4, "cols": 16, "seed": 1}], benchmarks=[{"rows": 8, "cols": 64, "seed": 2}])
+    (source / "task.yml").write_text(yaml.safe_dump(spec))
+    problem_dir, kernel = importers.gpumode_problem(source, tmp_path / "imported")
+    assert yaml.safe_load((problem_dir / "task.yml").read_text())["output"] == [1, 2]
+    doc = _evaluate(problem_dir, kernel, tmp_path, "both")
+    assert doc["status"] == "ok", (doc["status"], doc.get("reason"), doc.get("error"))
+    forgets_peak = kernel.replace("    peak.copy_(x.abs().amax(dim=-1))\n", "").replace("/ peak[:, None]",
+                                                                                       "/ x.abs().amax(dim=-1)[:, None]")
+    doc = _evaluate(problem_dir, forgets_peak, tmp_path, "one")
+    assert doc["status"] == "incorrect" and "output 1" in doc["error"], doc.get("error")
+    scribbles = kernel.replace("    return scaled, peak", "    x.zero_()\n    return scaled, peak")
+    doc = _evaluate(problem_dir, scribbles, tmp_path, "scribbles")
+    assert doc["status"] == "incorrect" and "modified input 0" in doc["error"], doc.get("error")
+
+
+def test_an_output_list_is_checked_when_the_task_is_read(tmp_path):
+    from kgit_harness import problem
+
+    for n, bad in enumerate(([], [1, 1], [1, "2"], -1, True)):
+        folder = _problem(tmp_path, "", {**SIMPLE_TASK, "output": bad}, name=f"bad{n}")
+        with pytest.raises(problem.TaskError, match="output is the index of the input a kernel fills"):
+            problem.load_task(folder)
+    assert problem.pick_output(("x", "q", "s"), [1, 2]) == ("q", "s") and problem.pick_output(("x", "q"), 1) == "q"
+
+
 def test_the_output_index_from_the_submission_when_the_reference_says_nothing():
     import ast
 
@@ -219,14 +273,52 @@ def test_what_the_machine_lacks_is_unsupported_not_a_kernel_failure(tmp_path, re
         f"baseline: unsupported here (needs")
 
 
-def test_kgit_init_reports_unsupported_with_the_exception_line(tmp_path, run_kgit):
-    source = tmp_path / "needs_aiter"
+def test_a_reference_that_fails_on_its_own_input_is_the_problems_failure(tmp_path):
+    # pmpp_v2/matmul_py's trait at one upstream commit: generate_input makes (a, b, c) and
+    # ref_kernel unpacks two; every kernel came back `crash`, as if it were the kernel's.
+    problem_dir = _problem(tmp_path, '''
+        import torch
+
+
+        def generate_input(n, seed):
+            gen = torch.Generator().manual_seed(seed)
+            return torch.rand(n, n, generator=gen), torch.rand(n, n, generator=gen), torch.empty(n, n)
+
+
+        def ref_kernel(data):
+            a, b = data
+            return a @ b
+        ''', {**SIMPLE_TASK, "output": 2})
+    kernel = "def custom_kernel(data):\n    a, b, c = data\n    c[...] = a @ b\n    return c\n"
+    doc = _evaluate(problem_dir, kernel, tmp_path)
+    assert doc["status"] == "unsupported", (doc["status"], doc.get("error"))
+    assert doc["reason"] == ("the problem's own code failed here: "
+                             "ValueError: too many values to unpack (expected 2)"), doc["reason"]
+    # prefixsum_py's trait at the same commit: a check that cannot run on the input tuple.
+    (problem_dir / "reference.py").write_text((problem_dir / "reference.py").read_text().replace(
+        "    a, b = data\n", "    a, b, _ = data\n") + textwrap.dedent('''
+
+        def check_implementation(data, output):
+            n = data.numel()
+            return bool((output - ref_kernel(data)).abs().max() < 1e-5 * n), ""
+        '''))
+    doc = _evaluate(problem_dir, kernel, tmp_path, "check")
+    assert doc["status"] == "unsupported" and doc["reason"] == (
+        "the problem's own code failed here: AttributeError: 'tuple' object has no attribute 'numel'"), doc["reason"]
+
+
+def _init_from_axpb_importing(tmp_path, run_kgit, file: str, module: str):
+    """`kgit init --from-gpumode` of axpb whose `file` first imports a module that is not installed."""
+    source = tmp_path / f"needs_{module}"
     shutil.copytree(AXPB, source)
-    reference = source / "reference.py"
-    reference.write_text("import aiter_not_installed\n" + reference.read_text())
+    (source / file).write_text(f"import {module}\n" + (source / file).read_text())
     config = tmp_path / "fast.kgit.yaml"
     config.write_text(fast_config_text())
-    result = run_kgit(tmp_path, "init", "repo", "--from-gpumode", str(source), "--config", str(config))
+    return run_kgit(tmp_path, "init", "repo", "--from-gpumode", str(source), "--config", str(config))
+
+
+def test_kgit_init_reports_unsupported_with_the_exception_line(tmp_path, run_kgit):
+    result = _init_from_axpb_importing(tmp_path, run_kgit, "reference.py", "aiter_not_installed")
     assert result.exit_code != 0
     assert "unsupported here (needs the Python module aiter_not_installed)" in result.stderr
     assert "ModuleNotFoundError: No module named 'aiter_not_installed'" in result.stderr
@@ -235,13 +327,7 @@ def test_kgit_init_reports_unsupported_with_the_exception_line(tmp_path, run_kgi
 
 
 def test_kgit_init_names_a_module_the_baseline_kernel_lacks(tmp_path, run_kgit):
-    source = tmp_path / "needs_cutlass"
-    shutil.copytree(AXPB, source)
-    submission = source / "submission.py"
-    submission.write_text("import cutlass_not_installed\n" + submission.read_text())
-    config = tmp_path / "fast.kgit.yaml"
-    config.write_text(fast_config_text())
-    result = run_kgit(tmp_path, "init", "repo", "--from-gpumode", str(source), "--config", str(config))
+    result = _init_from_axpb_importing(tmp_path, run_kgit, "submission.py", "cutlass_not_installed")
     assert result.exit_code != 0
     assert "the baseline kernel needs the Python module cutlass_not_installed" in result.stderr
     assert "requires" not in yaml.safe_load((tmp_path / "repo" / "problem" / "task.yml").read_text())
@@ -274,15 +360,96 @@ def test_gpumode_requires_are_read_from_task_yml_and_imports(tmp_path):
 
 
 # -- forward/backward problems ------------------------------------------------------------------
-def test_a_forward_backward_problem_is_refused_naming_what_is_missing(tmp_path):
-    source = tmp_path / "cross_entropy_py"
-    shutil.copytree(AXPB, source)
-    (source / "reference.py").write_text(
-        "def generate_inputs(batch, vocab, seed=0): pass\n\ndef reference_forward(logits, targets): pass\n\n"
-        "def reference_backward(logits, targets, grad): pass\n")
-    with pytest.raises(KgitError, match=r"forward-and-backward problem \(generate_inputs, reference_forward, "
-                                        r"reference_backward.*generate_input\(\*\*shape\) and ref_kernel\(data\)"):
+# princeton/cross_entropy_py's format, on a problem of our own: a squared error whose
+# reference defines generate_inputs/reference_forward/reference_backward, whose submission
+# defines *_forward and *_backward, and whose eval.py fixes the number of rows.
+SQUARED_ERROR = {
+    "reference.py": '''
+        import torch
+
+        DEVICE = "cuda"
+        ATOL = 1e-4
+        RTOL = 1e-3
+
+
+        def reference_forward(pred, target):
+            return ((pred - target) ** 2).sum(dim=-1)
+
+
+        def reference_backward(pred, target, grad):
+            return 2 * (pred - target) * grad.unsqueeze(1)
+
+
+        def generate_inputs(rows, cols, seed=7):
+            torch.manual_seed(seed)
+            pred = torch.randn(rows, cols, device=DEVICE)
+            target = torch.randn(rows, cols, device=DEVICE)
+            grad = torch.randn(rows, device=DEVICE)
+            return pred, target, grad
+        ''',
+    "submission.py": '''
+        def squared_error_forward(pred, target):
+            return ((pred - target) ** 2).sum(dim=-1)
+
+
+        def squared_error_backward(pred, target, grad):
+            return 2 * (pred - target) * grad.unsqueeze(1)
+        ''',
+    "eval.py": '''
+        from reference import generate_inputs
+
+        ROWS = 48
+
+
+        def check(mod, cols):
+            pred, target, grad = generate_inputs(ROWS, cols)
+        ''',
+    "task.yml": '''
+        files:
+          - {"name": "submission.py", "source": "@SUBMISSION@"}
+          - {"name": "reference.py", "source": "reference.py"}
+          - {"name": "eval.py", "source": "eval.py"}
+        description: Squared error of two matrices, forward and backward.
+        tests:
+          - {"cols": 24}
+        benchmarks:
+          - {"cols": 40}
+        ''',
+}
+
+
+def _squared_error(tmp_path, **changed) -> Path:
+    source = tmp_path / "squared_error_py"
+    source.mkdir(parents=True)
+    for name, text in {**SQUARED_ERROR, **changed}.items():
+        (source / name).write_text(textwrap.dedent(text).lstrip())
+    return source
+
+
+def test_a_forward_backward_folder_is_imported_as_one_call_of_both(tmp_path):
+    problem_dir, kernel = importers.gpumode_problem(_squared_error(tmp_path), tmp_path / "imported")
+    task = yaml.safe_load((problem_dir / "task.yml").read_text())
+    # eval.py's ROWS, the shape's cols, and generate_inputs' own default seed.
+    assert task["tests"] == [{"rows": 48, "cols": 24, "seed": 7}]
+    assert task["benchmarks"] == [{"rows": 48, "cols": 40, "seed": 8}]
+    assert task["cpu"]["tests"] == [{"rows": 8, "cols": 24, "seed": 7}]
+    assert (task["tolerance"]["rtol"], task["tolerance"]["atol"]) == (1e-3, 1e-4)
+    assert "return squared_error_forward(pred, target), squared_error_backward(pred, target, grad)" in kernel
+    doc = _evaluate(problem_dir, kernel, tmp_path, "baseline")
+    assert doc["status"] == "ok", (doc["status"], doc.get("reason"), doc.get("error"))
+    wrong = kernel.replace("return 2 * (pred - target)", "return (pred - target)")
+    doc = _evaluate(problem_dir, wrong, tmp_path, "wrong")
+    assert doc["status"] == "incorrect" and "output 1" in doc["error"], doc.get("error")
+
+
+def test_a_forward_backward_folder_that_cannot_be_read_is_refused_saying_what_to_write(tmp_path):
+    source = _squared_error(tmp_path, **{"submission.py": "def squared_error(pred, target):\n    pass\n"})
+    with pytest.raises(KgitError, match=r"0 function\(s\) named \*_forward and 0 named \*_backward.*"
+                                        r"generate_input\(\*\*shape\), ref_kernel\(data\) and custom_kernel"):
         importers.gpumode_problem(source, tmp_path / "imported")
+    source = _squared_error(tmp_path / "no_rows", **{"eval.py": "B = 48\n"})
+    with pytest.raises(KgitError, match="generate_inputs takes rows, which neither task.yml's shapes nor eval.py"):
+        importers.gpumode_problem(source, tmp_path / "imported2")
 
 
 # -- KernelBench: sizes as expressions, tiny outputs ---------------------------------------------
@@ -293,6 +460,45 @@ def test_kernelbench_sizes_written_as_expressions(tmp_path):
     task = yaml.safe_load((problem_dir / "task.yml").read_text())
     assert task["benchmarks"] == [{"rows": 4, "width": 4096, "seed": 3}]
     assert task["cpu"]["benchmarks"] == [{"rows": 4, "width": 64, "seed": 3}]
+
+
+def test_a_model_with_dropout_passes_its_own_baseline(tmp_path):
+    # KernelBench level2/66's trait: nn.Dropout in a Model left in training mode. KernelBench
+    # seeds before each forward; so does the importer, for Model and for ModelNew alike.
+    source = tmp_path / "linear_dropout.py"
+    source.write_text(textwrap.dedent('''
+        import torch
+        import torch.nn as nn
+
+
+        class Model(nn.Module):
+            def __init__(self, features, p):
+                super().__init__()
+                self.linear = nn.Linear(features, features)
+                self.dropout = nn.Dropout(p)
+
+            def forward(self, x):
+                return self.dropout(self.linear(x))
+
+
+        rows = 8
+        features = 32
+        p = 0.5
+
+
+        def get_inputs():
+            return [torch.randn(rows, features)]
+
+
+        def get_init_inputs():
+            return [features, p]
+        '''))
+    problem_dir, kernel = importers.kernelbench_problem(source, tmp_path / "problem")
+    doc = _evaluate(problem_dir, kernel, tmp_path, "baseline")
+    assert doc["status"] == "ok", (doc["status"], doc.get("error"))
+    no_dropout = kernel.replace("return self.dropout(self.linear(x))", "return self.linear(x)")
+    doc = _evaluate(problem_dir, no_dropout, tmp_path, "no_dropout")
+    assert doc["status"] == "incorrect", doc["status"]
 
 
 def test_an_all_zeros_kernel_fails_where_outputs_are_tiny(tmp_path):
@@ -356,6 +562,65 @@ def test_on_the_gpu_a_kernel_that_synchronizes_with_the_host_is_timed_not_reject
     kernel = ("import torch\n\n\ndef custom_kernel(data):\n    r = torch.linalg.qr(data).R\n"
               "    if not bool(torch.isfinite(r).all()):\n        raise ValueError('not finite')\n    return r.abs()\n")
     doc = _evaluate(problem_dir, kernel, tmp_path)
+    assert doc["status"] == "ok", (doc["status"], doc.get("reason"), doc.get("error"))
+
+
+# linalg/qr_v2's trait, on a problem of our own: the reference *solver* synchronizes with the
+# host (torch.geqrf; its check materializes Q and reads verdicts back with .item() and bool()),
+# its inputs are drawn with host-side decisions, and the baseline kernel is the same solver.
+HOUSEHOLDER = '''
+    import torch
+
+
+    def generate_input(batch, n, seed, case="dense"):
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed)
+        a = torch.randn(batch, n, n, device=device, generator=gen)
+        pick = torch.rand(batch, device=device, generator=gen) < 0.5
+        if case == "mixed" and bool(pick.any()):  # a host decision on device data
+            a[pick] = a[pick] * torch.logspace(0, -3, n, device=device)
+        return a.contiguous()
+
+
+    def ref_kernel(data):
+        return torch.geqrf(data)
+
+
+    def check_implementation(data, output):
+        h, tau = output
+        q = torch.linalg.householder_product(h, tau)
+        residual = (q @ torch.triu(h) - data).abs().amax().item()
+        scale = data.abs().amax().item()
+        if not bool(torch.isfinite(h).all()):
+            return False, "H is not finite"
+        if residual > 1e-4 * data.shape[-1] * scale:
+            return False, f"Q R differs from A by {residual:.3g}"
+        return True, f"residual {residual:.3g}"
+    '''
+GEQRF = "import torch\n\n\ndef custom_kernel(data):\n    return torch.geqrf(data)\n"
+ZERO_TAU = ("import torch\n\n\ndef custom_kernel(data):\n    h, tau = torch.geqrf(data)\n"
+            "    return h, torch.zeros_like(tau)\n")
+
+
+def test_a_host_synchronizing_reference_solver_passes_its_baseline(tmp_path):
+    problem_dir = _problem(tmp_path, HOUSEHOLDER, {
+        "tests": [{"batch": 3, "n": 16, "seed": 1}, {"batch": 4, "n": 24, "seed": 2, "case": "mixed"}],
+        "benchmarks": [{"batch": 4, "n": 32, "seed": 3, "case": "mixed"}]})
+    doc = _evaluate(problem_dir, GEQRF, tmp_path, "geqrf")
+    assert doc["status"] == "ok", (doc["status"], doc.get("reason"), doc.get("error"))
+    doc = _evaluate(problem_dir, ZERO_TAU, tmp_path, "zero_tau")
+    assert doc["status"] == "incorrect" and "Q R differs from A" in doc["error"], doc.get("error")
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_host_synchronizing_reference_solver_is_timed_not_rejected(tmp_path):
+    # The shapes of qr_v2's smaller benchmarks; "work escaped the timing events" came back there.
+    problem_dir = _problem(tmp_path, HOUSEHOLDER, {
+        "tests": [{"batch": 20, "n": 32, "seed": 1}, {"batch": 16, "n": 512, "seed": 2, "case": "mixed"}],
+        "benchmarks": [{"batch": 20, "n": 32, "seed": 3}, {"batch": 40, "n": 176, "seed": 4},
+                       {"batch": 64, "n": 512, "seed": 5, "case": "mixed"}]})
+    doc = _evaluate(problem_dir, GEQRF, tmp_path)
     assert doc["status"] == "ok", (doc["status"], doc.get("reason"), doc.get("error"))
 
 

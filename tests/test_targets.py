@@ -152,6 +152,14 @@ def test_an_autotuner_counts_only_the_configuration_it_runs(monkeypatch):
     chosen = tuner.best_config
     assert variant.options["num_warps"] == chosen.num_warps
     assert variant.specialization["cuda"][-1] == ("constexpr", chosen.kwargs["BLOCK"])
+    # The chosen configuration, captured on the GPU, cross-compiles for both targets from
+    # forked children of a process that holds a CUDA context (as the runner does).
+    facts = targets.build_facts(launches, BOTH)
+    for name in BOTH:
+        result = facts["results"][name]
+        assert result["builds"] is True, (name, result["error"])
+        (compiled,) = result["kernels"]
+        assert compiled["num_warps"] == chosen.num_warps and compiled["occupancy"] >= 1
 
 
 def test_no_launch_gives_unknown_not_a_failure():
@@ -277,3 +285,48 @@ def test_prompt_lines_name_the_hardware_and_the_failures():
     assert "- gfx942 (MI300X): fails: x" in text and "- sm_90a (H100/H200): builds; regs 96" in text
     assert "It does not build for gfx942" in text and "- memory-bound at 78% of peak bandwidth" in text
     assert buildfacts.prompt_lines({}) == "No build facts were recorded for this kernel."
+
+
+def test_prompt_lines_name_the_declared_targets_the_base_fails_or_lacks():
+    text = buildfacts.prompt_lines({"gfx942": "fails: error: invalid instruction", "sm_90a": "builds; regs 96"},
+                                   declared=["gfx942", "sm_90a", "gfx950"])
+    assert "It does not build for gfx942 (MI300X)" in text
+    assert "No build facts for the declared target(s) gfx950." in text
+    whole = buildfacts.prompt_lines({"gfx942": "builds; vgpr 22", "sm_90a": "builds; regs 26"},
+                                    declared=["gfx942", "sm_90a"])
+    assert "It builds for every declared target (gfx942, sm_90a)." in whole and "does not build" not in whole
+    assert "declared targets: gfx942" in buildfacts.prompt_lines({}, declared=["gfx942"])
+
+
+class _Client:
+    def model(self, stage):
+        return "scripted"
+
+
+def test_the_writer_and_the_fixer_see_the_base_build_facts(softmax_repo):
+    """The write and fix requests carry the figures of the base's Kgit-Target-* trailers."""
+    from kgit.archive import trees
+    from kgit.scientist import protocol
+    from kgit.scientist.answers import Plan, Selection
+
+    repo = Repo(softmax_repo)
+    config = config_mod.load(softmax_repo)
+    task = problem.load_task(softmax_repo / config.problem)
+    attempts = repo.read()
+    (baseline,) = attempts
+    ctx = protocol.build(repo, config, task, softmax_repo / config.problem, attempts)
+    assert ctx.targets == ["gfx942", "sm_90a"]
+    plan = Plan("wider rows", "one program per two rows", "change the grid")
+    files = trees.commit_files(repo, baseline.sha, ctx.editable)
+    iteration = protocol.make_iteration(ctx, attempts, Selection(baseline.sha, None, "the baseline"), [plan], files, {})
+    scientist = protocol.LLMScientist(_Client())
+    for attempt, error in ((1, ""), (2, "incorrect: m=4,n=8: max abs error 3.0")):
+        messages = scientist.write_messages(ctx, iteration, plan, files, error, attempt)
+        text = "\n".join(part["text"] for m in messages for part in m["content"])
+        assert "# The base on the target GPUs" in text
+        for name, value in baseline.targets.items():
+            # e.g. "- gfx942 (MI300X): builds; vgpr 22, lds 0 KiB, spill 0, occupancy 8"
+            assert f"- {name} ({buildfacts.HARDWARE[name]}): {value}" in text
+            assert value.startswith("builds; ") and "occupancy " in value and "spill " in value
+        assert "It builds for every declared target (gfx942, sm_90a)." in text
+        assert ("Fix it." in text) == (attempt == 2)

@@ -61,30 +61,44 @@ def short(targets: dict[str, str]) -> str:
     return "; ".join(cells)
 
 
-def base_facts(attempts, sha: str | None) -> str:
-    """The $targets text of a prompt: the build facts and latest profile of attempt `sha`."""
+def base_facts(attempts, sha: str | None, declared=None) -> str:
+    """The $targets text of a prompt: the build facts and latest profile of attempt `sha`,
+    and which of the `declared` targets (the problem's, or .kgit.yaml's) it does not build for."""
     from kgit.evaluation import profile
 
     attempt = next((a for a in attempts if a.sha == sha), None)
     if attempt is None:
-        return prompt_lines({})
+        return prompt_lines({}, declared=declared)
     record = profile.latest(attempt)
-    return prompt_lines(attempt.targets, profile.lines(record) if record else None)
+    return prompt_lines(attempt.targets, profile.lines(record) if record else None, declared)
 
 
-def prompt_lines(targets: dict[str, str], profile: list[str] | None = None) -> str:
-    """What the designer and writer read about the base: build facts per target, and the
-    hardware-counter lines of its profile when one was taken."""
+def prompt_lines(targets: dict[str, str], profile: list[str] | None = None, declared=None) -> str:
+    """What the designer and writers read about the base: build facts per target (builds or
+    the compiler's first error line; registers, LDS/shared, spills, occupancy), the declared
+    targets it does not build for or has no facts for, and the hardware-counter lines of its
+    profile when one was taken."""
+    declared = list(declared or [])
+    missing = [n for n in declared if n not in targets]
     if not targets and not profile:
+        if missing:
+            return (f"No build facts were recorded for this kernel (declared targets: {', '.join(declared)}; "
+                    "the evaluation that made it captured no Triton launch, or build targets were off).")
         return "No build facts were recorded for this kernel."
     lines = []
     if targets:
         lines.append("Compiled for each declared target GPU by Triton on the evaluating machine (reported by the "
-                     "candidate's process; occupancy is waves per SIMD on AMD, blocks per SM on NVIDIA):")
+                     "candidate's process; occupancy is waves per SIMD on AMD, blocks per SM on NVIDIA; over "
+                     "several kernels the worst one):")
         lines += [f"- {name} ({HARDWARE.get(name, name)}): {value}" for name, value in targets.items()]
-        failing = [n for n, v in targets.items() if v.startswith("fails")]
+        failing = [n for n, v in targets.items() if v.startswith("fails") and (not declared or n in declared)]
         if failing:
-            lines.append(f"It does not build for {', '.join(failing)}: a kernel must build for every declared target.")
+            lines.append(f"It does not build for {', '.join(failing)} ({', '.join(HARDWARE.get(n, n) for n in failing)}): "
+                         "a kernel must build for every declared target.")
+        elif declared and not missing:
+            lines.append(f"It builds for every declared target ({', '.join(declared)}).")
+        if missing:
+            lines.append(f"No build facts for the declared target(s) {', '.join(missing)}.")
     if profile:
         lines.append("Hardware counters:")
         lines += [f"- {line}" for line in profile]

@@ -105,13 +105,16 @@ def evaluate_tree(source_root: Path, config, *, state_dir: Path, devices_env: di
     scratch = Path(tempfile.mkdtemp(prefix=f"eval-{os.getpid()}-", dir=state_dir))
     try:
         problem_dir, candidate_dir = stage_candidate(source_root, config.problem, task.files, scratch)
-        return run_child(problem_dir, candidate_dir, config, scratch, devices_env, race=race)
+        # state_dir is <repo>/.git/kgit/scratch; the judge's build-facts cache sits beside it,
+        # hidden from the runner with the repository (harness/factcache.py, docs/targets.md).
+        return run_child(problem_dir, candidate_dir, config, scratch, devices_env, race=race,
+                         targets_cache=state_dir.parent / "target-facts")
     finally:
         remove_tree(scratch)
 
 
 def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, devices_env: dict | None = None,
-              race: dict | None = None) -> dict:
+              race: dict | None = None, targets_cache: Path | None = None) -> dict:
     isolation = sandbox.plan(config.evaluator.sandbox)
     sandbox.protect_parent()
     spec = {
@@ -127,6 +130,7 @@ def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, dev
                                             trusted_init=isolation.namespaces),
         "runner_prefix": list(isolation.prefix), "runner_cwd": str(scratch),
         "targets": config.targets,  # None: the problem's declared build targets (docs/targets.md)
+        "targets_cache": str(targets_cache) if targets_cache else None,  # the judge's only (harness/factcache.py)
         "race": race,
     }
     result_r, result_w = os.pipe()

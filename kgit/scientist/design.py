@@ -38,7 +38,8 @@ def history(attempts, limit: int = HISTORY_CHARS, view: ArchiveView | None = Non
     return "\n".join(text) or "No experiments yet: only the baseline was measured."
 
 
-def prompt(repo_root, selection, base_files, reference_files, attempts, pick, lessons: list[str]) -> str:
+def prompt(repo_root, selection, base_files, reference_files, attempts, pick, lessons: list[str],
+           declared=None) -> str:
     view = ArchiveView(attempts)
     return prompts.render("design", repo_root, base=selection.base[:10], reason=selection.reason,
                           base_code=prompts.code_block(base_files),
@@ -46,7 +47,7 @@ def prompt(repo_root, selection, base_files, reference_files, attempts, pick, le
                           reference_code=prompts.code_block(reference_files) if reference_files else "(none chosen)",
                           figures=view.explanation(), history=history(attempts, view=view),
                           notebook=notebook.text(lessons), pick=pick,
-                          targets=buildfacts.base_facts(attempts, selection.base))
+                          targets=buildfacts.base_facts(attempts, selection.base, declared))
 
 
 def ask(client, messages: list[dict], pick: int):

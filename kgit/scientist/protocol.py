@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kgit.archive import notebook, trees
+from kgit.evaluation import buildfacts
 from kgit.scientist import context as context_mod
 from kgit.scientist import design as design_mod
 from kgit.scientist import offline, prompts
@@ -41,6 +42,7 @@ class Context:
     pick: int
     attempts_per_plan: int
     archive_tokens: int
+    targets: list = field(default_factory=list)  # the declared build targets (docs/targets.md)
 
     @property
     def root(self):
@@ -58,8 +60,9 @@ class Context:
 def build(repo, config, task, problem_dir, attempts, host=None) -> Context:
     environment = context_mod.environment(config, attempts, host)
     text = prompts.task_text(task, environment.on_gpu, context_mod.check_text(task, problem_dir))
+    declared = list(task.targets if config.targets is None else config.targets)
     return Context(repo, text, environment, prompts.knowledge(config.evolve.knowledge, repo.root), list(task.files),
-                   config.evolve.pick, config.evolve.attempts, config.evolve.archive_tokens)
+                   config.evolve.pick, config.evolve.attempts, config.evolve.archive_tokens, declared)
 
 
 @dataclass
@@ -79,6 +82,14 @@ class Iteration:
     plans: list
     base_files: dict
     reference_files: dict
+    targets: str = ""  # the base's build facts on the target GPUs (buildfacts.base_facts)
+
+
+def make_iteration(ctx: Context, attempts, selection: Selection, plans: list, base_files: dict,
+              reference_files: dict) -> Iteration:
+    """What the writers share, the base's build facts on the declared targets included."""
+    return Iteration(selection, plans, base_files, reference_files,
+                     buildfacts.base_facts(attempts, selection.base, ctx.targets))
 
 
 class Scientist(Protocol):
@@ -122,7 +133,7 @@ class LLMScientist(_Selector):
         reference_files = (trees.commit_files(ctx.repo, selection.reference, ctx.editable)
                            if selection.reference else {})
         text = design_mod.prompt(ctx.root, selection, base_files, reference_files, attempts, ctx.pick,
-                                 notebook.lessons(ctx.repo))
+                                 notebook.lessons(ctx.repo), ctx.targets)
         return [ctx.system(knowledge=True), prompts.message("user", prompts.part(text))]
 
     def design(self, ctx, attempts, selection) -> Designed:
@@ -134,7 +145,7 @@ class LLMScientist(_Selector):
     def write_messages(self, ctx, iteration, plan, files, error, attempt) -> list[dict]:
         number = next((i for i, p in enumerate(iteration.plans) if p is plan), 0)
         shared = write_mod.iteration_text(ctx.root, iteration.selection, iteration.plans, iteration.base_files,
-                                          iteration.reference_files)
+                                          iteration.reference_files, iteration.targets)
         if attempt == 1:
             ask = write_mod.first_prompt(ctx.root, plan, number, files, ctx.editable)
         else:
@@ -162,7 +173,7 @@ class LLMScientist(_Selector):
         out.append(f"# design prompt ({self.client.model('design')})\n\n" + _flat(self.design_messages(ctx, attempts, selection)))
         placeholder = Plan("<the plan the designer picks>", "<its description>", "<its rubric>")
         files = trees.commit_files(ctx.repo, selection.base, ctx.editable)
-        iteration = Iteration(selection, [placeholder], files, {})
+        iteration = make_iteration(ctx, attempts, selection, [placeholder], files, {})
         out.append(f"# write prompt ({self.client.model('write')})\n\n"
                    + _flat(self.write_messages(ctx, iteration, placeholder, files, "", 1)))
         return out
