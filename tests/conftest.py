@@ -40,6 +40,20 @@ def make_git_repo(path: Path) -> Path:
     return path
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (scripts/test.sh): one worker per core, but none when GPU tests may be selected.
+
+    GPU tests share one device and time kernels on it; side by side they would disturb each
+    other's figures and memory, so a marker expression that may select them runs serially.
+    """
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own rule reads it
+    if "not gpu" not in (config.option.markexpr or ""):
+        return 0
+    return len(os.sched_getaffinity(0))
+
+
 @pytest.fixture(autouse=True)
 def _isolated_environment(monkeypatch, tmp_path_factory):
     """No test sees the developer's git config or writes caches into the real home."""

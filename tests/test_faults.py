@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import fast_config_text
 from kgit.archive.repo import Repo
 
 KGIT = str(Path(sys.executable).with_name("kgit"))
@@ -139,6 +140,8 @@ def test_kill_evolve_after_its_first_commit(kernel_repo):
     _kill_group(proc)
     assert_survived(repo, before)
 
+    # One new attempt shows the run went on; the default three hypotheses only cost evaluations.
+    (repo / ".kgit.yaml").write_text(fast_config_text(evolve={"pick": 1}), encoding="utf-8")
     resumed = subprocess.run([KGIT, "evolve", "-n", "1"], cwd=repo, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert committed < _attempt_commits(repo)  # kept, and the run went on
