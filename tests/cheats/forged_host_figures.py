@@ -4,7 +4,7 @@
 # the honest kernel. The host figures may explain the judge's clock, but never shrink it.
 # uses: _forge
 _sleep = getattr(torch.cuda, "_sl" + "eep")
-_ticks = [0.0]
+_ticks = [1e9]  # above any monotonic reading, so every host figure is huge and positive
 
 
 def _jumping_counter():
