@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from kgit.archive import measure
+from kgit.archive import figures, measure
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
 from kgit.errors import KgitError
 from kgit.costs import cost_text, unpriced
@@ -88,11 +88,12 @@ class Campaign:
     attempts: list
     best: Attempt
     best_path: list  # attempts from the baseline to the best, one per experiment
-    device: str  # the best attempt's device: the plots compare timings on it only
+    device: str  # the ranking device (a GPU's re-measurements rank, else the best's own): the plots compare timings on it only
     baseline_times: dict  # the baseline's per-shape times on that device (us), {} if never measured there
     baseline_geomean: float | None
     references: dict = field(default_factory=dict)  # label -> geomean us on `device`
     notebook: list = field(default_factory=list)  # the designer's current lessons (kgit/archive/notebook.py)
+    harness: str | None = None  # the harness whose timings on `device` rank (None: the commits' own)
 
     @property
     def totals(self) -> dict:
@@ -103,20 +104,40 @@ class Campaign:
             "experiments": len(self.experiments), "attempts": len(tried), "correct": len(ok),
             "success_rate": len(ok) / len(tried) if tried else None,
             "cost_usd": sum(priced), "unpriced_attempts": sum(unpriced(a) for a in tried), "gpu_s": sum(a.eval_s or 0.0 for a in self.attempts),
-            "best_speedup": self.best.speedup_baseline or 1.0, "best_geomean_us": self.best.geomean,
+            "best_speedup": self.best_speedup(), "best_geomean_us": self.geomean_of(self.best),
             "best_sha": self.best.sha, "device": self.device,
         }
 
+    def measurement_of(self, attempt: Attempt) -> dict | None:
+        """The attempt's timing on the campaign's device: its commit's, or a re-measurement's (a note)."""
+        if self.harness is None:
+            return attempt.measurement() if attempt.ok and attempt.device == self.device else None
+        return measure.comparable(attempt, self.device, self.harness)
+
     def geomean_of(self, attempt: Attempt) -> float | None:
-        """The attempt's geomean on the campaign's device (the baseline's may come from a note)."""
+        """The attempt's geomean on the campaign's device (from a note where the GPU re-measured it)."""
         if attempt.is_baseline and attempt.device != self.device:
             return self.baseline_geomean
-        return attempt.geomean
+        if self.harness is None:
+            return attempt.geomean
+        found = self.measurement_of(attempt)
+        return found.get("geomean_us") if found else None
+
+    def speedup_of(self, attempt: Attempt) -> float | None:
+        """The attempt's speedup over the baseline on the campaign's device."""
+        if self.harness is None:
+            return 1.0 if attempt.is_baseline else attempt.speedup_baseline
+        us = self.geomean_of(attempt)
+        return self.baseline_geomean / us if us and self.baseline_geomean else None
+
+    def best_speedup(self) -> float:
+        return self.speedup_of(self.best) or 1.0
 
     def shape_speedups(self) -> list[tuple[str, float, float, float]]:
         """(shape, baseline us, best us, speedup) for the best attempt's shapes."""
         rows = []
-        for key, us in self.best.times.items():
+        times = self.best.times if self.harness is None else (self.measurement_of(self.best) or {}).get("times", {})
+        for key, us in times.items():
             before = self.baseline_times.get(key)
             if before and us:
                 rows.append((key, before, us, before / us))
@@ -164,11 +185,16 @@ def from_attempts(attempts: list, baseline: Attempt, task=None) -> Campaign:
         # trailer) would make the tree cyclic, so it counts as unknown.
         e.parent = max(base.experiment, 0) if base is not None and base.experiment < e.number else None
     best = best_of(attempts) or baseline
-    base_m = measurement_on(baseline, best)
+    # Where a GPU re-measured the archive (`kgit remeasure`), its figures rank and are shown,
+    # not the commits' own (often the CPU interpreter's).
+    group = figures.gpu_group(attempts)
+    ranked_elsewhere = group is not None and (group[0], group[1]) != (best.device, best.harness)
+    device, harness = (group[0], group[1]) if ranked_elsewhere else (best.device, None)
+    base_m = measure.comparable(baseline, device, harness) if ranked_elsewhere else measurement_on(baseline, best)
     campaign = Campaign(baseline=baseline, experiments=experiments, attempts=attempts, best=best,
-                        best_path=lineage(attempts, best.sha), device=best.device,
+                        best_path=lineage(attempts, best.sha), device=device,
                         baseline_times=(base_m or {}).get("times", {}),
-                        baseline_geomean=(base_m or {}).get("geomean_us"))
+                        baseline_geomean=(base_m or {}).get("geomean_us"), harness=harness)
     if task is not None:
         campaign.references = references(task, best)
     return campaign
@@ -333,10 +359,10 @@ def summary_lines(campaign: Campaign) -> list[str]:
 
 def markdown(campaign: Campaign, title: str) -> str:
     lines = [f"# kgit report: {title}", ""] + [f"- {line}" for line in summary_lines(campaign)]
-    if campaign.best.timing == "interpreter":
+    if campaign.best.timing == "interpreter" and campaign.harness is None:
         lines.append("- timings come from the Triton CPU interpreter and say nothing about GPU speed")
     lines += ["", "## Best path", ""]
-    lines.append(tabulate([[a.experiment, a.sha[:10], _num(campaign.geomean_of(a), "{:.2f}"), _num(a.speedup_baseline, "{:.2f}x"),
+    lines.append(tabulate([[a.experiment, a.sha[:10], _num(campaign.geomean_of(a), "{:.2f}"), _num(campaign.speedup_of(a), "{:.2f}x"),
                             short(a.hypothesis, 80)] for a in campaign.best_path],
                           headers=["exp", "sha", "geomean us", "vs baseline", "hypothesis"], tablefmt="github"))
     lines += ["", f"## Per-shape speedup of the best attempt vs the baseline ({campaign.device})", ""]
@@ -348,7 +374,7 @@ def markdown(campaign: Campaign, title: str) -> str:
         lines.append(f"The baseline was never measured on {campaign.device}: run `kgit remeasure kgit/baseline` there.")
     if campaign.references:
         lines += ["", "## Reference lines", ""]
-        lines += [f"- {label}: {us:.2f} us (the best takes {(campaign.best.geomean or 0) / us:.2f}x that)"
+        lines += [f"- {label}: {us:.2f} us (the best takes {(campaign.geomean_of(campaign.best) or 0) / us:.2f}x that)"
                   for label, us in campaign.references.items()]
     lines += ["", "## Hypotheses", ""]
     rows = [[n, short(h, 70).replace("|", "/"), p, o, k, c, m] for n, h, p, o, k, c, m in experiment_rows(campaign)]

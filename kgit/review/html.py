@@ -105,7 +105,7 @@ def _summary(c) -> str:
     html.append(f"<p>Best attempt: <code>{best.sha[:10]}</code> {escape(best.branch or 'baseline')} "
                 f"(attempt {best.attempt}) on {escape(c.device or 'unknown device')}: "
                 f"{escape(best.hypothesis)}. Reproduce with <code>kgit eval {best.sha[:10]}</code>.</p>")
-    if best.timing == "interpreter":
+    if best.timing == "interpreter" and c.harness is None:
         html.append('<p class="note">These timings come from the Triton CPU interpreter: they show that the '
                     "kernels ran correctly, not how fast they are on a GPU.</p>")
     html.append("</section>")
@@ -141,7 +141,7 @@ def _shapes(c) -> str:
 def _references(c) -> str:
     if not c.references:
         return ""
-    best = c.best.geomean or 0.0
+    best = c.geomean_of(c.best) or 0.0
     rows = "".join(f"<tr><td>{escape(label)}</td><td class=num>{us:.2f}</td><td class=num>{best / us:.2f}x</td></tr>"
                    for label, us in c.references.items())
     return ('<section id="references"><h2>Reference lines</h2><table><tr><th>reference</th><th>geomean us</th>'

@@ -42,8 +42,8 @@ def progress(campaign) -> bytes | None:
     """Best geomean so far over experiments, each correct attempt as a dot, and the
     baseline and reference lines; only timings from the best attempt's device."""
     device = campaign.device
-    points = [(a.experiment, a.geomean) for a in campaign.attempts
-              if a.ok and not a.is_baseline and a.device == device]
+    points = [(a.experiment, g) for a in campaign.attempts
+              if a.ok and not a.is_baseline and (g := campaign.geomean_of(a)) is not None]
     start = campaign.baseline_geomean
     if not points and start is None:
         return None
