@@ -93,7 +93,8 @@ def prompt_lines(targets: dict[str, str], profile: list[str] | None = None, decl
         lines += [f"- {name} ({HARDWARE.get(name, name)}): {value}" for name, value in targets.items()]
         failing = [n for n, v in targets.items() if v.startswith("fails") and (not declared or n in declared)]
         if failing:
-            lines.append(f"It does not build for {', '.join(failing)} (what that means for an attempt: "
+            named = ", ".join(f"{n} ({HARDWARE.get(n, n)})" for n in failing)
+            lines.append(f"It does not build for {named} (what that means for an attempt: "
                          "\"build targets\" in the evaluation environment).")
         elif declared and not missing:
             lines.append(f"It builds for every declared target ({', '.join(declared)}).")
