@@ -88,7 +88,7 @@ class Campaign:
     attempts: list
     best: Attempt
     best_path: list  # attempts from the baseline to the best, one per experiment
-    device: str  # the ranking device (a GPU's re-measurements rank, else the best's own): the plots compare timings on it only
+    device: str  # the ranking device (a re-measuring GPU, else the best's own): the plots compare timings on it only
     baseline_times: dict  # the baseline's per-shape times on that device (us), {} if never measured there
     baseline_geomean: float | None
     references: dict = field(default_factory=dict)  # label -> geomean us on `device`
