@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -130,7 +131,7 @@ def main():
             repo.read()
             warm = best_of(repo.read)
             grown = best_of(repo.read, before=lambda: add_attempt(root))
-            kgit_log = lambda: subprocess.run(["kgit", "log", "--json"], cwd=root, check=True,  # noqa: E731
+            kgit_log = lambda: subprocess.run([sys.executable, "-m", "kgit", "log", "--json"], cwd=root, check=True,  # noqa: E731
                                               stdout=subprocess.DEVNULL)
             # The first `kgit log --json` renders every attempt (and keeps them); later ones join what was kept.
             first_log = best_of(kgit_log, repeat=1)
