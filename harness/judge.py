@@ -234,12 +234,7 @@ def _poison_tensor(torch, t):
 
 
 def _load_reference(path: Path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("_kgit_reference", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return problem.load_module(path, "_kgit_reference")
 
 
 def start(spec: dict) -> tuple[Runner, object, bool]:

@@ -11,6 +11,7 @@ import math
 import operator
 from dataclasses import dataclass, field
 from importlib import resources
+import sys
 from pathlib import Path
 
 import yaml
@@ -90,6 +91,17 @@ def pick_output(data, output):
     if isinstance(output, (list, tuple)):
         return tuple(data[i] for i in output)
     return data[output]
+
+
+def load_module(path: Path, name: str):
+    """Import the Python file `path` as module `name` (registered: dataclasses and pickling look it up)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def shape_key(shape: dict) -> str:

@@ -15,20 +15,11 @@ environment in a scratch folder, never in its own process.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 from kgit_harness import checking, problem, targets
-
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def main(argv=None) -> int:
@@ -43,9 +34,9 @@ def main(argv=None) -> int:
         print("kgit profile needs a GPU: torch sees none on this machine.", file=sys.stderr)
         return 2
     task = problem.load_task(Path(args.problem))
-    reference = _load(Path(args.problem) / "reference.py", "_kgit_profile_reference")
+    reference = problem.load_module(Path(args.problem) / "reference.py", "_kgit_profile_reference")
     sys.path.insert(0, args.candidate)
-    kernel = _load(Path(args.candidate) / task.files[0], "kernel_under_test").custom_kernel
+    kernel = problem.load_module(Path(args.candidate) / task.files[0], "kernel_under_test").custom_kernel
     shapes = task.shapes("benchmarks", True)
     inputs, plan = [], {"device": torch.cuda.get_device_name(), "shapes": []}
     for shape in shapes:

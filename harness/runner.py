@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import importlib.util
 import os
 import socket
 import sys
@@ -88,14 +87,6 @@ class Candidate:
             raise Verdict("rejected", f"the candidate replaced {', '.join(changed)}", reason="patched timers")
 
 
-def _load_module(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def deliver(torch, out, target) -> str | None:
     """Copy what the kernel returned into the judge's buffer; why it cannot be, or None."""
     if isinstance(target, (tuple, list)):
@@ -162,7 +153,7 @@ class Session:
         sys.path.insert(0, str(candidate_dir))
         try:
             with guards.armed():
-                loaded = _load_module(candidate_dir / setup["files"][0], "kernel_under_test")
+                loaded = problem.load_module(candidate_dir / setup["files"][0], "kernel_under_test")
         except BaseException as e:  # noqa: BLE001 - anything the import does is the candidate's failure
             if guards.violation:
                 raise Verdict("rejected", guards.violation[1], reason=guards.violation[0]) from None
