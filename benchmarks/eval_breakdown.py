@@ -34,11 +34,12 @@ from pathlib import Path
 import yaml
 from tabulate import tabulate
 
-from kgit import config as config_mod, workflow as experiments
+from kgit import config as config_mod
 from kgit.archive.repo import BASELINE_TAG, Repo
 from kgit.evaluation import child, gpus
 
-FAST_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
+from bench_repo import FAST_TIMING, make_repo
+
 
 # (row, first mark, second mark); marks are seconds after kgit started the judge.
 START_ROWS = [
@@ -60,15 +61,6 @@ EVAL_ROWS = [
 ]
 
 
-def make_repo(root: Path, problem: str, fast: bool) -> Repo:
-    data = yaml.safe_load(config_mod.default_text())
-    if fast:
-        data["timing"] = dict(FAST_TIMING)
-    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
-    for key, value in (("user.name", "kgit bench"), ("user.email", "bench@localhost")):
-        subprocess.run(["git", "-C", str(root), "config", key, value], check=True)
-    experiments.init(root, problem, config_text=yaml.safe_dump(data, sort_keys=False))
-    return Repo(root)
 
 
 def _at(phases: dict, where):
@@ -156,7 +148,7 @@ def main():
           f"timing {'fast' if args.fast else 'default'}; median of {args.repeats}")
     with tempfile.TemporaryDirectory(prefix="kgit-breakdown-") as tmp:
         for problem in args.problems:
-            repo = make_repo(Path(tmp) / problem, problem, args.fast)
+            repo = Repo(make_repo(Path(tmp) / problem, problem, args.fast))
             config = config_mod.load(repo.root)
             cold = [one(repo, config, env, None) for _ in range(args.repeats)]
             warm = [one(repo, config, env, args.warm_wait) for _ in range(args.repeats)]

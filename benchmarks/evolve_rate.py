@@ -12,30 +12,25 @@ the best geomean the run found (on a GPU: racing must not throw winners away).
 from __future__ import annotations
 
 import argparse
-import subprocess
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-import yaml
 from tabulate import tabulate
 
-from kgit import config as config_mod, evolve, workflow as experiments
+from kgit import evolve, workflow as experiments
 
-FAST_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
+from bench_repo import make_repo
+
 
 
 def run_once(root: Path, problem: str, iterations: int, warm: bool, fast: bool, jobs: int, progress=None) -> dict:
-    data = yaml.safe_load(config_mod.default_text())
-    if fast:
-        data["timing"] = dict(FAST_TIMING)
-    data["evaluator"]["warm"] = warm
-    data["evolve"].update(iterations=iterations, jobs=jobs)
-    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
-    for key, value in (("user.name", "kgit bench"), ("user.email", "bench@localhost")):
-        subprocess.run(["git", "-C", str(root), "config", key, value], check=True)
-    experiments.init(root, problem, config_text=yaml.safe_dump(data, sort_keys=False))
+    def edit(data):
+        data["evaluator"]["warm"] = warm
+        data["evolve"].update(iterations=iterations, jobs=jobs)
+
+    make_repo(root, problem, fast, edit)
     repo, config = experiments.load(root)
     started = time.monotonic()
     summary = evolve.evolve(repo, config, progress=progress)

@@ -19,32 +19,21 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import yaml
 from tabulate import tabulate
 
 from kgit.evaluation import backends, gpus as devices
-from kgit import workflow as experiments
 from kgit import config as config_mod
 from kgit.archive.repo import BASELINE_TAG, Repo
 
-FAST_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
+from bench_repo import make_repo
 
 
-def make_repo(root: Path, problem: str, fast: bool) -> Path:
-    data = yaml.safe_load(config_mod.default_text())
-    if fast:
-        data["timing"] = dict(FAST_TIMING)
-    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
-    for key, value in (("user.name", "kgit bench"), ("user.email", "bench@localhost")):
-        subprocess.run(["git", "-C", str(root), "config", key, value], check=True)
-    experiments.init(root, problem, config_text=yaml.safe_dump(data, sort_keys=False))
-    return root
+
 
 
 def measure(repo: Repo, gpus: int, evaluations: int, host: devices.Host | None, warm: bool) -> dict:
