@@ -26,7 +26,7 @@ import time
 import traceback
 from pathlib import Path
 
-from kgit_harness import channel, checking, confine, factcache, needs, peaks, phases, pidone, policy, problem, racing, shared, timing
+from kgit_harness import channel, checking, confine, factcache, kernelsplit, needs, peaks, phases, pidone, policy, problem, racing, shared, timing
 from kgit_harness import result as result_mod
 
 _clock = time.perf_counter
@@ -500,7 +500,39 @@ def _evaluate(spec, task, reference, runner, on_gpu, torch, doc, calibration) ->
     if geo is None:
         raise Verdict("runtime-error", "a benchmark shape timed at zero or less; the timer saw no work, "
                       "so there is no geometric mean to rank by")
+    if on_gpu:
+        _kernel_splits(task, reference, runner, torch, benchmarks, shapes, on_gpu)
+        PHASES.mark("kernels split")
     return {"status": "ok", "tests": tests, "shapes": shapes, "geomean_us": geo, "speed_of_light": sol}
+
+
+def _kernel_splits(task, reference, runner, torch, benchmarks, shapes, on_gpu):
+    """Each timed shape's device kernels (harness/kernelsplit.py) into its entry as `kernels`.
+
+    Run after every shape is timed and the result decided, so neither a profiler's set-up
+    nor its after-effects reach a timed call; candidate-reported, never ranked. A kernel
+    failing this one extra call leaves its split out with the reason and the verdict as it
+    was; a guard it trips, or a runner that is gone, ends the evaluation as anywhere else.
+    """
+    for shape, entry in zip(benchmarks, shapes):
+        sample = checking.make_input(reference, shape, int(shape.get("seed", 0)))
+        slots = Slots(torch, runner, task, reference, sample, 1, on_gpu)
+        try:
+            slots.fill(0, sample)
+            reply = runner.ask({"op": "kernels", "id": slots.id, "slot": 0})
+            why = channel.text(reply, "why", 300, optional=True)
+            try:
+                rows = kernelsplit.clean(reply.get("kernels")) if reply.get("kernels") is not None else None
+            except ValueError as e:
+                rows, why = None, f"the runner's kernel rows were malformed: {e}"
+            entry["kernels"] = kernelsplit.entry(rows, why or (None if rows else "no kernel rows reported"))
+        except Verdict as v:
+            if v.status not in RUNNER_STATUSES:
+                raise
+            last = ((v.error or "").strip().splitlines() or [""])[-1]
+            entry["kernels"] = kernelsplit.entry(None, f"the profiled call failed ({v.status}): {last}"[:300])
+        finally:
+            slots.close()
 
 
 def _check_shape(task, reference, slots: Slots, shape, seed) -> dict:

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from kgit_harness import kernelsplit
+
 SCHEMA = "kgit.result/1"
 # "stopped": correct, but racing (harness/racing.py) ended its timing once it was clearly
 # slower than the incumbent; it carries the shapes timed so far and never a geomean.
@@ -63,6 +65,8 @@ class Result:
         for shape in self.shapes:
             if not isinstance(shape, dict) or "key" not in shape or not _number(shape.get("mean_us")):
                 raise ValueError("each entry of 'shapes' needs 'key' and a number in 'mean_us'")
+            if "kernels" in shape:  # (+) the runner's per-kernel split of one call, candidate-reported
+                kernelsplit.check_entry(shape["kernels"])
         if self.eval_s is not None and not _number(self.eval_s):
             raise ValueError(f"'eval_s' must be a number or null, not {self.eval_s!r}")
         if self.status == "ok":

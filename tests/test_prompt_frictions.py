@@ -34,14 +34,17 @@ def test_the_selectors_table_says_why_a_target_fails():
     assert cell.startswith("sm_90a fails: RecursionError: x") and len(cell) < 130
 
 
-def remeasured(sha, experiment, when, times, versions=None):
-    """An interpreter attempt with a `kgit remeasure` note of per-shape times on the GPU."""
+def remeasured(sha, experiment, when, times, versions=None, kernels=None):
+    """An interpreter attempt with a `kgit remeasure` note of per-shape times on the GPU (and,
+    when given, the runner's per-kernel split per shape)."""
     from kgit_harness.result import geomean
 
     note = {"device": GPU, "harness": "g", "timing": "events", "status": "ok", "tag": "remeasure",
             "geomean_us": geomean(list(times.values())), "times": times, "when": 100 + when,
             "versions": versions or {"torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0", "arch": "90",
                                      "python": "3.12.3"}}
+    if kernels:
+        note["kernels"] = kernels
     return attempt(sha, experiment, when, notes=[note])
 
 
@@ -92,6 +95,24 @@ def test_the_designer_sees_the_bases_per_shape_times_on_the_ranking_gpu_slowest_
     assert cut.splitlines()[-1] == "- ... and 2 faster shapes"
     assert "not been timed" in design.base_times(ArchiveView([baseline, base, attempt("c", 2, 3)]), "c" * 40)
     assert "No GPU timings" in design.base_times(ArchiveView([attempt("c", 2, 3)]), "c" * 40)
+
+
+def test_the_designer_sees_where_each_shapes_gpu_time_went_kernel_by_kernel():
+    from kgit.scientist import design
+    from kgit.scientist.view import ArchiveView
+
+    split = {"m=6144,n=4608": [["_gemm", 1, 479.6], ["aten copy (elementwise)", 2, 440.0],
+                               ["aten fill (elementwise)", 1, 9.0], ["memset", 2, 4.0]]}
+    baseline = remeasured("a", 0, 1, {"m=1024,n=512": 200.0, "m=6144,n=4608": 5000.0})
+    base = remeasured("b", 1, 2, {"m=1024,n=512": 100.0, "m=6144,n=4608": 933.0}, kernels=split)
+    lines = design.base_times(ArchiveView([baseline, base]), base.sha).splitlines()
+    assert "torch.profiler" in lines[1] and "candidate" in lines[1]
+    assert lines[2] == ("- m=6144,n=4608: 933.0 us = _gemm 479.6 us + aten copy (elementwise) x2 440.0 us "
+                        "+ aten fill (elementwise) 9.0 us + other 4.0 us (baseline 5000.0 us, 5.36x)")
+    assert lines[3] == "- m=1024,n=512: 100.0 us (baseline 200.0 us, 2.00x)"  # no split kept for this shape
+    # Without a split (an older note), the table is as before, with no explanation line.
+    plain = design.base_times(ArchiveView([baseline, remeasured("b", 1, 2, {"m=6144,n=4608": 933.0})]), base.sha)
+    assert "torch.profiler" not in plain and " = " not in plain
 
 
 def test_the_build_target_policy_follows_the_config_and_says_which_launches_were_compiled():

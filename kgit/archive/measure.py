@@ -21,7 +21,7 @@ def comparable(attempt, device: str, harness: str) -> dict | None:
 
 def latest_on(attempt, device: str) -> dict | None:
     """The latest re-measurement of `attempt` on `device`, by any harness, failed ones included."""
-    matches = [m for m in attempt.notes if m.get("device") == device]
+    matches = [m for m in attempt.notes if m.get("device") == device and not m.get("kind")]  # not a profile or split
     matches.sort(key=lambda m: m.get("when", 0))
     return matches[-1] if matches else None
 
@@ -36,7 +36,41 @@ def note_record(result: Result, tag: str | None = None) -> dict:
         # Why it failed there, in one line: the model must learn that a kernel correct in
         # the interpreter is wrong on the GPU, and how.
         "error": error_line(result.error) if result.status != "ok" else None,
-    }
+    } | ({"kernels": splits} if (splits := kernel_splits(result)) else {})
+
+
+def kernels_record(result: Result) -> dict | None:
+    """The note kept beside a commit whose own GPU result carried a per-kernel split (the
+    commit's trailers hold its times; the split would not fit there), or None."""
+    splits = kernel_splits(result)
+    if not splits:
+        return None
+    return {"kind": "kernels", "device": result.device, "harness": result.harness, "timing": result.timing,
+            "kernels": splits, "when": int(time.time())}
+
+
+def kernels_of(attempt, device: str, harness: str) -> dict[str, list]:
+    """{shape: [[kernel, launches, us], ...]} of `attempt`'s measurement that `comparable` picks,
+    from that note or, for the commit's own, the `kernels` note beside it; {} if none kept one."""
+    found = comparable(attempt, device, harness)
+    if found is None:
+        return {}
+    if found.get("source") != "commit":
+        return found.get("kernels") or {}
+    beside = [n for n in attempt.notes if n.get("kind") == "kernels" and n.get("device") == device
+              and n.get("harness") == harness]
+    return max(beside, key=lambda n: n.get("when", 0))["kernels"] if beside else {}
+
+
+def kernel_splits(result: Result) -> dict[str, list]:
+    """{shape: [[kernel, launches, us], ...]} of a GPU result: the runner's per-kernel split of
+    one call per shape (harness/kernelsplit.py), candidate-reported and never ranked."""
+    out = {}
+    for s in result.shapes:
+        rows = (s.get("kernels") or {}).get("rows")
+        if rows:
+            out[s["key"]] = [[r["name"], r["count"], round(r["us"], 1)] for r in rows]
+    return out
 
 
 def error_line(text: str | None, limit: int = 300) -> str | None:

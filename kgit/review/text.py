@@ -139,6 +139,8 @@ def attempt_text(attempt, body: str, base_times: dict, diffstat: str) -> str:
                                            "   cost unpriced" if unpriced(attempt) else ""),
     ]
     for note in attempt.notes:  # re-measurements; a failed one shows its reason (the excerpt is in the note)
+        if note.get("kind"):
+            continue  # a profile or a kernel split beside a measurement, not one
         figure = f"{note['geomean_us']:.2f} us" if note.get("geomean_us") else note.get("status") or "?"
         lines.append(f"remeasured: {note.get('device_tag') or note.get('device') or 'unknown'}: {figure}"
                      + (f" ({note['reason']})" if note.get("reason") else ""))

@@ -39,6 +39,21 @@ def history(attempts, limit: int = HISTORY_CHARS, view: ArchiveView | None = Non
 
 
 BASE_SHAPES = 20  # more shapes than this: the slowest ones only
+SPLIT_KERNELS = 3  # kernels named per shape in the split; the rest are summed
+
+
+def split_text(rows, top: int = SPLIT_KERNELS) -> str:
+    """A shape's per-kernel split in one line: `_gemm 479.6 us + aten copy (elementwise) x2 440.0 us
+    + other 13.0 us` (rows are [kernel, launches, us], longest first)."""
+    from kgit_harness.kernelsplit import OTHER
+
+    rows = sorted(rows, key=lambda r: -r[2])
+    named = [r for r in rows if r[0] != OTHER][:top]
+    rest = [r for r in rows if r not in named]
+    parts = [f"{name}{f' x{count}' if count > 1 else ''} {us:.1f} us" for name, count, us in named]
+    if rest:
+        parts.append(f"other {sum(r[2] for r in rest):.1f} us")
+    return " + ".join(parts)
 
 
 def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES) -> str:
@@ -52,10 +67,17 @@ def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES) -> 
     baseline = next((a for a in view.attempts if a.is_baseline), None)
     before = view.comparable_times(baseline) if baseline is not None and baseline.sha != sha else {}
     order = sorted(times, key=times.get, reverse=True)
+    splits = view.comparable_kernels(base)
     lines = [f"Mean time per benchmark shape on {view.device} (harness {view.harness}), slowest first"
              + (", with the baseline's time and the base's speedup over it:" if before else ":")]
+    if splits:
+        lines.append("After `=`: the device kernels of one extra, untimed call of the base per shape (torch.profiler, "
+                     "as the candidate's process reported them), with launches and device time; kernel time only, "
+                     "so it can sum below the timed mean.")
     for key in order[:limit]:
         line = f"- {key}: {times[key]:.1f} us"
+        if splits.get(key):
+            line += f" = {split_text(splits[key])}"
         if before.get(key):
             line += f" (baseline {before[key]:.1f} us, {before[key] / times[key]:.2f}x)"
         lines.append(line)

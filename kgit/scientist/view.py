@@ -124,3 +124,8 @@ class ArchiveView:
             return {}
         found = measure.comparable(a, self.device, self.harness)
         return (found or {}).get("times", {})
+
+    def comparable_kernels(self, a) -> dict:
+        """{shape: [[kernel, launches, us], ...]} of the measurement comparable_times reads, if it
+        kept the runner's per-kernel split (kgit/archive/measure.py)."""
+        return measure.kernels_of(a, self.device, self.harness) if self.gpu else {}

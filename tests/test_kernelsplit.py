@@ -1,0 +1,287 @@
+"""The per-kernel split of a GPU measurement (harness/kernelsplit.py): names shortened,
+rows summed and bounded, the judge's validation of what the runner reports, the result
+field's check, the note kgit keeps and the designer's line; and on a GPU, the fp8
+baseline's evaluation reporting its Triton kernel and torch's input copies per shape."""
+
+from __future__ import annotations
+
+import copy
+import math
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from kgit_harness import kernelsplit
+from kgit_harness.result import Result, new
+
+# Kernel names as CUPTI reports them for torch's own kernels (shortened where long).
+COPY = ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::"
+        "direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#14}::"
+        "operator()() const::{lambda(c10::Float8_e4m3fn)#1}>(at::TensorIteratorBase&, ...)::{lambda(int)#1}>"
+        "(int, ...)")
+FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >"
+        "(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)")
+MUL = ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, "
+       "at::native::binary_internal::MulFunctor<float> >, std::array<char*, 3ul> >(int, ...)")
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, std::array<char*, 3ul> >(int)"
+SUM = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float, "
+       "at::native::sum_functor<float, float, float>::operator()(at::TensorIterator&)::{lambda(float, float)#1}>, "
+       "unsigned int, float, 4, 4> >(...)")
+CAT = "void at::native::(anonymous namespace)::CatArrayBatchedCopy<at::native::(anonymous namespace)::OpaqueType<4u>, unsigned int, 2, 128, 1>(...)"
+CUTLASS = "void cutlass::Kernel2<cutlass_80_wmma_tensorop_s161616gemm_f16_32x32_128x2_tn_align8>(cutlass_80_wmma::Params)"
+
+
+@pytest.mark.parametrize("raw, short", [
+    ("_blockscale_gemm", "_blockscale_gemm"),  # Triton kernels keep their names
+    (COPY, "aten copy (elementwise)"), (FILL, "aten fill (elementwise)"), (MUL, "aten mul (elementwise)"),
+    (ADD, "aten add (elementwise)"), (SUM, "aten sum (reduce)"), (CAT, "aten cat"),
+    ("Memcpy DtoD (Device -> Device)", "memcpy DtoD"), ("Memset (Device)", "memset"),
+    (CUTLASS, "cutlass_80_wmma_tensorop_s161616gemm_f16_32x32_128x2_tn_align8"),
+    ("void splitKreduce_kernel<32, 16, int, float>(cublasSplitKParams<float>, float const*)", "splitKreduce_kernel"),
+])
+def test_kernel_names_are_shortened_to_what_a_reader_can_use(raw, short):
+    assert kernelsplit.short_name(raw) == short
+
+
+def test_a_long_name_is_cut():
+    assert len(kernelsplit.short_name("k" * 500)) == kernelsplit.NAME_CHARS
+
+
+def test_rows_sum_launches_by_short_name_longest_first():
+    rows = kernelsplit.summarize([("_gemm", 480.0), (COPY, 200.0), (COPY.replace("#14", "#15"), 240.0),
+                                  (FILL, 3.0), ("Memset (Device)", 0.5)])
+    assert rows == [{"name": "_gemm", "count": 1, "us": 480.0},
+                    {"name": "aten copy (elementwise)", "count": 2, "us": 440.0},
+                    {"name": "aten fill (elementwise)", "count": 1, "us": 3.0},
+                    {"name": "memset", "count": 1, "us": 0.5}]
+
+
+def test_beyond_max_rows_the_shortest_kernels_are_summed_into_one_row():
+    events = [(f"k{i}", float(100 - i)) for i in range(kernelsplit.MAX_ROWS + 5)]
+    rows = kernelsplit.summarize(events)
+    assert len(rows) == kernelsplit.MAX_ROWS
+    assert rows[0] == {"name": "k0", "count": 1, "us": 100.0}
+    other = rows[-1]
+    assert other["name"] == kernelsplit.OTHER and other["count"] == 6
+    assert math.isclose(sum(r["us"] for r in rows), sum(us for _, us in events))
+
+
+def test_the_judge_keeps_only_well_formed_rows():
+    good = [{"name": "_gemm\x1b[31m", "count": 2, "us": 12}]
+    assert kernelsplit.clean(good) == [{"name": "_gemm?[31m", "count": 2, "us": 12.0}]
+    assert kernelsplit.clean([{"name": "x" * 300, "count": 1, "us": 1.0}])[0]["name"] == "x" * kernelsplit.NAME_CHARS
+    bad = [None, [], "rows", [{"name": "a", "count": 1}], [{"name": "a", "count": 1, "us": 1.0, "extra": 1}],
+           [{"name": "", "count": 1, "us": 1.0}], [{"name": "a", "count": 0, "us": 1.0}],
+           [{"name": "a", "count": True, "us": 1.0}], [{"name": "a", "count": 1.5, "us": 1.0}],
+           [{"name": "a", "count": 1, "us": float("nan")}], [{"name": "a", "count": 1, "us": -1.0}],
+           [{"name": "a", "count": 1, "us": float("inf")}], [{"name": 3, "count": 1, "us": 1.0}],
+           [{"name": "a", "count": 1, "us": 1.0}] * (kernelsplit.MAX_ROWS + 1)]
+    for rows in bad:
+        with pytest.raises(ValueError):
+            kernelsplit.clean(rows)
+
+
+def _doc(kernels):
+    doc = new("ok", device="NVIDIA H200", timing="events", geomean_us=10.0,
+              shapes=[{"key": "m=1", "mean_us": 10.0}])
+    if kernels is not None:
+        doc["shapes"][0]["kernels"] = kernels
+    return doc
+
+
+def test_the_result_accepts_a_labelled_split_and_refuses_a_malformed_one():
+    rows = [{"name": "_gemm", "count": 1, "us": 9.0}]
+    assert Result.from_dict(_doc(kernelsplit.entry(rows))).shapes[0]["kernels"]["source"] == "candidate-reported"
+    Result.from_dict(_doc(kernelsplit.entry(None, "torch.profiler recorded no device kernels")))
+    Result.from_dict(_doc(None))  # older documents have no split
+    for broken in ({"rows": rows}, {"source": "judge", "rows": rows}, {"source": kernelsplit.SOURCE, "rows": []},
+                   {"source": kernelsplit.SOURCE, "rows": [{"name": "a", "count": -1, "us": 1.0}]}, [rows]):
+        with pytest.raises(ValueError):
+            Result.from_dict(_doc(broken))
+
+
+def test_the_note_keeps_the_split_compactly_and_only_when_there_is_one():
+    from kgit.archive import measure
+
+    doc = _doc(kernelsplit.entry([{"name": "_gemm", "count": 1, "us": 479.64},
+                                  {"name": "aten copy (elementwise)", "count": 2, "us": 440.04}]))
+    record = measure.note_record(Result.from_dict(doc), tag="remeasure")
+    assert record["kernels"] == {"m=1": [["_gemm", 1, 479.6], ["aten copy (elementwise)", 2, 440.0]]}
+    assert "kernels" not in measure.note_record(Result.from_dict(_doc(None)), tag="remeasure")
+    failed = copy.deepcopy(doc)
+    failed["shapes"][0]["kernels"] = kernelsplit.entry(None, "the profiled call failed")
+    assert "kernels" not in measure.note_record(Result.from_dict(failed))
+
+
+def test_the_designers_split_names_the_top_three_and_sums_the_rest():
+    from kgit.scientist.design import split_text
+
+    rows = [["aten copy (elementwise)", 2, 440.0], ["_gemm", 1, 479.6], ["aten fill (elementwise)", 1, 8.0],
+            ["memset", 3, 3.0], [kernelsplit.OTHER, 4, 2.0]]
+    assert split_text(rows) == "_gemm 479.6 us + aten copy (elementwise) x2 440.0 us + aten fill (elementwise) 8.0 us + other 5.0 us"
+    assert split_text([["_gemm", 1, 50.0]]) == "_gemm 50.0 us"
+
+
+def test_the_profiler_wrapper_on_a_machine_without_device_kernels():
+    """Without a GPU the CUDA activity cannot start: a reason, and the call is not made. With
+    the CPU activity the wrapper runs the call once and finds no device events in what torch
+    recorded; a failing call propagates with the profiler stopped."""
+    from torch.profiler import ProfilerActivity
+
+    calls = []
+    rows, why = kernelsplit.profile_call(torch, lambda: calls.append(1), lambda: None)
+    assert rows is None and why.startswith("torch.profiler did not start") and not calls
+    cpu = [ProfilerActivity.CPU]
+    rows, why = kernelsplit.profile_call(torch, lambda: calls.append(torch.ones(64) * 2), lambda: None, cpu)
+    assert len(calls) == 1 and rows is None and why == "torch.profiler recorded no device kernels"
+
+    def boom():
+        raise RuntimeError("the kernel failed")
+
+    with pytest.raises(RuntimeError, match="the kernel failed"):
+        kernelsplit.profile_call(torch, boom, lambda: None, cpu)
+    # Stopped: another profiler starts and records (torch refuses to run two at once).
+    assert kernelsplit.profile_call(torch, lambda: torch.ones(4) + 1, lambda: None, cpu)[1].endswith("no device kernels")
+
+
+# -- on the GPU ------------------------------------------------------------------------------
+def _contiguous_variant(folder: Path) -> Path:
+    """The shipped fp8 problem whose baseline kernel also makes torch's `.contiguous()` copies of
+    its column-major inputs, the copies the fp8 campaign's best attempt paid for."""
+    import shutil
+
+    from kgit_harness.problem import shipped
+
+    shutil.copytree(shipped()["fp8_blockscale_gemm"], folder)
+    source = (folder / "kernel.py").read_text()
+    marker = "    a, b, a_scale, b_scale, c = data\n"
+    assert marker in source
+    (folder / "kernel.py").write_text(source.replace(marker, marker + "    a, b = a.contiguous(), b.contiguous()\n"))
+    return folder
+
+
+@pytest.mark.gpu
+def test_the_fp8_baselines_evaluation_splits_each_shape_into_its_triton_kernel_and_the_input_copies():
+    import yaml
+
+    from conftest import FAST_TIMING
+    from kgit import config as config_mod
+    from kgit.evaluation import child as evaluate
+
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        variant = _contiguous_variant(scratch / "variant")
+        data = yaml.safe_load(config_mod.default_text())
+        data["timing"] = dict(FAST_TIMING)
+        config = config_mod.parse(yaml.safe_dump(data), "test config")
+        (scratch / "stage").mkdir()
+        problem_dir, candidate_dir = evaluate.stage_candidate(variant, ".", ["kernel.py"], scratch / "stage")
+        doc = evaluate.run_child(problem_dir, candidate_dir, config, scratch / "stage")
+    assert doc["status"] == "ok", doc.get("error") or doc.get("stderr")
+    assert doc["timing"] == "events" and len(doc["shapes"]) == 18
+    for shape in doc["shapes"]:
+        split = shape["kernels"]
+        assert split["source"] == "candidate-reported", split
+        by_name = {r["name"]: r for r in split["rows"]}
+        assert by_name["_blockscale_gemm"]["count"] == 1 and by_name["_blockscale_gemm"]["us"] > 0, split
+        copies = by_name["aten copy (elementwise)"]
+        assert copies["count"] == 2 and copies["us"] > 0, split
+        print(shape["key"], f"{shape['mean_us']:.1f} us =",
+              " + ".join(f"{r['name']} x{r['count']} {r['us']:.1f} us" for r in split["rows"]))
+
+
+class ScriptedRunner:
+    """The judge's end of a runner whose `kernels` answers are scripted, per shape in order."""
+
+    def __init__(self, answers):
+        self.answers, self.asked = list(answers), []
+
+    def ask(self, message, fds=()):
+        self.asked.append(message["op"])
+        if message["op"] != "kernels":
+            return {"op": "done"}
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return {"op": "done", **answer}
+
+
+def _judge_splits(answers):
+    from kgit_harness import judge, problem
+
+    folder = problem.shipped()["vector_add"]
+    task = problem.load_task(folder)
+    reference = problem.load_module(folder / "reference.py", "_kgit_test_reference")
+    shapes = [{"size": 1024 * (i + 1), "seed": i} for i in range(len(answers))]
+    entries = [{"key": problem.shape_key(s), "mean_us": 1.0} for s in shapes]
+    runner = ScriptedRunner(answers)
+    judge._kernel_splits(task, reference, runner, torch, shapes, entries, False)
+    return entries, runner
+
+
+def test_the_judge_files_each_shapes_split_labelled_and_keeps_the_verdict_when_it_fails():
+    from kgit_harness import judge
+
+    rows = [{"name": "_add", "count": 1, "us": 5.0}]
+    entries, runner = _judge_splits([
+        {"kernels": rows, "why": None},
+        {"kernels": [{"name": "_add", "count": -3, "us": 5.0}]},
+        {"kernels": None, "why": "torch.profiler did not start: RuntimeError: CUPTI"},
+        judge.Verdict("runtime-error", "Traceback ...\nRuntimeError: illegal memory access"),
+    ])
+    assert runner.asked.count("kernels") == 4 and runner.asked.count("forget") == 4  # every arena closed
+    assert entries[0]["kernels"] == {"source": "candidate-reported", "calls": 1, "rows": rows}
+    assert entries[1]["kernels"]["rows"] == [] and "malformed" in entries[1]["kernels"]["why"]
+    assert entries[2]["kernels"]["why"].startswith("torch.profiler did not start")
+    assert entries[3]["kernels"]["why"] == "the profiled call failed (runtime-error): RuntimeError: illegal memory access"
+    for entry in entries:
+        kernelsplit.check_entry(entry["kernels"])
+
+
+def test_a_guard_the_profiled_call_trips_still_rejects():
+    from kgit_harness import judge
+
+    with pytest.raises(judge.Verdict) as caught:
+        _judge_splits([judge.Verdict("rejected", "the kernel started a thread", reason="threads started by the kernel")])
+    assert caught.value.status == "rejected"
+
+
+def _gpu_result(geomean_us, rows=None):
+    from kgit_harness import result as result_mod
+
+    shape = {"key": "n=1", "mean_us": geomean_us}
+    if rows:
+        shape["kernels"] = kernelsplit.entry(rows)
+    return result_mod.new("ok", device="Test GPU", timing="events", harness="test harness", geomean_us=geomean_us,
+                          shapes=[shape], eval_s=0.5)
+
+
+def test_a_gpu_attempts_split_is_kept_beside_its_commit_and_the_designer_reads_it(tmp_path, monkeypatch):
+    from conftest import fast_config_text, git, make_git_repo
+
+    from kgit import workflow
+    from kgit.scientist import design
+    from kgit.scientist.view import ArchiveView
+
+    gemm = [{"name": "_gemm", "count": 1, "us": 6.0}, {"name": "aten copy (elementwise)", "count": 2, "us": 3.5}]
+    monkeypatch.setattr(workflow.evaluate, "evaluate_tree", lambda *a, **k: _gpu_result(10.0, gemm))
+    root = make_git_repo(tmp_path / "k")
+    baseline = workflow.init(root, "vector_add", config_text=fast_config_text()).sha
+    repo, config = workflow.load(root)
+    branch, base = workflow.start(repo, "a change", checkout=False)
+    tree = git(root, "rev-parse", f"{base}^{{tree}}").strip()
+    with repo.lock("test"):
+        plain = workflow.commit_attempt(repo, config, branch=branch, tree=tree, parent=base,
+                                        result=_gpu_result(8.0), author=None, model="human").sha
+    attempts = repo.read()
+    by_sha = {a.sha: a for a in attempts}
+    kept = [n for n in by_sha[baseline].notes if n.get("kind") == "kernels"]
+    assert [n["kernels"] for n in kept] == [{"n=1": [["_gemm", 1, 6.0], ["aten copy (elementwise)", 2, 3.5]]}]
+    assert not [n for n in by_sha[plain].notes if n.get("kind") == "kernels"]  # no split, no note
+    view = ArchiveView(attempts)
+    assert view.on_device[baseline] == 10.0  # the split note is not a measurement
+    text = design.base_times(view, baseline)
+    assert "- n=1: 10.0 us = _gemm 6.0 us + aten copy (elementwise) x2 3.5 us" in text
+    assert " = " not in design.base_times(view, plain)
