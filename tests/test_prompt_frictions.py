@@ -75,6 +75,11 @@ def test_the_environment_names_the_software_of_the_device_whose_timings_rank():
     ranking = next(line for line in text.splitlines() if line.startswith("- ranking timings"))
     assert GPU in ranking and "triton 3.6.0" in ranking and "torch 2.11.0+cu130" in ranking and "cuda 13.0" in ranking
     assert "python" not in ranking
+    # The run's own attempts get no timing from that GPU until a remeasure there (round 3 could not tell).
+    arrive = next(line for line in text.splitlines() if line.startswith("- when timings arrive"))
+    assert "correctness only" in arrive and f"no {GPU} timing until someone runs `kgit remeasure`" in arrive
+    elsewhere = context.Environment("AMD Instinct MI300X", True, "events", ranked_on=GPU)
+    assert f"timed on AMD Instinct MI300X, which does not rank, and get no {GPU} timing" in elsewhere.text()
     # No GPU timings: one software line, as before.
     alone = context.environment(config, [attempt("a", 0, 1)], host=cpu_host).text()
     assert "ranking timings" not in alone and "- software: " in alone

@@ -53,13 +53,25 @@ class Environment:
         if self.ranked_on:
             lines += [f"- software here: {_versions_text(self.versions)}",
                       f"- ranking timings: from {self.ranked_on} (re-measured there with `kgit remeasure`), whose "
-                      f"software was {_versions_text(self.ranked_versions)}; the code must work with both"]
+                      f"software was {_versions_text(self.ranked_versions)}; the code must work with both",
+                      f"- when timings arrive: {self.timings_arrive()}"]
         else:
             lines.append(f"- software: {_versions_text(self.versions)}")
         lines.append(f"- evaluator: {self.target}")
         if self.build_targets:
             lines.append(f"- build targets: {self.build_targets}")
         return "\n".join(lines)
+
+
+    def timings_arrive(self) -> str:
+        """When this run's attempts get a figure on the ranking GPU: only after a `kgit remeasure`
+        there, which no step of this run makes (the fp8 campaign's round 3 could not tell)."""
+        here = ("are checked for correctness only, in the interpreter" if not self.on_gpu else
+                f"are timed on {self.device}, which does not rank")
+        return (f"this run's attempts {here}, and get no {self.ranked_on} timing until someone runs `kgit remeasure` "
+                f"on {self.ranked_on}, after this run ends: within the run every new attempt reads \"not measured on "
+                f"{self.ranked_on}\", so later iterations build on untimed attempts, and only the attempts timed "
+                f"before the run started carry {self.ranked_on} figures")
 
 
 def targets_text(names, required: bool, on_gpu: bool) -> str:
