@@ -120,6 +120,31 @@ def test_the_designer_sees_where_each_shapes_gpu_time_went_kernel_by_kernel():
     assert "torch.profiler" not in plain and " = " not in plain
 
 
+def test_the_designer_sees_each_shapes_rate_against_the_devices_peaks():
+    from kgit import problems as problem_mod
+    from kgit.scientist import design
+    from kgit.scientist.view import ArchiveView
+
+    task = problem_mod.load_task(problem_mod.shipped()["fp8_blockscale_gemm"])
+    big, small = "m=6144,n=4608,k=7168", "m=1024,n=7168,k=256"
+    base = remeasured("b", 1, 2, {big: 933.0, small: 15.2})
+    lines = design.base_times(ArchiveView([base]), base.sha, task=task).splitlines()
+    assert "In brackets" in lines[1] and "1979 TFLOP/s" in lines[1] and "4.8 TB/s" in lines[1]
+    # 2 m n k / t: 435.0 TFLOP/s, 22.0% of the H200's 1979; bytes by task.yml's formula over the same time.
+    flops, nbytes = task.work({"m": 6144, "n": 4608, "k": 7168})
+    assert flops == 2 * 6144 * 4608 * 7168
+    assert lines[2] == (f"- {big}: 933.0 us [{flops / 933e-6 / 1e12:.1f} TFLOP/s, {100 * flops / 933e-6 / 1979e12:.1f}% "
+                        f"of peak; {nbytes / 933e-6 / 1e12:.2f} TB/s, {100 * nbytes / 933e-6 / 4.8e12:.1f}% of peak]")
+    assert "435.0 TFLOP/s, 22.0% of peak" in lines[2]
+    assert lines[3].startswith(f"- {small}: 15.2 us [") and "% of peak" in lines[3]
+    # An unknown device: rates, no fractions; no task: no brackets at all.
+    other = attempt("c", 2, 3, notes=[{"device": "Some GPU", "harness": "g", "timing": "events", "status": "ok",
+                                        "geomean_us": 100.0, "times": {big: 100.0}, "when": 200}])
+    text = design.base_times(ArchiveView([other]), other.sha, task=task)
+    assert "no peaks are known" in text and "TFLOP/s; " in text and "% of peak" not in text.splitlines()[-1]
+    assert "[" not in design.base_times(ArchiveView([base]), base.sha)
+
+
 def test_the_build_target_policy_follows_the_config_and_says_which_launches_were_compiled():
     from kgit import problems as problem_mod
     from kgit.config import Config

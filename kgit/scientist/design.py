@@ -56,8 +56,44 @@ def split_text(rows, top: int = SPLIT_KERNELS) -> str:
     return " + ".join(parts)
 
 
-def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES) -> str:
-    """The base's per-shape times on the ranking GPU, slowest first, beside the baseline's."""
+class Rates:
+    """A shape's achieved FLOP/s and bytes/s from task.yml's `flops` and `bytes`, against the
+    ranking device's datasheet peaks (harness/peaks.py): how far from which roof."""
+
+    def __init__(self, task, device: str):
+        from kgit_harness import peaks, problem
+
+        self.task, self.peak = task, peaks.lookup(device)
+        self.shapes = {problem.shape_key(s): s for s in task.shapes("benchmarks", True)} if task is not None else {}
+
+    def header(self) -> str:
+        p = self.peak
+        against = (f", against {p.name}'s {p.source} peaks ({p.flops_per_s / 1e12:.0f} TFLOP/s, the fastest dense "
+                   f"precision; {p.bytes_per_s / 1e12:.1f} TB/s): the larger fraction is the nearer roof"
+                   if p and p.flops_per_s and p.bytes_per_s else " (no peaks are known for this device)")
+        return f"In brackets: the rate the timed mean achieves by task.yml's flops and bytes{against}."
+
+    def text(self, key: str, us: float) -> str:
+        shape = self.shapes.get(key)
+        if shape is None or us <= 0:
+            return ""
+        flops, nbytes = self.task.work(shape)
+        parts = []
+        for amount, unit, scale, peak in ((flops, "TFLOP/s", 1e12, self.peak and self.peak.flops_per_s),
+                                          (nbytes, "TB/s", 1e12, self.peak and self.peak.bytes_per_s)):
+            if amount:
+                rate = amount / (us * 1e-6)
+                parts.append(f"{rate / scale:.{1 if unit == 'TFLOP/s' else 2}f} {unit}"
+                             + (f", {100 * rate / peak:.1f}% of peak" if peak else ""))
+        return f" [{'; '.join(parts)}]" if parts else ""
+
+    def __bool__(self) -> bool:
+        return bool(self.shapes) and bool(self.task.flops or self.task.bytes)
+
+
+def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES, task=None) -> str:
+    """The base's per-shape times on the ranking GPU, slowest first, beside the baseline's, with
+    the per-kernel split where the measurement kept one and the rates where task.yml gives the work."""
     if not view.gpu:
         return "No GPU timings exist yet: the base's speed on the benchmark shapes is unknown."
     base = view.by_sha.get(sha)
@@ -70,16 +106,21 @@ def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES) -> 
     splits = view.comparable_kernels(base)
     lines = [f"Mean time per benchmark shape on {view.device} (harness {view.harness}), slowest first"
              + (", with the baseline's time and the base's speedup over it:" if before else ":")]
+    rates = Rates(task, view.device)
     if splits:
         lines.append("After `=`: the device kernels of one extra, untimed call of the base per shape (torch.profiler, "
                      "as the candidate's process reported them), with launches and device time; kernel time only, "
                      "so it can sum below the timed mean.")
+    if rates:
+        lines.append(rates.header())
     for key in order[:limit]:
         line = f"- {key}: {times[key]:.1f} us"
         if splits.get(key):
             line += f" = {split_text(splits[key])}"
         if before.get(key):
             line += f" (baseline {before[key]:.1f} us, {before[key] / times[key]:.2f}x)"
+        if rates:
+            line += rates.text(key, times[key])
         lines.append(line)
     if len(order) > limit:
         lines.append(f"- ... and {len(order) - limit} faster shapes")
@@ -87,14 +128,15 @@ def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES) -> 
 
 
 def prompt(repo_root, selection, base_files, reference_files, attempts, pick, lessons: list[str],
-           declared=None) -> str:
+           declared=None, task=None) -> str:
     view = ArchiveView(attempts)
     return prompts.render("design", repo_root, base=selection.base[:10], reason=selection.reason,
                           base_code=prompts.code_block(base_files),
                           reference=(selection.reference or "none")[:10],
                           reference_code=prompts.code_block(reference_files) if reference_files else "(none chosen)",
                           figures=view.explanation(), history=history(attempts, view=view),
-                          notebook=notebook.text(lessons), pick=pick, base_times=base_times(view, selection.base),
+                          notebook=notebook.text(lessons), pick=pick,
+                          base_times=base_times(view, selection.base, task=task),
                           targets=buildfacts.base_facts(attempts, selection.base, declared))
 
 

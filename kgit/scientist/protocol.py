@@ -43,6 +43,7 @@ class Context:
     attempts_per_plan: int
     archive_tokens: int
     targets: list = field(default_factory=list)  # the declared build targets (docs/targets.md)
+    task: object = None  # the problem (its benchmark shapes and work formulas: the designer's rates)
 
     @property
     def root(self):
@@ -62,7 +63,7 @@ def build(repo, config, task, problem_dir, attempts, host=None) -> Context:
     text = prompts.task_text(task, environment.on_gpu, context_mod.check_text(task, problem_dir))
     declared = list(task.targets if config.targets is None else config.targets)
     return Context(repo, text, environment, prompts.knowledge(config.evolve.knowledge, repo.root), list(task.files),
-                   config.evolve.pick, config.evolve.attempts, config.evolve.archive_tokens, declared)
+                   config.evolve.pick, config.evolve.attempts, config.evolve.archive_tokens, declared, task)
 
 
 @dataclass
@@ -133,7 +134,7 @@ class LLMScientist(_Selector):
         reference_files = (trees.commit_files(ctx.repo, selection.reference, ctx.editable)
                            if selection.reference else {})
         text = design_mod.prompt(ctx.root, selection, base_files, reference_files, attempts, ctx.pick,
-                                 notebook.lessons(ctx.repo), ctx.targets)
+                                 notebook.lessons(ctx.repo), ctx.targets, ctx.task)
         return [ctx.system(knowledge=True), prompts.message("user", prompts.part(text))]
 
     def design(self, ctx, attempts, selection) -> Designed:
