@@ -503,7 +503,79 @@ def _evaluate(spec, task, reference, runner, on_gpu, torch, doc, calibration) ->
     if on_gpu:
         _kernel_splits(task, reference, runner, torch, benchmarks, shapes, on_gpu)
         PHASES.mark("kernels split")
+    elif names:
+        _dry_targets(task, reference, runner, torch, doc)  # [kgit targets, issue 18]
+        PHASES.mark("gpu shapes captured")
     return {"status": "ok", "tests": tests, "shapes": shapes, "geomean_us": geo, "speed_of_light": sol}
+
+
+# A dry run's inputs are laid out, never filled: a GPU shape whose inputs span more is left out.
+DRY_BYTES = 512 << 20
+# The judge's wait for a dry run: the runner's call budget and one target compile.
+DRY_WAIT_S = 240.0
+
+
+def _dry_targets(task, reference, runner, torch, doc):
+    """[kgit targets, issue 18] In the interpreter, after timing: the build facts of the kernel
+    configurations the GPU shapes would launch (the checks' CPU shapes reach only some).
+
+    The checks' facts are collected (and cached) first; the runner then calls the candidate on
+    inputs laid out like each GPU shape's, launching nothing (harness/targets.py `dry`), and
+    compiles the new variants. Failing or slow, it leaves the checks' facts and the verdict
+    as they were; a guard the candidate trips still rejects.
+    """
+    _targets_finish(runner, doc)
+    runner.targets_started = False  # collected: run() does not ask again
+    if not isinstance(doc.get("targets"), dict):
+        return
+    shapes, skipped = _dry_shapes(task, reference)
+    if not shapes:
+        doc["targets"]["dry"] = {"captured": [], "failed": {}, "skipped": skipped}
+        return
+    saved = runner.deadline
+    runner.deadline = min(saved, time.monotonic() + DRY_WAIT_S)
+    try:
+        reply = runner.ask({"op": "targets_dry", "shapes": shapes, "skipped": skipped})
+    except Verdict as v:
+        if v.status == "rejected":
+            raise
+        doc["targets"]["dry"] = {"error": f"the dry run of the GPU shapes failed ({v.status})"}
+        return
+    finally:
+        runner.deadline = saved
+        runner.timed_out = False  # a dry run that overran is killed with the runner, not reported as a timeout
+    if isinstance(reply.get("targets"), dict):
+        doc["targets"] = reply["targets"]
+        cache = getattr(runner, "targets_cache", None)
+        if cache is not None:
+            cache.write(doc["targets"])
+
+
+def _dry_shapes(task, reference) -> tuple[list, dict]:
+    """The layouts of the GPU shapes' inputs (no storage: the reference runs under a fake
+    tensor mode), those the CPU checks did not already run; and why others were left out."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    ran = {problem.shape_key(s) for s in task.shapes("tests", False)}
+    shapes, skipped = [], {}
+    for shape in task.shapes("benchmarks", True) + task.shapes("tests", True):
+        key = problem.shape_key(shape)
+        if key in ran:
+            continue
+        ran.add(key)
+        try:
+            with FakeTensorMode():
+                sample = reference.generate_input(**shape)
+                planner = shared.Planner()
+                layout = planner.tree(sample)
+        except Exception as e:  # noqa: BLE001 - a reference that needs real values: no layout, no facts
+            skipped[key] = f"no layout without values: {type(e).__name__}: {e}"[:200]
+            continue
+        if planner.size > DRY_BYTES:
+            skipped[key] = f"inputs of {planner.size >> 20} MiB, more than the dry run's {DRY_BYTES >> 20} MiB"
+            continue
+        shapes.append({"key": key, "layout": layout, "size": planner.size})
+    return shapes, skipped
 
 
 def _kernel_splits(task, reference, runner, torch, benchmarks, shapes, on_gpu):

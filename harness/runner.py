@@ -28,6 +28,48 @@ from kgit_harness import targets as build_targets
 from kgit_harness.guards import Guards
 
 
+# Wall seconds all of a dry run's candidate calls may take (op_targets_dry): host code that
+# is heavy at the GPU shapes' sizes costs that much at most, never the evaluation.
+DRY_BUDGET_S = 60.0
+
+
+class _Budget:
+    """SIGALRM after `seconds`: an exception inside `call()` blocks, a flag outside them."""
+
+    class Spent(BaseException):
+        pass
+
+    def __init__(self, seconds: float):
+        self.seconds, self.expired, self.inside = seconds, False, False
+
+    def __enter__(self):
+        import signal
+
+        def ring(signum, frame):
+            self.expired = True
+            if self.inside:
+                raise _Budget.Spent()
+
+        self._old = signal.signal(signal.SIGALRM, ring)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self._old)
+        return False
+
+    @contextlib.contextmanager
+    def call(self):
+        self.inside = True
+        try:
+            yield
+        finally:
+            self.inside = False
+
+
 class Verdict(Exception):
     """Ends a request with a failure the runner reports; the judge decides what it means."""
 
@@ -264,7 +306,48 @@ class Session:
         return {"op": "done"}
 
     def op_targets_collect(self, message, fds) -> dict:
-        return {"op": "done", "targets": self.build.finish() if getattr(self, "build", None) else None}
+        self.facts = self.build.finish() if getattr(self, "build", None) else None
+        return {"op": "done", "targets": self.facts}
+
+    def op_targets_dry(self, message, fds) -> dict:
+        """After timing, in the interpreter: the GPU shapes' Triton launches captured without
+        running them (inputs laid out as the judge says, never filled), and the variants the
+        checks did not launch compiled for the targets; the checks' facts merged with them.
+
+        The calls get DRY_BUDGET_S in all; what does not finish in time or fails is reported,
+        and what was captured before it still counts.
+        """
+        facts = getattr(self, "facts", None)
+        if facts is None or self.on_gpu:
+            return {"op": "done", "targets": None}
+        torch, cand = self.torch, self.candidate
+        report = {"captured": [], "failed": {}, "skipped": dict(message.get("skipped") or {})}
+        budget = _Budget(DRY_BUDGET_S)
+        with build_targets.capture(known=getattr(self, "launches", None)) as launches, budget:
+            for item in message["shapes"]:
+                key = str(item["key"])
+                if budget.expired:
+                    report["failed"][key] = f"not run: the dry run's {DRY_BUDGET_S:g} s were spent"
+                    continue
+                data = shared.view(torch, torch.empty(int(item["size"]), dtype=torch.uint8), item["layout"])
+                try:
+                    with build_targets.dry(), budget.call():
+                        with cand.guarded():
+                            cand.kernel(data)
+                    report["captured"].append(key)
+                except _Budget.Spent:  # rang between the guards and the end of the block
+                    report["failed"][key] = f"ran past the dry run's {DRY_BUDGET_S:g} s"
+                except Verdict as v:
+                    if v.status == "rejected":
+                        raise
+                    why = ((v.error or "").strip().splitlines() or [v.status])[-1]
+                    report["failed"][key] = (f"ran past the dry run's {DRY_BUDGET_S:g} s" if budget.expired
+                                             else why)[:200]
+                del data
+        cand.verify()
+        extra = build_targets.build_facts(launches, list(facts.get("results") or {})) if launches.variants else {}
+        self.facts = build_targets.merge(facts, extra, report)
+        return {"op": "done", "targets": self.facts}
     # [end kgit targets]
 
     def _sync(self):

@@ -180,11 +180,15 @@ def _record(fn, args, kwargs, grid):
 
 def _wrap_run(original):
     def run(self, *args, grid, warmup, **kwargs):
-        if getattr(_state, "launches", None) is not None and not getattr(_state, "tuning", 0):
+        dry = getattr(_state, "dry", False)
+        # A dry run records every configuration an autotuner tries: the GPU may pick any of them.
+        if getattr(_state, "launches", None) is not None and (dry or not getattr(_state, "tuning", 0)):
             try:
                 _record(self, args, kwargs, grid)
             except Exception as e:  # noqa: BLE001 - the launch goes on; the facts say what was not read
                 _state.launches.unreadable.append((getattr(self, "__name__", "?"), f"{type(e).__name__}: {e}"))
+        if dry:
+            return None
         return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     run._kgit_capture = True
@@ -204,8 +208,22 @@ def _wrap_bench(original):
 
 
 @contextlib.contextmanager
-def capture():
-    """Record the Triton launches made inside the block: `with capture() as launches:`."""
+def dry():
+    """Inside `capture()`: Triton launches are recorded and not run (the GPU shapes' launches,
+    captured on a machine that could not run them; their inputs need not even hold values)."""
+    _state.dry = True
+    try:
+        yield
+    finally:
+        _state.dry = False
+
+
+@contextlib.contextmanager
+def capture(known: "Launches | None" = None):
+    """Record the Triton launches made inside the block: `with capture() as launches:`.
+
+    With `known`, a variant it already holds is counted there, not recorded again.
+    """
     from triton.runtime import autotuner, interpreter, jit
 
     patched = [(jit.JITFunction, "run", _wrap_run), (interpreter.InterpretedFunction, "run", _wrap_run),
@@ -216,7 +234,7 @@ def capture():
         if original is not None and not getattr(original, "_kgit_capture", False):
             saved.append((cls, attr, original))
             setattr(cls, attr, wrap(original))
-    launches = Launches()
+    launches = Launches(_index=dict(known._index) if known is not None else {})
     _state.launches, _state.tuning = launches, 0
     try:
         yield launches
@@ -699,6 +717,32 @@ class Build:
         # compile_s: from the fork to the last answer; waited_s: what the evaluation waited for them.
         doc["compile_s"], doc["waited_s"] = round(done - self.started, 3), round(done - waited, 3)
         return doc
+
+
+def merge(checked: dict, extra: dict, dry_report: dict) -> dict:
+    """The checks' build facts with those of the variants only a dry run of the GPU shapes
+    launched (`extra`): per target the kernels and failures of both, builds only if both do."""
+    out = dict(checked)
+    out["launches"] = checked.get("launches", 0) + extra.get("launches", 0)
+    out["variants"] = checked.get("variants", 0) + extra.get("variants", 0)
+    out["unreadable"] = list(checked.get("unreadable") or []) + list(extra.get("unreadable") or [])
+    out["compile_s"] = round((checked.get("compile_s") or 0) + (extra.get("compile_s") or 0), 3)
+    out["dry"] = dry_report
+    results = {}
+    for name, first in (checked.get("results") or {}).items():
+        second = (extra.get("results") or {}).get(name)
+        if not second or not (second.get("kernels") or second.get("failures")):
+            results[name] = first
+            continue
+        failures = list(first.get("failures") or []) + list(second.get("failures") or [])
+        kernels = list(first.get("kernels") or []) + list(second.get("kernels") or [])
+        builds = None if first.get("builds") is None and second.get("builds") is None else (
+            not failures and bool(kernels))
+        results[name] = {"builds": builds, "error": failures[0]["error"] if failures else first.get("error"),
+                         "kernels": kernels, "failures": failures,
+                         "not_compiled": (first.get("not_compiled") or 0) + (second.get("not_compiled") or 0)}
+    out["results"] = results
+    return out
 
 
 # ---------------------------------------------------------------- summaries

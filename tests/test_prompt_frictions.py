@@ -157,7 +157,10 @@ def test_the_build_target_policy_follows_the_config_and_says_which_launches_were
     text = context.environment(config, [attempt("a", 0, 1)], host=_cpu(), task=task).text()
     line = next(item for item in text.splitlines() if item.startswith("- build targets: "))
     assert "gfx942 (MI300X)" in line and "require_targets: false" in line and "not a failing status" in line
-    assert "correctness checks (the CPU test shapes above" in line and "not compiled" in line
+    assert "correctness checks (the CPU test shapes above" in line
+    assert "dry run of the GPU benchmark and test shapes" in line and "not run" in line and "512 MiB" in line
+    on_gpu = context.targets_text(["sm_90a"], False, on_gpu=True)
+    assert "the GPU test shapes" in on_gpu and "(the GPU benchmark set) is not compiled" in on_gpu
     strict = Config(require_targets=True, targets=["sm_90a"])
     line = next(item for item in context.environment(strict, [attempt("a", 0, 1)], host=_cpu(), task=task)
                 .text().splitlines() if item.startswith("- build targets: "))

@@ -331,3 +331,132 @@ def test_the_writer_and_the_fixer_see_the_base_build_facts(softmax_repo):
             assert value.startswith("builds; ") and "occupancy " in value and "spill " in value
         assert "It builds for every declared target (gfx942, sm_90a)." in text
         assert ("Fix it." in text) == (attempt == 2)
+
+
+WIDE_FOR_GPU_SHAPES = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(a_ptr + offsets, mask=mask) + tl.load(b_ptr + offsets, mask=mask), mask=mask)
+
+
+def custom_kernel(data):
+    a, b, out = data
+    n = a.numel()
+    # A configuration only the GPU shapes reach: no CPU test shape is this large.
+    block, warps = (2048, 8) if n > 100_000 else (256, 4)
+    _add[(triton.cdiv(n, block),)](a, b, out, n, BLOCK=block, num_warps=warps)
+    return out
+'''
+
+
+def test_the_gpu_shapes_configurations_are_captured_without_running_and_compiled(tmp_path):
+    """In the interpreter the checks launch only the CPU shapes' configuration; after timing the
+    judge lays out each GPU shape's inputs (no values), the runner calls the candidate with every
+    launch skipped, and the configuration only those shapes choose is compiled too."""
+    import yaml
+
+    from conftest import FAST_TIMING
+    from kgit.evaluation import child as evaluate
+
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "kernel.py").write_text(WIDE_FOR_GPU_SHAPES)
+    import shutil
+
+    shutil.copytree(problem.shipped()["vector_add"], source / "problem")
+    data = yaml.safe_load(config_mod.default_text())
+    data["timing"] = dict(FAST_TIMING)
+    config = config_mod.parse(yaml.safe_dump(data), "test config")
+    (tmp_path / "stage").mkdir()
+    problem_dir, candidate_dir = evaluate.stage_candidate(source, "problem", ["kernel.py"], tmp_path / "stage")
+    doc = evaluate.run_child(problem_dir, candidate_dir, config, tmp_path / "stage")
+    assert doc["status"] == "ok", doc.get("error") or doc.get("stderr")
+    facts = doc["targets"]
+    dry = facts["dry"]
+    # The GPU shapes the CPU checks did not run: benchmarks, and the GPU test set.
+    assert set(dry["captured"]) == {"size=1048576", "size=16777216", "size=4096", "size=98432", "size=1048577"}
+    assert not dry["failed"], dry
+    assert "size=67108864" in dry["skipped"] and "MiB" in dry["skipped"]["size=67108864"]  # 768 MiB of inputs
+    for name in BOTH:
+        result = facts["results"][name]
+        assert result["builds"] is True, result["error"]
+        assert {k["num_warps"] for k in result["kernels"]} == {4, 8}, result["kernels"]
+    Result.from_dict(doc)
+
+
+def test_a_dry_launch_is_recorded_and_not_run(monkeypatch, tmp_path):
+    (tmp_path / "wide.py").write_text(WIDE_FOR_GPU_SHAPES)
+    kernel = _load(tmp_path / "wide.py", monkeypatch)
+    a, b = torch.ones(200_000), torch.ones(200_000)
+    out = torch.full((200_000,), float("nan"))
+    with targets.capture() as launches, targets.dry():
+        kernel.custom_kernel((a, b, out))
+    assert torch.isnan(out).all()  # nothing ran
+    (variant,) = launches.variants
+    assert variant.options["num_warps"] == 8 and variant.bound["BLOCK"] == 2048
+    # A capture that knows the checks' variants counts a repeat there instead of recording it.
+    with targets.capture(known=launches) as again, targets.dry():
+        kernel.custom_kernel((a, b, out))
+    assert again.variants == [] and again.total == 1 and variant.launches == 2
+    with targets.capture() as normal:
+        kernel.custom_kernel((a, b, out))
+    assert (out == 2).all() and len(normal.variants) == 1  # outside dry() launches run again
+
+
+def test_merged_facts_keep_the_checks_kernels_and_fail_on_a_dry_variants_failure():
+    def result(builds, kernels, failures=()):
+        return {"builds": builds, "error": failures[0]["error"] if failures else None, "kernels": kernels,
+                "failures": list(failures), "not_compiled": 0}
+
+    checked = {"reported_by": "candidate", "launches": 3, "variants": 1, "unreadable": [], "compile_s": 2.0,
+               "results": {"gfx942": result(True, [{"vgpr": 100}]), "sm_90a": result(True, [{"registers": 90}])}}
+    lds = {"kernel": "_k", "error": f"does not fit: {LDS_TEXT}", "options": {}}
+    extra = {"launches": 18, "variants": 1, "unreadable": [], "compile_s": 3.0,
+             "results": {"gfx942": result(False, [{"vgpr": 256}], [lds]), "sm_90a": result(True, [{"registers": 168}])}}
+    report = {"captured": ["m=6144"], "failed": {}, "skipped": {}}
+    merged = targets.merge(checked, extra, report)
+    assert merged["launches"] == 21 and merged["variants"] == 2 and merged["compile_s"] == 5.0
+    assert merged["dry"] == report and merged["reported_by"] == "candidate"
+    amd, nv = merged["results"]["gfx942"], merged["results"]["sm_90a"]
+    assert amd["builds"] is False and amd["error"] == lds["error"] and len(amd["kernels"]) == 2
+    assert nv["builds"] is True and targets.summary(nv)["regs"] == 168  # the worst over both
+    # A dry run that compiled nothing leaves the checks' results as they were.
+    assert targets.merge(checked, {}, report)["results"] == checked["results"]
+
+
+LDS_TEXT = "needs 96 KiB of LDS per workgroup; gfx942 has 64 KiB"
+
+
+def test_the_dry_runs_budget_stops_slow_host_code_and_reports_it(monkeypatch):
+    import time
+
+    from kgit_harness import runner, shared
+    from kgit_harness.guards import Guards
+    from kgit_harness.timing import Clock
+
+    monkeypatch.setattr(runner, "DRY_BUDGET_S", 0.5)
+
+    def slow(data):
+        time.sleep(30)
+
+    session = runner.Session.__new__(runner.Session)
+    session.torch, session.on_gpu, session.launches = torch, False, None
+    session.candidate = runner.Candidate(slow, Guards(torch, [], None), Clock(torch, False))
+    session.candidate.guards.snapshot_threads()
+    session.facts = {"results": {}, "launches": 0, "variants": 0}
+    planner = shared.Planner()
+    layout = planner.tree((torch.empty(4), torch.empty(4)))
+    shape = {"key": "size=4", "layout": layout, "size": planner.size}
+    started = time.monotonic()
+    reply = session.op_targets_dry({"shapes": [shape, dict(shape, key="size=8")], "skipped": {"size=9": "big"}}, [])
+    assert time.monotonic() - started < 10
+    dry = reply["targets"]["dry"]
+    assert dry["captured"] == [] and dry["skipped"] == {"size=9": "big"}
+    assert dry["failed"]["size=4"] == "ran past the dry run's 0.5 s"
+    assert dry["failed"]["size=8"] == "not run: the dry run's 0.5 s were spent"

@@ -82,15 +82,19 @@ def targets_text(names, required: bool, on_gpu: bool) -> str:
 
     if not names:
         return ""
-    shapes = "the GPU test shapes" if on_gpu else "the CPU test shapes above, in the interpreter"
+    shapes = ("the GPU test shapes" if on_gpu else
+              "the CPU test shapes above, in the interpreter, and, after timing, of a dry run of the GPU benchmark "
+              "and test shapes: the kernel is called on inputs laid out like theirs, without values, and each "
+              "launch is recorded, not run")
     policy = ("a kernel that does not build for one of them fails (require_targets: true)" if required else
               "not building for one of them is reported beside the result, not a failing status "
               "(require_targets: false); the kernel is still judged on correctness and speed")
     return (f"{', '.join(f'{n} ({HARDWARE.get(n, n)})' for n in names)}. Each candidate is cross-compiled for "
             f"them from the Triton launches of its correctness checks ({shapes}): every distinct kernel "
             f"configuration those launches used, up to {MAX_VARIANTS} per kernel, and the figures shown are the "
-            "worst over them; a configuration chosen only for other shapes (the GPU benchmark set) is not "
-            f"compiled. {policy[0].upper() + policy[1:]}.")
+            "worst over them; " + ("a configuration chosen only for other shapes (the GPU benchmark set) is not "
+                                   "compiled" if on_gpu else "a GPU shape whose inputs exceed 512 MiB is left out")
+            + f". {policy[0].upper() + policy[1:]}.")
 
 
 VERSION_KEYS = ("torch", "triton", "arch", "cuda", "hip")
