@@ -129,6 +129,20 @@ def profile_call(torch, call, synchronize, activities=None) -> tuple[list[dict] 
     return (rows, None) if rows else (None, "torch.profiler recorded no device kernels")
 
 
+def line(rows, top: int = 3) -> str:
+    """A shape's split in one line, `_gemm 479.6 us + aten copy (elementwise) x2 440.0 us + other
+    13.0 us`: the `top` longest kernels, the rest summed. Rows are [name, count, us] (as notes
+    keep them) or the result's {name, count, us}."""
+    rows = [(r["name"], r["count"], r["us"]) if isinstance(r, dict) else tuple(r) for r in rows]
+    rows.sort(key=lambda r: -r[2])
+    named = [r for r in rows if r[0] != OTHER][:top]
+    rest = [r for r in rows if r not in named]
+    parts = [f"{name}{f' x{count}' if count > 1 else ''} {us:.1f} us" for name, count, us in named]
+    if rest:
+        parts.append(f"other {sum(r[2] for r in rest):.1f} us")
+    return " + ".join(parts)
+
+
 def clean(rows) -> list[dict]:
     """The runner's rows as the judge keeps them; ValueError when they are malformed.
 

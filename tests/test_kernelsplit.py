@@ -285,3 +285,13 @@ def test_a_gpu_attempts_split_is_kept_beside_its_commit_and_the_designer_reads_i
     text = design.base_times(view, baseline)
     assert "- n=1: 10.0 us = _gemm 6.0 us + aten copy (elementwise) x2 3.5 us" in text
     assert " = " not in design.base_times(view, plain)
+    # kgit show, and the summary of an evaluation, print it for people too.
+    from kgit.evaluation.evaluated import Evaluation
+    from kgit.review import text as text_mod
+
+    shown = text_mod.attempt_text(by_sha[baseline], "", {}, "")
+    assert "device kernels of one call per shape on Test GPU (torch.profiler, candidate-reported):" in shown
+    assert "  n=1: _gemm 6.0 us + aten copy (elementwise) x2 3.5 us" in shown
+    assert "device kernels" not in text_mod.attempt_text(by_sha[plain], "", {}, "")
+    summary = text_mod.result_summary(Evaluation.of(_gpu_result(10.0, gemm)))
+    assert "  n=1: _gemm 6.0 us + aten copy (elementwise) x2 3.5 us" in summary

@@ -117,12 +117,34 @@ def result_summary(judged) -> str:
         lines.append(f"geomean: {result.geomean_us:.2f} us")
     if result.shapes:
         lines += ["", shape_table(result)]
+        lines += kernel_lines({s["key"]: s["kernels"]["rows"] for s in result.shapes
+                               if (s.get("kernels") or {}).get("rows")}, result.device)
     if result.error:
         lines += ["", "error:", result.error.rstrip()[-3000:]]
     from kgit.evaluation.buildfacts import trailers
 
     lines += [f"{key[len('Kgit-'):].lower()}: {value}" for key, value in trailers(result)]
     return "\n".join(lines)
+
+
+def kernel_lines(splits: dict, device: str | None) -> list[str]:
+    """The per-kernel split of one call per shape (harness/kernelsplit.py), or nothing."""
+    from kgit_harness.kernelsplit import line
+
+    if not splits:
+        return []
+    return (["", f"device kernels of one call per shape on {device} (torch.profiler, candidate-reported):"]
+            + [f"  {key}: {line(rows)}" for key, rows in splits.items()])
+
+
+def latest_kernels(attempt) -> tuple[dict, str | None]:
+    """The newest per-kernel split kept for `attempt` (a remeasure note, or a kernels note
+    beside a GPU-evaluated commit) and its device; ({}, None) when none was kept."""
+    kept = [n for n in attempt.notes if n.get("kernels")]
+    if not kept:
+        return {}, None
+    newest = max(kept, key=lambda n: n.get("when", 0))
+    return newest["kernels"], newest.get("device_tag") or newest.get("device")
 
 
 def attempt_text(attempt, body: str, base_times: dict, diffstat: str) -> str:
@@ -153,6 +175,7 @@ def attempt_text(attempt, body: str, base_times: dict, diffstat: str) -> str:
             b = base_times.get(key)
             rows.append([key, f"{value:.2f}", _num(b, "{:.2f}"), _num(b / value if b else None, "{:.2f}x")])
         lines += ["", tabulate(rows, headers=["shape", "time us", "base us", "speedup"], tablefmt="simple")]
+    lines += kernel_lines(*latest_kernels(attempt))
     if diffstat.strip():
         lines += ["", diffstat.rstrip()]
     return "\n".join(lines)

@@ -43,17 +43,10 @@ SPLIT_KERNELS = 3  # kernels named per shape in the split; the rest are summed
 
 
 def split_text(rows, top: int = SPLIT_KERNELS) -> str:
-    """A shape's per-kernel split in one line: `_gemm 479.6 us + aten copy (elementwise) x2 440.0 us
-    + other 13.0 us` (rows are [kernel, launches, us], longest first)."""
-    from kgit_harness.kernelsplit import OTHER
+    """A shape's per-kernel split in one line (kgit_harness/kernelsplit.py `line`)."""
+    from kgit_harness.kernelsplit import line
 
-    rows = sorted(rows, key=lambda r: -r[2])
-    named = [r for r in rows if r[0] != OTHER][:top]
-    rest = [r for r in rows if r not in named]
-    parts = [f"{name}{f' x{count}' if count > 1 else ''} {us:.1f} us" for name, count, us in named]
-    if rest:
-        parts.append(f"other {sum(r[2] for r in rest):.1f} us")
-    return " + ".join(parts)
+    return line(rows, top)
 
 
 class Rates:
