@@ -500,6 +500,7 @@ def _evaluate(spec, task, reference, runner, on_gpu, torch, doc, calibration) ->
     if geo is None:
         raise Verdict("runtime-error", "a benchmark shape timed at zero or less; the timer saw no work, "
                       "so there is no geometric mean to rank by")
+    PHASES.mark("benchmarks timed")
     if on_gpu:
         _kernel_splits(task, reference, runner, torch, benchmarks, shapes, on_gpu)
         PHASES.mark("kernels split")
