@@ -28,7 +28,7 @@ def test_the_selectors_table_says_why_a_target_fails():
     a = attempt("b", 1, 2, targets={"gfx942": f"fails: {LDS}", "sm_90a": "builds; regs 181, smem 72 KiB, spill 0, "
                                                                           "occupancy 2"})
     row = select.row(a)
-    assert f"gfx942 fails: {LDS}" in row and "sm_90a regs 181 occ 2" in row
+    assert f"gfx942 fails: {LDS}" in row and "sm_90a regs 181 smem 72 KiB occ 2" in row
     long = attempt("c", 2, 3, targets={"sm_90a": "fails: RecursionError: " + "x" * 400})
     cell = select.row(long).split("targets: ")[1]
     assert cell.startswith("sm_90a fails: RecursionError: x") and len(cell) < 130

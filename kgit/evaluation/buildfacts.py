@@ -45,14 +45,17 @@ def apply_policy(result, config):
 
 
 def short(targets: dict[str, str]) -> str:
-    """`gfx942 vgpr 218 occ 1; sm_90a fails` for a table cell."""
+    """`gfx942 vgpr 218 lds 48 KiB occ 1; sm_90a fails` for a table cell. The LDS/shared figure
+    tells a larger pipeline or warp specialization from register pressure when occupancy drops."""
     cells = []
     for name, value in targets.items():
         if value.startswith("builds"):
             regs = re.search(r"(vgpr|regs) (\d+)", value)
+            local = re.search(r"(lds|smem) ([^,]+)", value)
             occ = re.search(r"occupancy (\d+)", value)
             spill = re.search(r"spill ([^,]+)", value)
             cell = f"{name} {regs.group(1)} {regs.group(2)}" if regs else name
+            cell += f" {local.group(1)} {local.group(2).strip()}" if local else ""
             cell += f" occ {occ.group(1)}" if occ else ""
             cell += f" spill {spill.group(1)}" if spill and spill.group(1).strip() != "0" else ""
         else:
