@@ -209,6 +209,8 @@ class Slots:
         reply = self.runner.ask({"op": "batch", "id": self.id, "slots": slots, "empty": empty})
         reply["output"] = channel.text(reply, "output", 2000, optional=True)
         reply["host_us"] = channel.number(reply, "host_us")
+        for key in ("launch_us", "span_us", "served_us"):  # diagnostics, see runner.op_batch
+            reply[key] = channel.number(reply, key) if key in reply else None
         return reply
 
     def close(self):

@@ -305,7 +305,7 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
     # shared slot moves the same bytes on the device, after the calls, outside the events.
     copy = min(statistics.median(copies), CAP_RATIO * sum(calibration.copy_us(o) for o in outs))
     stats["copy_us"] = copy / len(chosen)
-    samples, runner_host = [], []
+    samples, runner_host, diagnostics = [], [], {"launch_us": [], "span_us": [], "served_us": []}
     for r in range(BATCH_SAMPLES_MAX):
         inputs = []
         for j in chosen:
@@ -318,6 +318,9 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
         checking.sync(slots.torch)
         samples.append(max((clock() - t0) * 1e6 - request - copy, 0.0) / len(chosen))
         runner_host.append(reply["host_us"] / len(chosen))
+        for key, values in diagnostics.items():
+            if reply.get(key) is not None:
+                values.append(reply[key] / len(chosen))
         if reply["output"]:
             return f"a back-to-back call: {reply['output']}"
         for j, private, out in zip(chosen, inputs, outs):
@@ -334,6 +337,9 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
     stats["judge_batch"] = _stats(samples)
     stats["host_batch_us"] = statistics.median(samples)
     stats["runner_batch_host_us"] = statistics.median(runner_host)
+    # Runner-reported, per call: launches alone, device span (first launch to last
+    # copy-out), request served. They explain the judge's figure; they never set it.
+    stats.update({f"runner_batch_{key}": statistics.median(values) for key, values in diagnostics.items() if values})
     return None
 
 
