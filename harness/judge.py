@@ -26,7 +26,8 @@ import time
 import traceback
 from pathlib import Path
 
-from kgit_harness import channel, checking, confine, factcache, kernelsplit, needs, peaks, phases, pidone, policy, problem, racing, shared, timing
+from kgit_harness import (channel, checking, confine, factcache, kernelsplit, needs, peaks, phases, pidone, policy,
+                          portable, problem, racing, shared, timing)
 from kgit_harness import result as result_mod
 
 _clock = time.perf_counter
@@ -565,10 +566,9 @@ def _dry_targets(task, reference, runner, torch, doc):
 
 
 def _dry_shapes(task, reference) -> tuple[list, dict]:
-    """The layouts of the GPU shapes' inputs (no storage: the reference runs under a fake
-    tensor mode), those the CPU checks did not already run; and why others were left out."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
+    """The layouts of the GPU shapes' inputs (no storage: the reference makes them on the meta
+    device, as the needs check sizes them), those the CPU checks did not already run; and why
+    others were left out."""
     ran = {problem.shape_key(s) for s in task.shapes("tests", False)}
     shapes, skipped = [], {}
     for shape in task.shapes("benchmarks", True) + task.shapes("tests", True):
@@ -576,13 +576,14 @@ def _dry_shapes(task, reference) -> tuple[list, dict]:
         if key in ran:
             continue
         ran.add(key)
+        sample = portable.meta_input(reference.generate_input, shape)
+        planner = shared.Planner()
         try:
-            with FakeTensorMode():
-                sample = reference.generate_input(**shape)
-                planner = shared.Planner()
-                layout = planner.tree(sample)
-        except Exception as e:  # noqa: BLE001 - a reference that needs real values: no layout, no facts
-            skipped[key] = f"no layout without values: {type(e).__name__}: {e}"[:200]
+            layout = planner.tree(sample) if sample is not None else None
+        except TypeError:  # not a tree of tensors and plain values (shared.Planner)
+            layout = None
+        if layout is None:
+            skipped[key] = "its inputs cannot be laid out without values (the reference needs them)"
             continue
         if planner.size > DRY_BYTES:
             skipped[key] = f"inputs of {planner.size >> 20} MiB, more than the dry run's {DRY_BYTES >> 20} MiB"

@@ -109,14 +109,20 @@ def input_bytes(generate, shape: dict) -> int | None:
     A generator whose work depends on values (`.item()`, data-dependent shapes) cannot
     run on meta tensors; its size is unknown rather than guessed.
     """
+    data = meta_input(generate, shape)
+    return None if data is None else sum(t.numel() * t.element_size() for t in _tensors(data))
+
+
+def meta_input(generate, shape: dict):
+    """What `generate(**shape)` returns, made on the meta device (shapes, strides and dtypes,
+    no storage); None when it cannot be made without values."""
     import torch
 
     try:
         with mapped_devices("meta"), _meta_default(torch):
-            data = generate(**shape)
-    except Exception:  # noqa: BLE001 - any failure only means the dry run cannot size it
+            return generate(**shape)
+    except Exception:  # noqa: BLE001 - any failure only means no dry run can lay it out
         return None
-    return sum(t.numel() * t.element_size() for t in _tensors(data))
 
 
 @contextlib.contextmanager
