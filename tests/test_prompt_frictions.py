@@ -13,11 +13,12 @@ GPU = "NVIDIA H200"
 LDS = "does not fit: needs 96 KiB of LDS per workgroup; gfx942 has 64 KiB"
 
 
-def attempt(sha, experiment, when, targets=None, notes=()):
+def attempt(sha, experiment, when, targets=None, notes=(), base=None):
     """An attempt checked in the interpreter, with build-target trailers and note records."""
     message = (f"x\n\nKgit-Experiment: {experiment}\nKgit-Attempt: 1\nKgit-Status: ok\nKgit-Device: cpu\n"
                f"Kgit-Timing: interpreter\nKgit-Harness: h\nKgit-Geomean-us: 1000.0\n"
                f"Kgit-Branch: kgit/{experiment}-x\nKgit-Hypothesis: h{experiment}\n")
+    message += f"Kgit-Base: {base * 40}\n" if base else ""
     message += "".join(f"Kgit-Target-{name.replace('_', '-')}: {value}\n" for name, value in (targets or {}).items())
     record = "\x1f".join([sha * 40, "", "t" * 40, "n", "e", str(when), message,
                           "".join(json.dumps(n) + "\n" for n in notes)])
@@ -100,6 +101,23 @@ def test_the_designer_sees_the_bases_per_shape_times_on_the_ranking_gpu_slowest_
     assert cut.splitlines()[-1] == "- ... and 2 faster shapes"
     assert "not been timed" in design.base_times(ArchiveView([baseline, base, attempt("c", 2, 3)]), "c" * 40)
     assert "No GPU timings" in design.base_times(ArchiveView([attempt("c", 2, 3)]), "c" * 40)
+
+
+def test_an_untimed_base_shows_its_nearest_timed_ancestors_table():
+    """Round 3: within a round the base was never timed, and the designer lost the cost model."""
+    from kgit.scientist import design
+    from kgit.scientist.view import ArchiveView
+
+    baseline = remeasured("a", 0, 1, {"m=1024,n=512": 200.0, "m=6144,n=4608": 5000.0})
+    timed = remeasured("b", 10, 2, {"m=1024,n=512": 100.0, "m=6144,n=4608": 933.0})
+    middle, base = attempt("c", 19, 3, base="b"), attempt("d", 22, 4, base="c")
+    text = design.base_times(ArchiveView([baseline, timed, middle, base]), base.sha)
+    lines = text.splitlines()
+    assert lines[0].startswith(f"The base has not been timed on {GPU} yet") and "10.1 (bbbbbbbbbb), 2 base steps" in lines[0]
+    assert lines[2] == "- m=6144,n=4608: 933.0 us (baseline 5000.0 us, 5.36x)"
+    # No timed ancestor at all: said so, as before.
+    alone = design.base_times(ArchiveView([baseline, attempt("e", 3, 5, base="f")]), "e" * 40)
+    assert alone == f"The base has not been timed on {GPU} yet (the ranking device)."
 
 
 def test_the_designer_sees_where_each_shapes_gpu_time_went_kernel_by_kernel():

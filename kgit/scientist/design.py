@@ -49,6 +49,17 @@ def split_text(rows, top: int = SPLIT_KERNELS) -> str:
     return line(rows, top)
 
 
+def timed_ancestor(view: ArchiveView, attempt, limit: int = 50):
+    """(the nearest attempt up `attempt`'s chain of bases timed on the ranking GPU, steps), or (None, 0)."""
+    seen, steps = set(), 0
+    while attempt is not None and attempt.base and attempt.sha not in seen and steps < limit:
+        seen.add(attempt.sha)
+        attempt, steps = view.by_sha.get(attempt.base), steps + 1
+        if attempt is not None and view.comparable_times(attempt):
+            return attempt, steps
+    return None, 0
+
+
 class Rates:
     """A shape's achieved FLOP/s and bytes/s from task.yml's `flops` and `bytes`, against the
     ranking device's datasheet peaks (harness/peaks.py): how far from which roof."""
@@ -91,14 +102,22 @@ def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES, tas
         return "No GPU timings exist yet: the base's speed on the benchmark shapes is unknown."
     base = view.by_sha.get(sha)
     times = view.comparable_times(base) if base is not None else {}
+    intro = []
     if not times:
-        return f"The base has not been timed on {view.device} yet (the ranking device)."
+        ancestor, steps = timed_ancestor(view, base)
+        if ancestor is None:
+            return f"The base has not been timed on {view.device} yet (the ranking device)."
+        # Within a round nothing new is timed: the nearest timed ancestor keeps the cost model in view.
+        intro = [f"The base has not been timed on {view.device} yet (the ranking device). Its nearest timed "
+                 f"ancestor, {ancestor.experiment}.{ancestor.attempt} ({ancestor.sha[:10]}), {steps} base step"
+                 f"{'s' if steps > 1 else ''} up the chain of bases, was; its figures follow, not the base's."]
+        base, sha, times = ancestor, ancestor.sha, view.comparable_times(ancestor)
     baseline = next((a for a in view.attempts if a.is_baseline), None)
     before = view.comparable_times(baseline) if baseline is not None and baseline.sha != sha else {}
     order = sorted(times, key=times.get, reverse=True)
     splits = view.comparable_kernels(base)
-    lines = [f"Mean time per benchmark shape on {view.device} (harness {view.harness}), slowest first"
-             + (", with the baseline's time and the base's speedup over it:" if before else ":")]
+    lines = intro + [f"Mean time per benchmark shape on {view.device} (harness {view.harness}), slowest first"
+                     + (", with the baseline's time and the speedup over it:" if before else ":")]
     rates = Rates(task, view.device)
     if splits:
         lines.append("After `=`: the device kernels of one extra, untimed call of the base per shape (torch.profiler, "
