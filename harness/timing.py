@@ -28,8 +28,9 @@ RECHECKED = 3
 # Judge-clock cross-check: back-to-back calls, timed by the judge until it holds their
 # outputs, must not take longer per call than ESCAPE_RATIO x the runner's event mean +
 # the runner's output copy (fresh outputs only) + ESCAPE_SLACK_US for the events to rank
-# a shape. 1.5x absorbs the variance of tiny kernels, the slack the final synchronize. Every term but the event
-# mean is the judge's own measure, so nothing the runner reports widens the bound.
+# a shape. 1.5x absorbs the variance of tiny kernels, the slack the final synchronize.
+# Every term but the event mean is the judge's own measure, so nothing the runner
+# reports widens the bound.
 ESCAPE_RATIO = 1.5
 ESCAPE_SLACK_US = 20.0
 # Judge-measured figures the runner can still inflate (an empty request it answers
