@@ -57,11 +57,12 @@ class Environment:
                       f"- when timings arrive: {self.timings_arrive()}"]
         else:
             lines.append(f"- software: {_versions_text(self.versions)}")
+        if self.on_gpu or self.ranked_on:
+            lines.append(GPU_TIMING)
         lines.append(f"- evaluator: {self.target}")
         if self.build_targets:
             lines.append(f"- build targets: {self.build_targets}")
         return "\n".join(lines)
-
 
     def timings_arrive(self) -> str:
         """When this run's attempts get a figure on the ranking GPU: only after a `kgit remeasure`
@@ -72,6 +73,12 @@ class Environment:
                 f"on {self.ranked_on}, after this run ends: within the run every new attempt reads \"not measured on "
                 f"{self.ranked_on}\", so later iterations build on untimed attempts, and only the attempts timed "
                 f"before the run started carry {self.ranked_on} figures")
+
+
+GPU_TIMING = ("- GPU timing: each call is timed with device events after an L2 flush (the kernel's GPU time, "
+              "launch excluded); the harness also times back-to-back calls on its own clock, and where the host "
+              "cannot issue the calls as fast as the GPU runs them (a launch-bound shape) that clock, host work "
+              "of the Python wrapper included, is the shape's figure")
 
 
 def targets_text(names, required: bool, on_gpu: bool) -> str:

@@ -116,6 +116,7 @@ def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES, tas
     before = view.comparable_times(baseline) if baseline is not None and baseline.sha != sha else {}
     order = sorted(times, key=times.get, reverse=True)
     splits = view.comparable_kernels(base)
+    bound = view.launch_bound(base)
     lines = intro + [f"Mean time per benchmark shape on {view.device} (harness {view.harness}), slowest first"
                      + (", with the baseline's time and the speedup over it:" if before else ":")]
     rates = Rates(task, view.device)
@@ -131,11 +132,19 @@ def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES, tas
             line += f" = {split_text(splits[key])}"
         if before.get(key):
             line += f" (baseline {before[key]:.1f} us, {before[key] / times[key]:.2f}x)"
+        if key in bound:
+            line += (f"; launch-bound: the GPU took {bound[key]['gpu_us']:.1f} us, the call's host side "
+                     f"{bound[key]['host_us']:.1f} us")
         if rates:
             line += rates.text(key, times[key])
         lines.append(line)
     if len(order) > limit:
         lines.append(f"- ... and {len(order) - limit} faster shapes")
+    if bound:
+        lines.append(f"{len(bound)} shape(s) are launch-bound: their time is the harness's clock over back-to-back "
+                     "calls, host work included (allocations, copies, descriptor set-up and launches in the "
+                     "Python wrapper, each torch op costing more under the harness's op guard), because the GPU "
+                     "finished sooner than the host could issue the next call. Less host work per call helps there.")
     return "\n".join(lines)
 
 

@@ -129,3 +129,10 @@ class ArchiveView:
         """{shape: [[kernel, launches, us], ...]} of the measurement comparable_times reads, if it
         kept the runner's per-kernel split (kgit/archive/measure.py)."""
         return measure.kernels_of(a, self.device, self.harness) if self.gpu else {}
+
+    def launch_bound(self, a) -> dict:
+        """{shape: {"gpu_us", "host_us"}} of the ranking measurement's launch-bound shapes."""
+        if not self.gpu:
+            return {}
+        found = measure.comparable(a, self.device, self.harness)
+        return (found or {}).get("launch_bound") or {}
