@@ -192,3 +192,17 @@ def _cpu():
     from types import SimpleNamespace
 
     return SimpleNamespace(ids=[], vendor=None)
+
+
+def test_the_task_text_names_the_harness_static_policy():
+    # Round 5 of the fp8 campaign lost an attempt to `torch.cuda.synchronize`, a rule no
+    # request had named; the text comes from the policy's own tables.
+    from kgit.scientist.prompts import task_text
+    from kgit_harness import policy, problem
+
+    text = task_text(problem.load_task(problem.shipped()["fp8_blockscale_gemm"]), on_gpu=True)
+    assert "torch.cuda.synchronize()" in text
+    for name in list(policy.FORBIDDEN_MODULES) + list(policy.FORBIDDEN_CALLS) + list(policy.FORBIDDEN_NAMES):
+        assert name in text, name
+    source = "import torch\n\ndef custom_kernel(data):\n    torch.cuda.synchronize()\n    return data\n"
+    assert policy.check({"kernel.py": source}, [])[0].startswith("forbidden attribute: synchronize")

@@ -103,7 +103,23 @@ def task_text(task, on_gpu: bool = True, check: str = "") -> str:
              check or f"Correctness check: torch.allclose(output, reference, rtol={task.rtol:g}, atol={task.atol:g})."]
     if task.forbidden:
         lines.append(f"Forbidden calls (the attempt is rejected): {', '.join(task.forbidden)}.")
+    lines.append(policy_text())
     return "\n\n".join(line for line in lines if line)
+
+
+def policy_text() -> str:
+    """The harness's static policy in one paragraph, from its own tables (harness/policy.py).
+
+    The fp8 campaign's writer had a CUDA-graph attempt rejected for `torch.cuda.synchronize`,
+    which no request had named: the model cannot keep to rules it is never shown.
+    """
+    from kgit_harness import policy
+
+    attrs = sorted(a for a, why in policy.FORBIDDEN_ATTRS.items() if why)
+    return ("The harness also rejects, before running it, source that imports "
+            f"{', '.join(sorted(policy.FORBIDDEN_MODULES))}; calls {', '.join(sorted(policy.FORBIDDEN_CALLS))}; "
+            f"uses the attributes {', '.join(attrs)} (so no `torch.cuda.synchronize()`: the harness synchronizes "
+            f"around each call itself); or reaches {', '.join(sorted(policy.FORBIDDEN_NAMES))}.")
 
 
 def part(text: str, stable: bool = False) -> dict:
