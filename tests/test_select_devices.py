@@ -103,3 +103,16 @@ def test_a_launch_bound_shape_shows_the_gpu_time_beside_the_figure():
     text = base_times(ArchiveView([base]), base.sha)
     assert "- m=64: 197.3 us; launch-bound: the GPU took 64.1 us, the call's host side 185.0 us" in text
     assert "1 shape(s) are launch-bound" in text and "m=128: 400.0 us\n" in text + "\n"
+
+
+def test_the_selector_row_marks_launch_bound_shapes():
+    import json
+
+    record = {"device": "NVIDIA H200", "harness": "h", "status": "ok", "geomean_us": 100.0, "when": 5,
+              "times": {"m=64": 197.3, "m=128": 400.0}, "launch_bound": {"m=64": {"gpu_us": 64.1, "host_us": 185.0}}}
+    message = ("x: correct\n\nKgit-Experiment: 0\nKgit-Attempt: 0\nKgit-Status: ok\nKgit-Device: cpu\n"
+               "Kgit-Timing: interpreter\nKgit-Harness: h\nKgit-Geomean-us: 9000.0\n")
+    a = parse_log("\x1f".join(["1" * 40, "b" * 40, "t" * 40, "n", "e", "6", message, json.dumps(record) + "\n"]) + "\0")[0]
+    line = select_mod.row(a)
+    assert "m=64:197.3(GPU 64.1, launch-bound)" in line and "m=128:400.0" in line
+    assert "m=128:400.0(" not in line

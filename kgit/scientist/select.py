@@ -27,7 +27,11 @@ def row(a, view: ArchiveView | None = None) -> str:
             f"{view.timing(a)} | {hypothesis}")
     times = view.comparable_times(a) if a.ok else {}
     if times:
-        line += " | per shape: " + " ".join(f"{k}:{v:.1f}" for k, v in times.items())
+        bound = view.launch_bound(a)
+        # A launch-bound shape's figure includes the host's launch: its GPU time beside it.
+        line += " | per shape: " + " ".join(
+            f"{k}:{v:.1f}" + (f"(GPU {bound[k]['gpu_us']:.1f}, launch-bound)" if k in bound else "")
+            for k, v in times.items())
     if a.targets:  # build facts per target GPU (issue 14)
         line += " | targets: " + target_cells(a.targets)
     if a.raw_notes:  # re-measured: the latest geomean per GPU and the spread of repeats (its repeatability)
