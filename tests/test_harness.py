@@ -667,3 +667,18 @@ def test_the_output_copy_is_allowed_for_only_where_the_runner_makes_one():
     assert why and "judge's clock" in why
     why, stats = settled(146.0)  # a fresh output the runner copies into the judge's buffer
     assert why is None and stats["clock"] == "judge" and stats["mean_us"] == pytest.approx(188.0)
+
+
+def test_a_call_cheaper_than_the_round_trips_noise_still_gets_a_positive_figure(monkeypatch):
+    # A loaded CPU: the empty request took longer than a timed request with its call.
+    slow_empty = {"n": 0}
+    real = timing._round_trip_us
+
+    def inflated(slots, clock, calibration, repeats=5):
+        slow_empty["n"] += 1
+        return real(slots, clock, calibration, repeats) + 1e6  # a second, more than any call here
+
+    monkeypatch.setattr(timing, "_round_trip_us", inflated)
+    stats = _measure_in_process(lambda data: data[2].copy_(data[0] + data[1]),
+                                {"warmup": 0, "min_reps": 3, "target_rse": 0.5, "max_time_s": 0.0})
+    assert slow_empty["n"] == 1 and stats["min_us"] > 0 and stats["mean_us"] > 0, stats
