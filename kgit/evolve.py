@@ -281,7 +281,9 @@ class Run:
                                replies, reused)
             self._line(tag, "write", "write", f"{state['branch']} attempt {attempt}: {result.status}"
                        + (f" ({result.reason})" if result.reason else ""))
-            if result.ok or unanswered:
+            # A stopped attempt is a measurement (correct, clearly slower than the base), not a
+            # failure the writer could fix: asking for a fix would only repeat or perturb it.
+            if result.ok or result.status == "stopped" or unanswered:
                 return
             if new_files is not None:
                 files = new_files
@@ -431,8 +433,7 @@ def _feedback(result: Evaluation) -> str:
     status = result.status
     head = {"rejected": "Your edits could not be used", "compile-error": "The kernel did not compile",
             "incorrect": "The kernel ran but gave wrong results", "runtime-error": "The kernel failed at run time",
-            "timeout": "The evaluation timed out", "crash": "The evaluation process crashed",
-            "stopped": "The kernel is correct but clearly slower than the base; timing was stopped early"}.get(status, status)
+            "timeout": "The evaluation timed out", "crash": "The evaluation process crashed"}.get(status, status)
     reason = f" ({result.reason})" if result.reason else ""
     error = context_mod.candidate_error(result.error or "").strip()
     return f"{head}{reason}.\n\n{error[-ERROR_CHARS:]}"
