@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import re
+import threading
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +34,12 @@ FALLBACK_NAME, FALLBACK_EMAIL = "kgit", "kgit@localhost"
 def run_git(args, cwd, input=None, env=None, check=True) -> str:
     """`git ARGS` in `cwd`, which need not be a repository (yet)."""
     return command.run(command.runner(cwd), args, input=input, env=env, check=check)
+
+
+# One `git worktree add/remove/prune` at a time in this process: evaluations on several
+# slots make worktrees from several threads, and one thread's add failed with "failed to read
+# .git/worktrees/<other>/commondir" while another's worktree was being made or pruned.
+_WORKTREES = threading.Lock()
 
 
 class Repo:
@@ -324,13 +331,15 @@ class Repo:
         # The owner's pid in the name lets clean_worktrees tell leftovers of a killed kgit
         # from the worktree of a `kgit eval` that is still running.
         path = root / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        self.git("worktree", "add", "--detach", "--quiet", str(path), rev)
+        with _WORKTREES:
+            self.git("worktree", "add", "--detach", "--quiet", str(path), rev)
         try:
             yield path
         finally:
-            self.git("worktree", "remove", "--force", str(path), check=False)
-            remove_tree(path)
-            self.git("worktree", "prune", check=False)
+            with _WORKTREES:
+                self.git("worktree", "remove", "--force", str(path), check=False)
+                remove_tree(path)
+                self.git("worktree", "prune", check=False)
 
     def clean_worktrees(self) -> int:
         """Remove what a killed kgit process left: worktrees, scratch folders, private
