@@ -27,7 +27,10 @@ def _repo(kernel_repo, ranked_on_gpu: bool):
 
 
 def _run(repo, config, monkeypatch):
-    monkeypatch.setattr(devices, "discover", lambda: devices.Host(None, ()))  # this CPU host, whatever it has
+    # A CPU host, whatever this one has: kgit sees no GPU, and neither does the judge.
+    monkeypatch.setattr(devices, "discover", lambda: devices.Host(None, ()))
+    for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
+        monkeypatch.setenv(name, "")
     edit = fake_llm.search_replace("kernel.py", SLOW_BLOCK, f"{SLOW_BLOCK}\n# variant A")
     fake = fake_llm.FakeLLM([("design", fake_llm.design(["Plan A"])), ("write", edit)])
     lines, docs = [], []
