@@ -213,23 +213,28 @@ class Pair:
         return self.proc is not None and self.proc.poll() is None and not self.used
 
     def hold(self):
-        """Stop the judge's start-up (SIGSTOP, the judge alone): it imports torch and triton
-        and makes a device context, which must not run beside another pair's timed loop.
-        The runner is not stopped: were the judge killed meanwhile, a stopped runner could
-        not see its lifeline close; SIGKILL (kgit's end, the parent-death signal) reaches a
-        stopped judge as any other."""
-        self._signal_judge(signal.SIGSTOP)
+        """Stop the pair's start-up (SIGSTOP): torch and triton imports and device contexts,
+        which must not run beside another pair's timed loop.
+
+        Stopped: the judge, and, where the runner has a PID namespace, every process of that
+        namespace but its PID 1 (the trusted init, harness/pidone.py). Whatever happens to
+        kgit then, nothing stopped outlives it: SIGKILL reaches stopped processes (the
+        judge's parent-death signal, kgit's end), and the init, never stopped, sees its
+        lifeline close and takes its namespace with it. Without a namespace the runner is
+        not stopped: before it has confined itself it has no parent-death signal, and a
+        stopped process cannot see its lifeline close.
+        """
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.held = [self.proc.pid] + (_namespace_members(self.proc.pid) if self.isolation.namespaces else [])
+        for pid in self.held:
+            _signal(pid, signal.SIGSTOP)
 
     def go_on(self):
-        """Undo `hold` (harmless on a judge that runs)."""
-        self._signal_judge(signal.SIGCONT)
-
-    def _signal_judge(self, sig):
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
+        """Undo `hold` (harmless on processes that run)."""
+        held, self.held = getattr(self, "held", []), []
+        for pid in held:
+            _signal(pid, signal.SIGCONT)
 
     def evaluate(self, config, race: dict | None = None, targets_cache: Path | None = None, quiet=None) -> dict:
         """Send the evaluation (the candidate's files are in place) and collect its result.
@@ -295,6 +300,46 @@ class Pair:
         sandbox.cgroups.remove(self.start_spec["sandbox"].get("pids_cgroup"))
         if self.owns_scratch:
             remove_tree(self.scratch)
+
+
+def _signal(pid: int, sig):
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _namespace_members(judge: int) -> list[int]:
+    """The processes under the trusted init among `judge`'s descendants (not the init itself);
+    [] when there is none (yet). Read from /proc at the moment of the call."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        children.setdefault(int(stat[stat.rindex(b")") + 2:].split()[1]), []).append(int(entry.name))
+
+    def below(pid):
+        out, frontier = [], list(children.get(pid, []))
+        while frontier:
+            child = frontier.pop()
+            out.append(child)
+            frontier += children.get(child, [])
+        return out
+
+    for pid in below(judge):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(arg.endswith(b"pidone.py") for arg in argv[:6]):
+            return below(pid)
+    return []
 
 
 class _Notices:
