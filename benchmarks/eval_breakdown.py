@@ -81,7 +81,7 @@ def one(repo: Repo, config, env: dict, warm_wait: float | None, beside: str = ""
     evolve` does), held while the timed loop runs or not."""
     with repo.worktree(repo.rev(BASELINE_TAG)) as path:
         state = repo.state / "scratch"
-        pair = child.Pair.ahead(config, state, env)
+        pair = child.Pair.ahead(config, state, env, warm=bool(warm_wait))  # cold: used at once, as kgit does
         if warm_wait:
             time.sleep(warm_wait)
         arrived = time.monotonic()

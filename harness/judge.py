@@ -598,7 +598,7 @@ def main(argv=None) -> int:
         PHASES.listener = _timing_notices(int(first["notice_fd"]))
     out = os.fdopen(args.result_fd, "w")
     try:
-        runner, torch, on_gpu = start(first, ahead=bool(args.start))
+        runner, torch, on_gpu = start(first, ahead=bool(first.get("ahead")))
         try:
             task = first if args.spec else _receive_task(args.go_fd)
         except BaseException:
