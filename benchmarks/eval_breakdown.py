@@ -5,6 +5,9 @@ For each problem it makes a throwaway kernel repository and evaluates its baseli
 - cold: a judge/runner pair started for the candidate (what `kgit eval` does);
 - warm: a pair started ahead of need (what `kgit evolve` keeps per slot), handed the
   candidate once its start-up is over (`--warm-wait` seconds later);
+- warm + next (`--beside`): the same, with the next spare started as the candidate
+  arrives, as `kgit evolve` does: held (its judge stopped) while the timed loop runs,
+  and, for comparison, not held;
 
 and prints, from the marks the judge and runner leave in the result (`phases`,
 harness/phases.py), the seconds of each stage: the judge's and the runner's start-up
@@ -18,6 +21,7 @@ KGIT initialised, for another kgit (an older commit's venv: `--compare before=/t
 
     python benchmarks/eval_breakdown.py                              # vector_add and softmax, default timing
     python benchmarks/eval_breakdown.py --problems vector_add --repeats 3 --compare main=/work/main/.venv/bin/kgit
+    python benchmarks/eval_breakdown.py --problems vector_add --repeats 3 --beside   # the next spare beside it
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from tabulate import tabulate
 
 from kgit import config as config_mod
 from kgit.archive.repo import BASELINE_TAG, Repo
-from kgit.evaluation import child, gpus
+from kgit.evaluation import backends, child, gpus
 
 from bench_repo import FAST_TIMING, make_repo
 
@@ -70,18 +74,30 @@ def _at(phases: dict, where):
     return phases.get(side, {}).get(name)
 
 
-def one(repo: Repo, config, env: dict, warm_wait: float | None) -> dict:
-    """One evaluation of the baseline; its phases and kgit-side wall times."""
+def one(repo: Repo, config, env: dict, warm_wait: float | None, beside: str = "") -> dict:
+    """One evaluation of the baseline; its phases and kgit-side wall times.
+
+    `beside`: "held" or "free" starts the next spare as the candidate arrives (as `kgit
+    evolve` does), held while the timed loop runs or not."""
     with repo.worktree(repo.rev(BASELINE_TAG)) as path:
         state = repo.state / "scratch"
         pair = child.Pair.ahead(config, state, env, warm=bool(warm_wait))  # cold: used at once, as kgit does
         if warm_wait:
             time.sleep(warm_wait)
         arrived = time.monotonic()
-        doc = child.evaluate_tree(path, config, state_dir=state, devices_env=env, pair=pair)
-        done = time.monotonic()
+        spares = backends.WarmPairs() if beside else None
+        try:
+            if spares is not None:
+                spares.refill("slot", config, state, env, device="this")
+            quiet = spares.quiet("this") if beside == "held" else None
+            doc = child.evaluate_tree(path, config, state_dir=state, devices_env=env, pair=pair, quiet=quiet)
+            done = time.monotonic()
+        finally:
+            if spares is not None:
+                spares.close()
     phases = doc.get("phases") or {}
-    return {"status": doc["status"], "phases": phases, "critical_s": done - arrived,
+    reps = sum(int(s.get("n") or 0) for s in doc.get("shapes") or [])
+    return {"status": doc["status"], "phases": phases, "critical_s": done - arrived, "reps": reps,
             "spawn_to_result_s": done - pair.spawned_at, "result_mark": _at(phases, ("judge", "result")),
             "to_kgit_s": (done - pair.spawned_at) - (_at(phases, ("judge", "result")) or 0.0)}
 
@@ -100,6 +116,8 @@ def rows_of(runs: list[dict]) -> list[list]:
     out.append(["evaluation (from the candidate's arrival)", ""])
     for name, a, b in EVAL_ROWS:
         out.append(["  " + name, med(span(a, b))])
+        if name.startswith("timed loop"):  # more repetitions (a noisy shape) or slower ones?
+            out.append(["    timed repetitions (all shapes)", med([r["reps"] or None for r in runs])])
         if name.startswith("checks"):
             for part in ("checks: inputs", "checks: candidate calls", "checks: compare"):
                 out.append(["    " + part.split(": ")[1], med([r["phases"].get("spans", {}).get(part) for r in runs])])
@@ -138,6 +156,8 @@ def main():
     parser.add_argument("--fast", action="store_true", help="short timing settings (as in the tests)")
     parser.add_argument("--warm-wait", type=float, default=15.0,
                         help="seconds a warm pair gets to start before its candidate arrives")
+    parser.add_argument("--beside", action="store_true",
+                        help="also warm with the next spare starting beside it, held while timing and not")
     parser.add_argument("--compare", action="append", default=[], metavar="NAME=KGIT",
                         help="also time `KGIT eval --json` (another kgit's executable)")
     args = parser.parse_args()
@@ -152,11 +172,21 @@ def main():
             config = config_mod.load(repo.root)
             cold = [one(repo, config, env, None) for _ in range(args.repeats)]
             warm = [one(repo, config, env, args.warm_wait) for _ in range(args.repeats)]
-            statuses = sorted({r["status"] for r in cold + warm})
-            table = [[name, c, w[1]] for (name, c), w in zip(rows_of(cold), rows_of(warm))]
-            print(f"\n{problem} (statuses: {', '.join(statuses)}), seconds")
-            print(tabulate(table, headers=["stage", "cold", f"warm (started {args.warm_wait:g} s ahead)"],
-                           tablefmt="github"))
+            columns = [cold, warm]
+            headers = ["stage", "cold", f"warm (started {args.warm_wait:g} s ahead)"]
+            if args.beside:
+                # Interleaved, so that both see the same load.
+                held, free = [], []
+                for _ in range(args.repeats):
+                    held.append(one(repo, config, env, args.warm_wait, "held"))
+                    free.append(one(repo, config, env, args.warm_wait, "free"))
+                columns += [held, free]
+                headers += ["warm + next spare, held while timing", "warm + next spare, not held"]
+            statuses = sorted({r["status"] for column in columns for r in column})
+            tables = [rows_of(column) for column in columns]
+            table = [[row[0]] + [t[i][1] for t in tables] for i, row in enumerate(tables[0])]
+            print(f"\n{problem} (statuses: {', '.join(statuses)}), seconds; load {os.getloadavg()[0]:.1f} now")
+            print(tabulate(table, headers=headers, tablefmt="github"))
             for spec in args.compare:
                 name, _, kgit = spec.partition("=")
                 walls, evals = compare(kgit, problem, args.fast, args.repeats, Path(tmp))

@@ -661,6 +661,22 @@ def _receive_task(fd: int) -> dict | None:
     return json.loads(data) if data.strip() else None
 
 
+def _timing_notices(fd: int):
+    """Tell kgit, on a pipe of its own, when the timed loop begins ("checked") and ends
+    ("timed"): kgit holds its spare pairs' start-up on this device meanwhile
+    (kgit/evaluation/backends.py). A line each; a parent that stopped listening costs nothing."""
+    os.set_inheritable(fd, False)  # the runner never holds it
+
+    def tell(name: str):
+        if name in ("checked", "timed"):
+            try:
+                os.write(fd, name.encode() + b"\n")
+            except OSError:
+                pass
+
+    return tell
+
+
 def main(argv=None) -> int:
     import argparse
 
@@ -684,6 +700,8 @@ def main(argv=None) -> int:
         confine.watch_lifeline(int(lifeline), own_group=True)
     if first.get("parent_pid") and sys.platform.startswith("linux"):
         confine.die_with_parent(int(first["parent_pid"]))  # and at once, without waiting for the pipe
+    if first.get("notice_fd") is not None:
+        PHASES.listener = _timing_notices(int(first["notice_fd"]))
     out = os.fdopen(args.result_fd, "w")
     try:
         runner, torch, on_gpu = start(first, ahead=bool(first.get("ahead")))

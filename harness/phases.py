@@ -23,9 +23,12 @@ class Phases:
         self.marks: dict[str, float] = {}
         self.spans: dict[str, float] = {}
         self.runner: dict[str, float] = {}
+        self.listener = None  # called with each mark's name (the judge tells kgit of its timed loop)
 
     def mark(self, name: str):
         self.marks[name] = clock()
+        if self.listener is not None:
+            self.listener(name)
 
     @contextlib.contextmanager
     def span(self, name: str):

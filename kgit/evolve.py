@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
+from kgit import config as config_mod
 from kgit.evaluation import backends
 from kgit.evaluation.evaluated import Evaluation
 from kgit import workflow as experiments
@@ -36,6 +37,10 @@ from kgit.scientist.llm import Client, Reply
 from kgit.costs import cost_text
 
 ERROR_CHARS = 3000
+# Interpreter timing where nobody ranks on it (the archive ranks on a GPU): one warm-up and
+# three repetitions per CPU benchmark shape, enough to catch a kernel that hangs or is
+# absurdly slow; max_time_s this small ends each shape at min_reps.
+SCREENING_TIMING = config_mod.TimingConfig(target_rse=0.5, max_time_s=0.001, min_reps=3, warmup=1)
 
 
 @dataclass
@@ -103,8 +108,6 @@ class Run:
         self.client = client or Client(config.llm, repo.state / "cache" / "llm", manual_dir=repo.state / "manual",
                                        progress=progress, stopping=self.stopping)
         self.scientist = protocol.make(self.client)
-        # One evaluator for the run: its device pool is what lets `jobs` hypotheses share the GPUs.
-        self.evaluate = evaluate or backends.get_evaluator(repo, config, warm=True)
         self.progress = progress or (lambda line: None)
         self.clock = clock
         self.started = clock()
@@ -113,6 +116,13 @@ class Run:
         self.known: dict[str, tuple[str, Evaluation]] = {}  # tree -> (sha, result) of evaluated attempts
         self.measured_on: tuple | None = None  # (device, harness) of this run's latest evaluation
         self.ctx = protocol.build(repo, config, self.task, repo.root / config.problem, repo.read())
+        # In the interpreter, while the archive ranks on a GPU (kgit remeasure notes), this run's
+        # timings rank nothing: each shape is only screened (SCREENING_TIMING).
+        env = self.ctx.environment
+        self.screening = not env.on_gpu and env.ranked_on is not None
+        timed = dataclasses.replace(config, timing=SCREENING_TIMING) if self.screening else config
+        # One evaluator for the run: its device pool is what lets `jobs` hypotheses share the GPUs.
+        self.evaluate = evaluate or backends.get_evaluator(repo, timed, warm=True)
 
     # -- the run ---------------------------------------------------------------------
     def run(self) -> Summary:
@@ -126,7 +136,11 @@ class Run:
             if not self.ctx.environment.on_gpu:
                 self.summary.correctness_only = True
                 self.progress("no GPU: candidates run in Triton's interpreter on the CPU, so this run checks "
-                              "correctness only; its timings are not ranked or shown to the model as speed.")
+                              "correctness only; its timings are not ranked or shown to the model as speed."
+                              + (f" The attempts rank on {self.ctx.environment.ranked_on}, so each CPU benchmark "
+                                 f"shape is only screened: {SCREENING_TIMING.warmup} warm-up and "
+                                 f"{SCREENING_TIMING.min_reps} timed repetitions (enough to catch a hang or an "
+                                 "absurdly slow kernel), not the configured timing." if self.screening else ""))
             # With evolve.jobs > 1, one pool of hypothesis threads for the whole run.
             self.pool = ThreadPoolExecutor(max_workers=self.config.evolve.jobs, thread_name_prefix="kgit-hypothesis")
             self.in_flight, finished = [], False
@@ -281,7 +295,9 @@ class Run:
                                replies, reused)
             self._line(tag, "write", "write", f"{state['branch']} attempt {attempt}: {result.status}"
                        + (f" ({result.reason})" if result.reason else ""))
-            if result.ok or unanswered:
+            # A stopped attempt is a measurement (correct, clearly slower than the base), not a
+            # failure the writer could fix: asking for a fix would only repeat or perturb it.
+            if result.ok or result.status == "stopped" or unanswered:
                 return
             if new_files is not None:
                 files = new_files
@@ -431,8 +447,7 @@ def _feedback(result: Evaluation) -> str:
     status = result.status
     head = {"rejected": "Your edits could not be used", "compile-error": "The kernel did not compile",
             "incorrect": "The kernel ran but gave wrong results", "runtime-error": "The kernel failed at run time",
-            "timeout": "The evaluation timed out", "crash": "The evaluation process crashed",
-            "stopped": "The kernel is correct but clearly slower than the base; timing was stopped early"}.get(status, status)
+            "timeout": "The evaluation timed out", "crash": "The evaluation process crashed"}.get(status, status)
     reason = f" ({result.reason})" if result.reason else ""
     error = context_mod.candidate_error(result.error or "").strip()
     return f"{head}{reason}.\n\n{error[-ERROR_CHARS:]}"

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from kgit import workflow as experiments
 from kgit.archive.repo import Repo
 
@@ -93,6 +95,58 @@ def test_lines_left_by_a_crashed_append_are_ignored_and_dropped(kernel_repo):
     grown = _warm(repo)
     assert "half a line" not in records.read_text()
     assert grown == _full(repo)
+
+
+def test_a_whole_read_stored_piece_by_piece_is_read_back_whole(kernel_repo, monkeypatch):
+    """git's output read 200 bytes at a time: the records are written in many pieces, yet the
+    cache holds each attempt once and a warm read gives what a full read gives."""
+    from kgit.archive import attempt as attempt_mod, command, repo as repo_mod
+
+    repo = Repo(kernel_repo)
+    branch, base = experiments.start(repo, "pieces", checkout=False)
+    tip = base
+    for i in range(4):
+        tip = _fake_attempt(repo, branch, tip, 5.0 - i)
+    monkeypatch.setattr(command, "READ_BYTES", 200)
+    batches = []
+    real = attempt_mod.parse_records
+    monkeypatch.setattr(repo_mod, "parse_records", lambda records: batches.append(len(records)) or real(records))
+    full = _full(repo)
+    assert len(full) == 5 and len(batches) > 2, batches
+    state = json.loads((repo.state / "cache" / "archive-state.json").read_text())
+    assert state["lines"] == 5
+    assert _warm(repo) == full
+    assert not list((repo.state / "cache").glob("*.tmp"))
+
+
+def test_git_failing_mid_read_leaves_no_records_and_the_next_read_is_whole(kernel_repo):
+    from kgit.archive import cache
+    from kgit.errors import GitError
+
+    repo = Repo(kernel_repo)
+    expected = _full(repo)
+    refs = repo.kgit_refs()
+    real = repo._log(refs["baseline"])
+
+    def failing(exclude):
+        yield from real(exclude)
+        raise GitError("git log failed: the pipe broke")
+
+    (repo.state / "cache" / "archive-state.json").unlink()
+    with pytest.raises(GitError, match="the pipe broke"):
+        cache.read(repo, refs, failing)
+    assert not (repo.state / "cache" / "archive-state.json").exists()
+    assert not list((repo.state / "cache").glob("*.tmp"))
+    assert _warm(repo) == expected
+
+
+def test_an_annotated_baseline_tag_is_peeled_to_its_commit(kernel_repo):
+    repo = Repo(kernel_repo)
+    baseline = repo.baseline()
+    git(kernel_repo, "tag", "-f", "-a", "-m", "the baseline, annotated", "kgit/baseline", baseline)
+    assert git(kernel_repo, "rev-parse", "kgit/baseline").strip() != baseline  # the tag object
+    assert repo.kgit_refs()["baseline"] == baseline
+    assert [a.sha for a in repo.read()] == [baseline]
 
 
 def _log_json(repo: Repo) -> list[dict]:

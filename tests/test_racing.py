@@ -191,6 +191,29 @@ def test_a_stopped_attempt_with_tiny_times_is_never_best(kernel_repo):
     assert outcome.speedup is None
 
 
+def test_a_stopped_attempt_ends_its_plan_without_fix_attempts(kernel_repo):
+    """A stopped attempt is a measured result, not a failure: the writer is not asked to fix it,
+    and the selector's table lists it with the other attempts, not among the failures."""
+    from kgit.scientist import select
+
+    repo, config = remote_gpu_repo(kernel_repo, pick=2, attempts=3)
+    evaluator = RacingEvaluator(kernel_repo, {"A": 95.0, "B": 200.0})
+    edits = [fake_llm.search_replace("kernel.py", SLOW_BLOCK, f"{SLOW_BLOCK}\n# variant {k}") for k in "AB"]
+    fake = fake_llm.FakeLLM([("design", fake_llm.design(["Plan A", "Plan B"], chosen=[0, 1])),
+                             *[("write", e) for e in edits]])
+    summary = evolve.evolve(repo, config, client=fake, evaluate=evaluator)
+    # Two writes, two evaluations, two commits: no attempt 2 or 3 after the stop.
+    assert [r.status for r in summary.rows] == ["ok", "stopped"]
+    assert [r.attempt for r in summary.rows] == [1, 1]
+    assert len(fake.prompts("write")) == 2 and len(evaluator.races_seen) == 2
+    stopped = summary.rows[1].sha
+    branch = summary.rows[1].branch
+    assert git(kernel_repo, "rev-parse", branch).strip() == stopped
+    table, _ = select.archive_table(repo.read(), token_budget=100_000)
+    failures = table.partition("## failures, unfixed first")[2].partition("## all others")[0]
+    assert stopped[:10] in table and stopped[:10] not in failures
+
+
 def test_race_off_in_config_sends_no_incumbent(kernel_repo):
     _, summary, evaluator = run_variants(kernel_repo, {"A": 95.0, "B": 200.0}, race=False)
     assert evaluator.races_seen == [None, None]

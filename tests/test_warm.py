@@ -58,6 +58,40 @@ def test_a_warm_evaluator_uses_each_spare_once_and_starts_the_next(kernel_repo):
     assert not following.alive() and not following.scratch.exists()
 
 
+def test_a_spare_is_held_while_its_device_times_and_goes_on_after(kernel_repo, monkeypatch):
+    """The judge tells kgit when its timed loop begins and ends; meanwhile the spare's judge
+    is stopped, and afterwards it runs on and evaluates the next candidate as usual."""
+    repo = Repo(kernel_repo)
+    evaluator = backends.LocalEvaluator(repo, _config(), host=CPU_HOST, warm=True)
+    seen = []
+
+    def watched(real, what):
+        def call(self, device):
+            real(self, device)
+            spare = next(iter(self._spares.values())).result(timeout=60)
+            # A signal takes effect when its process is next scheduled: look for a while.
+            deadline = time.monotonic() + 10
+            while (_state(spare.proc.pid) == "T") != (what == "begin") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            seen.append((what, device, _state(spare.proc.pid)))
+        return call
+
+    monkeypatch.setattr(backends.WarmPairs, "_begin", watched(backends.WarmPairs._begin, "begin"))
+    monkeypatch.setattr(backends.WarmPairs, "_end", watched(backends.WarmPairs._end, "end"))
+    sha = repo.rev(BASELINE_TAG)
+    try:
+        first = evaluator(sha)
+        assert first["status"] == "ok", first.get("error")
+        assert [(what, device) for what, device, _ in seen] == [("begin", devices.CPU), ("end", devices.CPU)]
+        assert seen[0][2] == "T" and seen[1][2] not in ("T", ""), seen
+        spare = _spare(evaluator.warm, next(iter(evaluator.warm._spares)))
+        second = evaluator(sha)  # the held spare, running again, is the next evaluation's pair
+        assert second["status"] == "ok", second.get("error")
+        assert spare.used
+    finally:
+        evaluator.close()
+
+
 def test_a_spare_started_under_other_settings_is_not_used(kernel_repo):
     repo = Repo(kernel_repo)
     pool = backends.WarmPairs()
@@ -111,16 +145,29 @@ DRIVER = textwrap.dedent("""
     from pathlib import Path
     from kgit import config as config_mod
     from kgit.evaluation import backends
-    root, sandbox, slots = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    root, sandbox, slots, hold = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4] == "hold"
     config = config_mod.load(root)
     config.evaluator.sandbox = sandbox
     pool = backends.WarmPairs()
     for slot in range(slots):
-        pool.refill(slot, config, root / ".git" / "kgit" / "scratch", {})
+        pool.refill(slot, config, root / ".git" / "kgit" / "scratch", {}, device="cpu")
     for slot in range(slots):
         print(pool._spares[slot].result().proc.pid, flush=True)
+    if hold:  # as if an evaluation on the same device were in its timed loop
+        sys.stdin.readline()
+        pool.quiet("cpu").begin()
+        print("held", flush=True)
     time.sleep(600)
 """)
+
+
+def _state(pid: int) -> str:
+    """The process state letter of /proc/PID/stat ("T": stopped), or "" when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rindex(")") + 2:].split()[0]
 
 
 def _process_table() -> dict[int, tuple[int, str, str]]:
@@ -152,13 +199,14 @@ def _descendants(root: int, table: dict) -> dict[int, tuple[str, str]]:
     return found
 
 
-@pytest.mark.parametrize("sandbox", ["auto", "off"])
-def test_warm_pairs_die_with_kgit_killed_by_sigkill(kernel_repo, sandbox):
-    """kill -9 of a kgit holding spare pairs: no process of theirs is left."""
+@pytest.mark.parametrize("sandbox,hold", [("auto", "run"), ("off", "run"), ("auto", "hold"), ("off", "hold")])
+def test_warm_pairs_die_with_kgit_killed_by_sigkill(kernel_repo, sandbox, hold):
+    """kill -9 of a kgit holding spare pairs: no process of theirs is left, also when their
+    judges are stopped (held for another evaluation's timed loop)."""
     if sys.platform != "linux":
         pytest.skip("process tables are read from /proc")
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(kernel_repo), sandbox, "2"],
-                              stdout=subprocess.PIPE, text=True)
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(kernel_repo), sandbox, "2", hold],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         judges = [int(driver.stdout.readline()) for _ in range(2)]
         # Until each judge has its runner: the whole tree of both pairs is then there to be seen.
@@ -171,6 +219,22 @@ def test_warm_pairs_die_with_kgit_killed_by_sigkill(kernel_repo, sandbox):
                 break
             time.sleep(0.5)
         assert set(judges) <= set(family) and len(runners) >= 2, family
+        if hold == "hold":
+            driver.stdin.write("\n")
+            driver.stdin.flush()
+            assert driver.stdout.readline().strip() == "held"
+            # The runners too where a trusted init would end them; never that init itself.
+            inits = [pid for pid, (_, cmd) in family.items() if "pidone" in cmd and "unshare" not in cmd]
+            stopped = judges + (runners if sandbox == "auto" and inits else [])
+            deadline = time.monotonic() + 10
+            while any(_state(pid) != "T" for pid in stopped) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert [_state(pid) for pid in judges] == ["T", "T"]
+            if sandbox == "auto" and inits:
+                assert all(_state(pid) == "T" for pid in runners), [_state(pid) for pid in runners]
+                assert all(_state(pid) not in ("T", "") for pid in inits)
+            else:
+                assert all(_state(pid) not in ("T", "") for pid in runners)
     finally:
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait()

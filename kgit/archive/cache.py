@@ -13,7 +13,8 @@ and `archive-state.json`, the tips, how many records (and bytes) are valid (a cr
 mid-append leaves extra bytes, which are ignored) and a `generation` that changes
 whenever the records are written whole. JSON, not pickle: evaluated code may be able
 to write here on some hosts, and loading must not run anything. All 100,000 records
-are read with one orjson call, and written with one, with the garbage collector paused.
+are read with one orjson call, with the garbage collector paused; a whole read writes
+them piece by piece while git still formats the rest.
 
 Beside them, `archive-log.jsonl` and `archive-log-state.json` keep each attempt's
 `kgit log --json` object, rendered, for one generation of the records (`log_json`):
@@ -102,29 +103,82 @@ def _write_state(path: Path, state: dict):
         raise
 
 
-def _save(state_path: Path, records_path: Path, state: dict, attempts: list, append_at: int | None):
+def _save(state_path: Path, records_path: Path, state: dict, attempts: list, append_at: int):
     """Best effort: a read-only or full disk costs the next read its speed, not its answer.
 
-    `append_at` is the byte length of the valid records (None: rewrite them all).
+    `attempts` are appended after the first `append_at` bytes of the records.
     """
     data = orjson.dumps([_record(a) for a in attempts])[1:-1]  # one call; the array's brackets off
     if data and append_at:
         data = b"," + data
     try:
+        with open(records_path, "r+b") as f:
+            f.truncate(append_at)  # drop whatever a crashed append left past the valid lines
+            f.seek(append_at)
+            f.write(data)
+        _write_state(state_path, {**state, "bytes": append_at + len(data)})
+    except OSError:
+        pass
+
+
+def _read_whole(state_path: Path, records_path: Path, state: dict, batches) -> list:
+    """Every attempt of `batches` (lists, as git writes them; a repeated sha kept once), and
+    the records written whole, best effort as `_save`.
+
+    Each list is encoded and written as it arrives, while git formats the next: on two
+    cores this takes the writing off the critical path of a cold read (benchmarks/archive_scale.py).
+    """
+    attempts: list = []
+    seen: set = set()
+    tmp = records_path.with_name(f"{records_path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    out = _open_quietly(state_path, tmp)
+    size = 0
+    try:
+        for batch in batches:
+            fresh = [a for a in batch if not (a.sha in seen or seen.add(a.sha))]
+            attempts += fresh
+            if out is None or not fresh:
+                continue
+            data = orjson.dumps([_record(a) for a in fresh])[1:-1]
+            try:
+                out.write(b"," + data if size else data)
+                size += len(data) + (1 if size else 0)
+            except OSError:  # a full disk: the read goes on, uncached
+                _close_quietly(out)
+                out = None
+        if out is not None:
+            try:
+                out.close()
+                out = None
+                os.replace(tmp, records_path)
+                _write_state(state_path, {**state, "lines": len(attempts), "bytes": size})
+            except OSError:
+                pass
+    finally:  # also when git failed mid-read: its error goes on, the half-written file goes
+        _close_quietly(out)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+    return attempts
+
+
+def _open_quietly(state_path: Path, tmp: Path):
+    """The new records file, or None where it cannot be written; the old state dropped
+    first, since no state is valid while the records are rewritten."""
+    try:
         state_path.parent.mkdir(parents=True, exist_ok=True)
-        if append_at is None:
-            state_path.unlink(missing_ok=True)  # no state is valid while the records are rewritten
-            tmp = records_path.with_name(f"{records_path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, records_path)
-            size = len(data)
-        else:
-            with open(records_path, "r+b") as f:
-                f.truncate(append_at)  # drop whatever a crashed append left past the valid lines
-                f.seek(append_at)
-                f.write(data)
-            size = append_at + len(data)
-        _write_state(state_path, {**state, "bytes": size})
+        state_path.unlink(missing_ok=True)
+        return open(tmp, "wb")
+    except OSError:
+        return None
+
+
+def _close_quietly(out) -> None:
+    """Close a records file being given up (None: nothing to close)."""
+    try:
+        if out is not None:
+            out.close()
     except OSError:
         pass
 
@@ -224,7 +278,7 @@ def _read(repo, refs: dict[str, str], log) -> tuple[list, str]:
 
     `refs` maps each kgit ref (branches, "baseline", "notes") to its sha; `log(exclude)`
     runs the archive's `git log`, less what is reachable from the shas `exclude`, and
-    returns its attempts. Also returns the records' generation.
+    yields its attempts in lists. Also returns the records' generation.
     """
     state_path, records_path = _paths(repo)
     cached, records = _load(state_path, records_path)
@@ -236,7 +290,7 @@ def _read(repo, refs: dict[str, str], log) -> tuple[list, str]:
         state["generation"] = cached["generation"]
         # Everything reachable from these is in the cache already (the baseline included).
         old_tips = sorted(set(cached["tips"].values()) | {cached["baseline"]})
-        new = log(old_tips)
+        new = [a for batch in log(old_tips) for a in batch]
         new_by_sha = {a.sha: a for a in new}
         moved = [(cached["tips"][ref], tips[ref]) for ref in cached["tips"] if tips[ref] != cached["tips"][ref]]
         if all(_grew(old, now, new_by_sha) for old, now in moved):
@@ -248,8 +302,4 @@ def _read(repo, refs: dict[str, str], log) -> tuple[list, str]:
                 _save(state_path, records_path, {**state, "lines": len(records) + len(new)}, new, cached["bytes"])
             return new + [_attempt(r) for r in records], state["generation"]
     state["generation"] = uuid.uuid4().hex  # a new generation: every record may have changed
-    attempts = log([])
-    seen: set = set()
-    attempts = [a for a in attempts if not (a.sha in seen or seen.add(a.sha))]
-    _save(state_path, records_path, {**state, "lines": len(attempts)}, attempts, None)
-    return attempts, state["generation"]
+    return _read_whole(state_path, records_path, state, log([])), state["generation"]

@@ -10,6 +10,7 @@ Reading many blobs goes through GitPython's persistent `git cat-file --batch` pr
 from __future__ import annotations
 
 import codecs
+import fcntl
 import subprocess
 import threading
 from pathlib import Path
@@ -58,24 +59,32 @@ def start(git: gitpython.Git, args, env: dict | None = None):
     return git.execute(["git", *map(str, args)], istream=subprocess.PIPE, as_process=True, env=env)
 
 
-def records(git: gitpython.Git, args, input: str | None = None, sep: str = "\0"):
-    """The `sep`-terminated records of `git ARGS`'s output, yielded while git still writes.
+# The pipe git's output comes through, and how much is read from it at a time: a deep pipe
+# lets git format ahead while kgit parses, and big reads wake kgit once per 256 KB instead
+# of once per few commits git writes (benchmarks/archive_scale.py).
+PIPE_BYTES, READ_BYTES = 1 << 20, 1 << 18
 
-    Reading a big `git log` this way lets the caller parse on one core while git
-    formats on the other, instead of waiting for 100 MB and then starting.
+
+def record_batches(git: gitpython.Git, args, input: str | None = None, sep: str = "\0"):
+    """The `sep`-terminated records of `git ARGS`'s output, as lists yielded while git still writes.
+
+    Reading a big `git log` this way lets the caller parse (and store) on one core while
+    git formats on the other, instead of waiting for 100 MB and then starting.
     """
     handle = start(git, args)
     proc = handle.proc
+    _deepen(proc.stdout)
     if input:
         proc.stdin.write(input.encode("utf-8"))  # git reads all of --stdin before it writes
     proc.stdin.close()
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     rest = ""
     while True:
-        chunk = proc.stdout.read1(1 << 20)
+        chunk = proc.stdout.read(READ_BYTES)
         text = rest + decoder.decode(chunk, final=not chunk)
         *done, rest = text.split(sep)
-        yield from done
+        if done:
+            yield done
         if not chunk:
             break
     err = proc.stderr.read()
@@ -83,7 +92,17 @@ def records(git: gitpython.Git, args, input: str | None = None, sep: str = "\0")
         raise GitError(f"git {' '.join(str(a) for a in list(args)[:3])} failed: "
                        f"{err.decode('utf-8', 'replace').strip()[:800]}")
     if rest:
-        yield rest
+        yield [rest]
+
+
+def _deepen(pipe):
+    """Grow the pipe to PIPE_BYTES where Linux allows it (elsewhere it stays as it is)."""
+    if not hasattr(fcntl, "F_SETPIPE_SZ"):  # Linux only
+        return
+    try:
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except OSError:  # above /proc/sys/fs/pipe-max-size: a slower read, the same records
+        pass
 
 
 class BlobReader:

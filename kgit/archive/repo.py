@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import re
+import threading
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +34,12 @@ FALLBACK_NAME, FALLBACK_EMAIL = "kgit", "kgit@localhost"
 def run_git(args, cwd, input=None, env=None, check=True) -> str:
     """`git ARGS` in `cwd`, which need not be a repository (yet)."""
     return command.run(command.runner(cwd), args, input=input, env=env, check=check)
+
+
+# One `git worktree add/remove/prune` at a time in this process: evaluations on several
+# slots make worktrees from several threads, and one thread's add failed with "failed to read
+# .git/worktrees/<other>/commondir" while another's worktree was being made or pruned.
+_WORKTREES = threading.Lock()
 
 
 class Repo:
@@ -267,31 +274,32 @@ class Repo:
         return archive_cache.log_json(self, refs, self._log(refs["baseline"]), _render_for_log)
 
     def _log(self, baseline: str):
-        """`log(exclude)`: the archive's attempts from one `git log`, less what the shas `exclude` reach."""
+        """`log(exclude)`: the archive's attempts from one `git log`, less what the shas `exclude`
+        reach, in lists as git writes them (kgit/archive/cache.py stores each list as it comes)."""
         args = ["log", "-z", f"--format={LOG_FORMAT}", f"--notes={NOTES_REF}",
                 f"--branches={BRANCH_PREFIX}*", baseline, "--not", f"{baseline}^@"]
 
-        def log(exclude: list[str]) -> list[Attempt]:
-            if not exclude:
-                return parse_records(command.records(self._git, args))
-            return parse_records(command.records(self._git, [*args, "--stdin"],
-                                                 input="".join(f"^{sha}\n" for sha in exclude)))
+        def log(exclude: list[str]):
+            """Lists of attempts, newest first, yielded while git still writes."""
+            batches = (command.record_batches(self._git, args) if not exclude else
+                       command.record_batches(self._git, [*args, "--stdin"],
+                                              input="".join(f"^{sha}\n" for sha in exclude)))
+            return (parse_records(batch) for batch in batches)
 
         return log
 
     def kgit_refs(self) -> dict[str, str]:
         """Sha of every experiment branch (by full ref name), plus "baseline" and "notes"."""
-        out = self.git("for-each-ref", "--format=%(refname) %(objectname) %(*objectname)",
-                       "refs/heads/" + BRANCH_PREFIX, f"refs/tags/{BASELINE_TAG}", NOTES_REF)
+        # Peeling (%(*objectname)) makes git read the object of every listed ref: a tenth of
+        # a second per 10,000 branches. Only the baseline tag may be annotated, so only it is peeled.
+        out = self.git("for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/" + BRANCH_PREFIX, NOTES_REF)
         refs = {}
         for line in out.splitlines():
-            name, sha, *peeled = line.split()
-            if name == f"refs/tags/{BASELINE_TAG}":
-                refs["baseline"] = peeled[0] if peeled else sha
-            elif name == NOTES_REF:
-                refs["notes"] = sha
-            else:
-                refs[name] = sha
+            name, sha = line.split()
+            refs["notes" if name == NOTES_REF else name] = sha
+        baseline = self.baseline()
+        if baseline:
+            refs["baseline"] = baseline
         return refs
 
     # -- locking -------------------------------------------------------------------
@@ -323,13 +331,15 @@ class Repo:
         # The owner's pid in the name lets clean_worktrees tell leftovers of a killed kgit
         # from the worktree of a `kgit eval` that is still running.
         path = root / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        self.git("worktree", "add", "--detach", "--quiet", str(path), rev)
+        with _WORKTREES:
+            self.git("worktree", "add", "--detach", "--quiet", str(path), rev)
         try:
             yield path
         finally:
-            self.git("worktree", "remove", "--force", str(path), check=False)
-            remove_tree(path)
-            self.git("worktree", "prune", check=False)
+            with _WORKTREES:
+                self.git("worktree", "remove", "--force", str(path), check=False)
+                remove_tree(path)
+                self.git("worktree", "prune", check=False)
 
     def clean_worktrees(self) -> int:
         """Remove what a killed kgit process left: worktrees, scratch folders, private

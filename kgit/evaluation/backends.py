@@ -62,11 +62,18 @@ class WarmPairs:
     the current candidate is evaluated, off the critical path. A pair is never used for
     a second candidate. A spare started under other settings than the evaluation's
     (another config, another scratch folder) is discarded, not used.
+
+    While an evaluation on a device runs its timed loop, the judges of that device's
+    spares are held (`quiet`: SIGSTOP until the loop ends), so that their start-up (torch
+    and triton imports, a device context) never runs beside the timing; it goes on during
+    the checks, the commit and the model's calls.
     """
 
     def __init__(self):
         self._lock = threading.Lock()
         self._spares: dict = {}  # slot -> Future of a child.Pair
+        self._devices: dict = {}  # slot -> the device its spares are for
+        self._timing: dict = {}  # device -> how many of its evaluations are in their timed loop
         atexit.register(self.close)
 
     def take(self, slot, config, state_dir: Path, env: dict):
@@ -79,21 +86,54 @@ class WarmPairs:
             pair = future.result()
         except Exception:  # noqa: BLE001 - the evaluation starts its own pair and meets the same error
             return None
+        pair.go_on()  # held for another evaluation's timing, and now needed itself
         if pair.alive() and pair.key == evaluate.start_key(config, env) and pair.scratch.parent == state_dir:
             return pair
         pair.discard()
         return None
 
-    def refill(self, slot, config, state_dir: Path, env: dict):
-        """Start the slot's next pair. From one long-lived thread: the parent-death signal
-        of a child fires when the *thread* that started it ends, and a hypothesis thread
-        of `kgit evolve` ends with its hypothesis."""
+    def refill(self, slot, config, state_dir: Path, env: dict, device=None):
+        """Start the slot's next pair, for `device` (held while that device times: `quiet`).
+
+        From one long-lived thread: the parent-death signal of a child fires when the
+        *thread* that started it ends, and a hypothesis thread of `kgit evolve` ends with
+        its hypothesis."""
         future = _spawner().submit(evaluate.Pair.ahead, config, state_dir, env)
         with self._lock:
             old = self._spares.pop(slot, None)
             self._spares[slot] = future
+            self._devices[slot] = device
+        # Started while its device is timing: held as soon as it exists.
+        future.add_done_callback(lambda f: self._hold_if_timing(f, device))
         if old is not None:
             _discard(old)
+
+    def quiet(self, device) -> "Quiet":
+        """What an evaluation on `device` tells when its timed loop begins and ends."""
+        return Quiet(self, device)
+
+    def _begin(self, device):
+        with self._lock:
+            self._timing[device] = self._timing.get(device, 0) + 1
+            if self._timing[device] == 1:
+                for slot, future in self._spares.items():
+                    if self._devices.get(slot) == device and future.done() and future.exception() is None:
+                        future.result().hold()
+
+    def _end(self, device):
+        with self._lock:
+            self._timing[device] = self._timing.get(device, 0) - 1
+            if self._timing[device] <= 0:
+                self._timing.pop(device)
+                for slot, future in self._spares.items():
+                    if self._devices.get(slot) == device and future.done() and future.exception() is None:
+                        future.result().go_on()
+
+    def _hold_if_timing(self, future, device):
+        # Under the lock, as `_begin` and `_end`: a spare is never left held after its device's timing ended.
+        with self._lock:
+            if self._timing.get(device) and future.exception() is None:
+                future.result().hold()
 
     def close(self):
         """End every spare (kgit exiting, or the evaluator no longer needed)."""
@@ -101,6 +141,24 @@ class WarmPairs:
             spares, self._spares = list(self._spares.values()), {}
         for future in spares:
             _discard(future)
+
+
+class Quiet:
+    """One evaluation's timed loop, as its judge reports it: `begin` and `end` (the second
+    `end` of an evaluation does nothing, so an evaluation that ends mid-loop still ends it)."""
+
+    def __init__(self, pairs: WarmPairs, device):
+        self.pairs, self.device, self.timing = pairs, device, False
+
+    def begin(self):
+        if not self.timing:
+            self.timing = True
+            self.pairs._begin(self.device)
+
+    def end(self):
+        if self.timing:
+            self.timing = False
+            self.pairs._end(self.device)
 
 
 def _discard(future):
@@ -154,12 +212,13 @@ class LocalEvaluator:
             # A GPU is held host-wide, across kgit processes; the CPU slot only within this one.
             with devices.host_slot(key) if device is not None else contextlib.nullcontext():
                 with self.repo.worktree(sha) as path:
-                    pair = None
+                    pair = quiet = None
                     if self.warm is not None:
                         state = self.repo.state / "scratch"
                         pair = self.warm.take(key, self.config, state, env)
-                        self.warm.refill(key, self.config, state, env)
-                    given = {k: v for k, v in (("race", race), ("pair", pair)) if v is not None}
+                        self.warm.refill(key, self.config, state, env, device=key[1])
+                        quiet = self.warm.quiet(key[1])
+                    given = {k: v for k, v in (("race", race), ("pair", pair), ("quiet", quiet)) if v is not None}
                     doc = self.run(path, env, **given)
         finally:
             self.board.release(key)
@@ -167,9 +226,9 @@ class LocalEvaluator:
                          "env": env}
         return doc
 
-    def run(self, path: Path, env: dict, race: dict | None = None, pair=None) -> dict:
+    def run(self, path: Path, env: dict, race: dict | None = None, pair=None, quiet=None) -> dict:
         return evaluate.evaluate_tree(path, self.config, state_dir=self.repo.state / "scratch", devices_env=env,
-                                      race=race, pair=pair)
+                                      race=race, pair=pair, quiet=quiet)
 
 
 class CommandEvaluator:

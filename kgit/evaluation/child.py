@@ -90,12 +90,13 @@ def stage_candidate(source_root: Path, problem_rel: str, files: list[str], scrat
 
 
 def evaluate_tree(source_root: Path, config, *, state_dir: Path, devices_env: dict | None = None,
-                  race: dict | None = None, pair: "Pair | None" = None) -> dict:
+                  race: dict | None = None, pair: "Pair | None" = None, quiet=None) -> dict:
     """Evaluate the kernel in a checked-out tree; return the result document.
 
     `race` is the incumbent to race against (harness/racing.py), from `kgit evolve` only.
     `pair`: a judge and runner started ahead of need for this config (`Pair.ahead`), used
-    instead of starting one; it is used once, whatever the outcome.
+    instead of starting one; it is used once, whatever the outcome. `quiet`: what to hold
+    back while the timed loop runs (`Pair.evaluate`).
     """
     task = load_task(Path(source_root) / config.problem)
     reference = Path(source_root) / config.problem / "reference.py"
@@ -112,7 +113,7 @@ def evaluate_tree(source_root: Path, config, *, state_dir: Path, devices_env: di
         stage_candidate(source_root, config.problem, task.files, pair.scratch)
         # state_dir is <repo>/.git/kgit/scratch; the judge's build-facts cache sits beside it,
         # hidden from the runner with the repository (harness/factcache.py, docs/targets.md).
-        return pair.evaluate(config, race=race, targets_cache=state_dir.parent / "target-facts")
+        return pair.evaluate(config, race=race, targets_cache=state_dir.parent / "target-facts", quiet=quiet)
     finally:
         pair.discard()
 
@@ -187,12 +188,13 @@ class Pair:
 
     def _start(self, devices_env):
         result_r, result_w = os.pipe()
+        notice_r, notice_w = os.pipe()  # the judge's "timed loop begins / ends" lines
         # The judge watches the read end; when kgit dies, however it dies, the kernel closes
         # our write end and the judge kills itself and everything it started.
         life_r, life_w = os.pipe()
         go_r, go_w = os.pipe()
         self.spawned_at = time.monotonic()
-        spec = dict(self.start_spec, lifeline_fd=life_r, spawned_at=self.spawned_at)
+        spec = dict(self.start_spec, lifeline_fd=life_r, notice_fd=notice_w, spawned_at=self.spawned_at)
         start_path = self.scratch / "spec.json"  # one pair per scratch folder; the judge deletes it
         start_path.write_text(json.dumps(spec))
         cmd = [sys.executable, "-I", "-B", "-m", "kgit_harness", "judge", "--start", str(start_path),
@@ -200,23 +202,51 @@ class Pair:
         try:
             self.proc = subprocess.Popen(
                 cmd, cwd=self.scratch, env=child_env(self.scratch, devices_env), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(result_w, life_r, go_r),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(result_w, life_r, go_r, notice_w),
                 start_new_session=True,
             )
         except BaseException:
-            for fd in (result_r, life_w, go_w):
+            for fd in (result_r, life_w, go_w, notice_r):
                 os.close(fd)
             raise
         finally:
-            for fd in (result_w, life_r, go_r):
+            for fd in (result_w, life_r, go_r, notice_w):
                 os.close(fd)
-        self.result_r, self.life_w, self.go_w = result_r, life_w, go_w
+        self.result_r, self.life_w, self.go_w, self.notice_r = result_r, life_w, go_w, notice_r
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None and not self.used
 
-    def evaluate(self, config, race: dict | None = None, targets_cache: Path | None = None) -> dict:
-        """Send the evaluation (the candidate's files are in place) and collect its result."""
+    def hold(self):
+        """Stop the pair's start-up (SIGSTOP): torch and triton imports and device contexts,
+        which must not run beside another pair's timed loop.
+
+        Stopped: the judge, and, where the runner has a PID namespace, every process of that
+        namespace but its PID 1 (the trusted init, harness/pidone.py). Whatever happens to
+        kgit then, nothing stopped outlives it: SIGKILL reaches stopped processes (the
+        judge's parent-death signal, kgit's end), and the init, never stopped, sees its
+        lifeline close and takes its namespace with it. Without a namespace the runner is
+        not stopped: before it has confined itself it has no parent-death signal, and a
+        stopped process cannot see its lifeline close.
+        """
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.held = [self.proc.pid] + (_namespace_members(self.proc.pid) if self.isolation.namespaces else [])
+        for pid in self.held:
+            _signal(pid, signal.SIGSTOP)
+
+    def go_on(self):
+        """Undo `hold` (harmless on processes that run)."""
+        held, self.held = getattr(self, "held", []), []
+        for pid in held:
+            _signal(pid, signal.SIGCONT)
+
+    def evaluate(self, config, race: dict | None = None, targets_cache: Path | None = None, quiet=None) -> dict:
+        """Send the evaluation (the candidate's files are in place) and collect its result.
+
+        `quiet` (`begin()`, `end()`): told when the judge's timed loop begins and ends (the
+        judge's notice lines), and `end()` again once the evaluation is over, however it ended.
+        """
         assert not self.used, "a started pair is used for one evaluation only"
         self.used = True
         ev = config.evaluator
@@ -237,8 +267,15 @@ class Pair:
         streams = {"result": OutputTail(64 << 20), "stdout": OutputTail(limit), "stderr": OutputTail(limit)}
         proc = self.proc
         result_r, self.result_r = self.result_r, None
-        status = _wait(proc, {result_r: streams["result"], proc.stdout.fileno(): streams["stdout"],
-                              proc.stderr.fileno(): streams["stderr"]}, ev.timeout_s)
+        notice_r, self.notice_r = self.notice_r, None
+        streams["notices"] = _Notices(quiet)
+        try:
+            status = _wait(proc, {result_r: streams["result"], proc.stdout.fileno(): streams["stdout"],
+                                  proc.stderr.fileno(): streams["stderr"], notice_r: streams["notices"]}, ev.timeout_s)
+        finally:
+            os.close(notice_r)
+            if quiet is not None:
+                quiet.end()
         elapsed = round(time.monotonic() - started, 3)
         stdout, stderr = streams["stdout"].text(), streams["stderr"].text()
         payload = bytes(streams["result"].head + streams["result"].tail)
@@ -252,7 +289,7 @@ class Pair:
 
     def discard(self):
         """End the pair (used or not) and remove its scratch folder if it made one."""
-        for name in ("go_w", "result_r", "life_w"):
+        for name in ("go_w", "result_r", "life_w", "notice_r"):
             fd = getattr(self, name, None)
             if fd is not None:
                 setattr(self, name, None)
@@ -268,6 +305,64 @@ class Pair:
         sandbox.cgroups.remove(self.start_spec["sandbox"].get("pids_cgroup"))
         if self.owns_scratch:
             remove_tree(self.scratch)
+
+
+def _signal(pid: int, sig):
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _namespace_members(judge: int) -> list[int]:
+    """The processes under the trusted init among `judge`'s descendants (not the init itself);
+    [] when there is none (yet). Read from /proc at the moment of the call."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        children.setdefault(int(stat[stat.rindex(b")") + 2:].split()[1]), []).append(int(entry.name))
+
+    def below(pid):
+        out, frontier = [], list(children.get(pid, []))
+        while frontier:
+            child = frontier.pop()
+            out.append(child)
+            frontier += children.get(child, [])
+        return out
+
+    for pid in below(judge):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(arg.endswith(b"pidone.py") for arg in argv[:6]):
+            return below(pid)
+    return []
+
+
+class _Notices:
+    """The judge's notice lines, passed on to `quiet` ("checked": timing begins, "timed": it ended)."""
+
+    def __init__(self, quiet):
+        self.quiet, self.rest = quiet, b""
+
+    def add(self, chunk: bytes):
+        *lines, self.rest = (self.rest + chunk).split(b"\n")
+        self.rest = self.rest[-64:]  # the judge writes a few short lines; nothing to hoard
+        for line in lines:
+            if self.quiet is None:
+                continue
+            if line == b"checked":
+                self.quiet.begin()
+            elif line == b"timed":
+                self.quiet.end()
 
 
 def _result_doc(status: str, payload: bytes, code, stderr: str, timeout_s: float) -> dict:

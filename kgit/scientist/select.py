@@ -58,7 +58,8 @@ def archive_table(attempts, token_budget: int, view: ArchiveView | None = None) 
     """The table text and how many attempts it shows."""
     view = view or ArchiveView(attempts)
     newest = sorted(attempts, key=lambda a: (a.time, a.experiment, a.attempt), reverse=True)
-    failures = [a for a in newest if not a.ok]
+    # A stopped attempt is a measured loser, not a failure waiting for a fix: it goes with the rest.
+    failures = [a for a in newest if not a.ok and a.status != "stopped"]
     failures = ([a for a in failures if a.sha not in view.fixed_by] + [a for a in failures if a.sha in view.fixed_by])
     if view.gpu:
         winners = []
