@@ -8,7 +8,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
+
+# Tests fork judges from this process (tests/cheats in_fork). A fork taken while torch's
+# OpenMP pool has worker threads can deadlock in the child (a forked judge waited on a
+# libgomp lock when several test files ran in one process): one thread, no pool.
+torch.set_num_threads(1)
 
 from kgit import config as config_mod
 from kgit import workflow as experiments
