@@ -7,6 +7,8 @@
 - `input_bytes()`: the bytes a shape's inputs take, from a dry run of `generate_input`
   on the `meta` device (shapes and dtypes, no storage), so that a shape too large for
   this machine is refused by name before anything is allocated.
+- `shaped_as_reference()`: a filled output buffer given to a problem's own check in the shape
+  of its reference's result, where the two differ only by dimensions of size 1.
 - `quiet_torch_compile()`: torch.compile's own helper threads (tqdm's monitor, inductor's
   compile workers) switched off before the candidate is imported, so the thread guard
   can stay strict for the candidate's threads.
