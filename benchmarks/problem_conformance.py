@@ -138,7 +138,8 @@ def main(argv=None) -> int:
     parser.add_argument("--kernelbench", type=Path, help="a KernelBench checkout or folder of problem files")
     parser.add_argument("--full-timing", action="store_true", help="kgit's default timing, not the quick one")
     parser.add_argument("--import-only", action="store_true", help="count imports; evaluate nothing")
-    parser.add_argument("--only", help="only sources whose path contains this text")
+    parser.add_argument("--only", action="append", default=[],
+                        help="only sources whose path contains this text (repeat it: any of them)")
     parser.add_argument("--deadline", type=float, default=None,
                         help="seconds after which no new evaluation starts; the tables cover what finished")
     parser.add_argument("--per-gpu", type=int, default=None,
@@ -155,7 +156,7 @@ def main(argv=None) -> int:
     rows, cases, counts = [], [], Counter()
     sources = [("gpumode", p) for p in (gpumode_folders(args.gpumode) if args.gpumode else [])]
     sources += [("kernelbench", p) for p in (kernelbench_files(args.kernelbench) if args.kernelbench else [])]
-    sources = [(k, p) for k, p in sources if not args.only or args.only in str(p)]
+    sources = [(k, p) for k, p in sources if not args.only or any(text in str(p) for text in args.only)]
     # Folders with upstream's solutions first: under --deadline the agreement figure comes first.
     sources.sort(key=lambda kp: not (kp[0] == "gpumode" and (kp[1] / "solutions").is_dir()))
     test_kernels = sorted(args.kernelbench.rglob("unit_tests/test_kernels/*.py")) if args.kernelbench else []
