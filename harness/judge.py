@@ -209,6 +209,8 @@ class Slots:
         reply = self.runner.ask({"op": "batch", "id": self.id, "slots": slots, "empty": empty})
         reply["output"] = channel.text(reply, "output", 2000, optional=True)
         reply["host_us"] = channel.number(reply, "host_us")
+        for key in ("launch_us", "span_us", "served_us"):  # diagnostics, see runner.op_batch
+            reply[key] = channel.number(reply, key) if key in reply else None
         return reply
 
     def close(self):
@@ -237,11 +239,11 @@ def _load_reference(path: Path):
     return problem.load_module(path, "_kgit_reference")
 
 
-def start(spec: dict) -> tuple[Runner, object, bool]:
+def start(spec: dict, ahead: bool = False) -> tuple[Runner, object, bool]:
     """Everything that needs no candidate: the runner started (it confines itself and
-    imports torch and triton meanwhile), torch and triton imported here, the device
-    context made. A pair started ahead of need (kgit/evaluation/child.py) has done all
-    of this before its candidate exists."""
+    imports torch and triton meanwhile), torch imported here, the device context made.
+    A pair started `ahead` of need (kgit/evaluation/child.py) has done all of this before
+    its candidate exists, and imports here what a reference or the needs check may use."""
     helpers = _helpers_folder(spec)
     helpers.mkdir(exist_ok=True)  # mounted into the runner's view now, filled once the candidate is known
     runner = Runner(spec)
@@ -253,16 +255,19 @@ def start(spec: dict) -> tuple[Runner, object, bool]:
         import torch
 
         PHASES.mark("torch imported")
-        try:
-            import triton  # noqa: F401 - a reference may use it; off the critical path when warm
-        except ImportError:
-            pass
-        try:
-            # The needs check's dry run on meta tensors reaches torch._refs, whose first call
-            # imports torch._dynamo (seconds on a loaded CPU): imported here, before the candidate.
-            import torch._dynamo  # noqa: F401
-        except ImportError:
-            pass
+        if ahead:
+            # Off the critical path only when warm: cold, they cost 1-3 s the runner's own
+            # start-up does not cover (the shipped problems need neither).
+            try:
+                import triton  # noqa: F401 - a reference may use it
+            except ImportError:
+                pass
+            try:
+                # A needs-check dry run on meta tensors that reaches torch._refs imports it
+                # (seconds on a loaded CPU; harness/portable.py keeps common inputs off that path).
+                import torch._dynamo  # noqa: F401
+            except ImportError:
+                pass
         on_gpu = torch.cuda.is_available()
         if on_gpu:
             torch.empty(1, device="cuda")  # the device context, made now rather than by the first input
@@ -299,7 +304,7 @@ def run_started(spec: dict, runner: Runner, torch, on_gpu: bool) -> dict:
         # The problem's own code runs first: what fails there is the machine's lack, not the kernel's.
         try:
             reference = _load_reference(Path(spec["problem_dir"]) / "reference.py")
-            settings = needs.check(task, reference, on_gpu, torch)
+            settings = needs.check(task, reference, on_gpu, torch, _input_sizes(spec, on_gpu, torch))
         except needs.Unsupported as e:
             raise Verdict("unsupported", _excerpt(e.__cause__ or e), reason=str(e)) from None
         except Exception as e:  # noqa: BLE001 - the reference failed to import or to make an input
@@ -384,6 +389,13 @@ def _targets_collect(runner) -> dict | None:
     except (Verdict, channel.ChannelError):
         return None
     return facts if isinstance(facts, dict) else None
+
+
+def _input_sizes(spec, on_gpu, torch) -> needs.Sizes:
+    """The problem's recorded input sizes, beside the build-facts cache (both the judge's alone)."""
+    facts = spec.get("targets_cache")
+    folder = str(Path(facts).parent / "input-sizes") if facts else None
+    return needs.Sizes(folder, needs.problem_digest(Path(spec["problem_dir"]), torch, on_gpu) if folder else "")
 
 
 def _helpers_folder(spec) -> Path:
@@ -581,7 +593,7 @@ def main(argv=None) -> int:
         confine.die_with_parent(int(first["parent_pid"]))  # and at once, without waiting for the pipe
     out = os.fdopen(args.result_fd, "w")
     try:
-        runner, torch, on_gpu = start(first)
+        runner, torch, on_gpu = start(first, ahead=bool(args.start))
         try:
             task = first if args.spec else _receive_task(args.go_fd)
         except BaseException:

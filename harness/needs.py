@@ -10,9 +10,14 @@ own code (the reference's import, a dry run sizing every shape's inputs, one rea
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
+import os
 import resource
 import traceback
+import uuid
+from pathlib import Path
 
 from kgit_harness import portable, problem, torchflags
 
@@ -28,8 +33,12 @@ class Unsupported(Exception):
     """The problem cannot run here; the message is the reason (`needs ...`)."""
 
 
-def check(task, reference, on_gpu: bool, torch) -> dict:
+def check(task, reference, on_gpu: bool, torch, sizes: "Sizes | None" = None) -> dict:
     """Raise Unsupported if this machine lacks what the problem needs.
+
+    `sizes` keeps the inputs' sizes of this problem from an earlier evaluation: the dry
+    run that measures them imports torch._dynamo on its first arithmetic on a meta tensor,
+    2-3 s of the judge's start that no candidate changes.
 
     Returns the torch backend settings the reference's ref_kernel ran under
     (harness/torchflags.py), for the runner to apply before it imports the candidate.
@@ -38,15 +47,18 @@ def check(task, reference, on_gpu: bool, torch) -> dict:
     if missing:
         raise Unsupported(missing)
     available = _available_bytes(on_gpu, torch)
+    sizes = sizes or Sizes(None, "")
     for kind in ("tests", "benchmarks"):
         for shape in task.shapes(kind, on_gpu):
-            size = portable.input_bytes(reference.generate_input, shape)
+            size = sizes.measure(f"{kind} {problem.shape_key(shape)}",
+                                 lambda: portable.input_bytes(reference.generate_input, shape))
             if size is not None and available is not None and size * HELD_COPIES > available:
                 raise Unsupported(
                     f"needs {_gb(size * HELD_COPIES)} of {'GPU ' if on_gpu else ''}memory for the {kind[:-1]} "
                     f"shape {problem.shape_key(shape)} ({HELD_COPIES} copies of its {_gb(size)} of inputs), "
                     f"{_gb(available)} available; give that shape a smaller `cpu:` entry in task.yml or run "
                     "on a larger machine")
+    sizes.save()
     first = task.shapes("tests", on_gpu)[0]
     try:
         data = reference.generate_input(**first)
@@ -64,6 +76,53 @@ def check(task, reference, on_gpu: bool, torch) -> dict:
     except Exception as e:  # noqa: BLE001 - the problem's own failure, classified below
         raise Unsupported(reason(e, on_gpu)) from e
     return settings
+
+
+class Sizes:
+    """The judge's record of a problem's input sizes, one JSON file per problem digest.
+
+    Only the judge reads and writes it (in the kernel repository's .git/kgit, hidden from
+    the runner, beside the build-facts cache), and the digest covers the problem's files
+    and the torch version: the sizes come from the problem's own code, never a candidate's.
+    Written to a temporary name and renamed; an unreadable file is measured again.
+    """
+
+    def __init__(self, folder: str | None, digest: str):
+        self.path = Path(folder) / f"{digest}.json" if folder and digest else None
+        self.known, self.changed = {}, False
+        if self.path is not None:
+            try:
+                found = json.loads(self.path.read_text(encoding="utf-8"))
+                if isinstance(found, dict) and all(isinstance(v, int) or v is None for v in found.values()):
+                    self.known = found
+            except (OSError, ValueError):
+                pass
+
+    def measure(self, key: str, size):
+        if key not in self.known:
+            self.known[key], self.changed = size(), True
+        return self.known[key]
+
+    def save(self):
+        if self.path is None or not self.changed:
+            return
+        tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(self.known), encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+
+
+def problem_digest(problem_dir: Path, torch, on_gpu: bool) -> str:
+    """A digest of what a problem's input sizes depend on: its files, torch, the device kind."""
+    h = hashlib.sha256(f"sizes/1\0{torch.__version__}\0{on_gpu}\0".encode())
+    for path in sorted(p for p in Path(problem_dir).rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        data = path.read_bytes()
+        h.update(f"{path.relative_to(problem_dir).as_posix()}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
 
 
 def required(requires: dict, on_gpu: bool, torch) -> str | None:

@@ -166,7 +166,7 @@ def load(path=".") -> tuple[Repo, config_mod.Config]:
 
 def best(attempts: list[Attempt]) -> Attempt | None:
     """The best correct attempt by the one ranking rule of kgit/archive/figures.py (docs/evolve.md):
-    the fastest on the GPU that measured the most attempts, or, with no GPU timings, the most recent."""
+    the fastest on the ranking GPU setup (archive/figures.py), or, with no GPU timings, the most recent."""
     return figures.best(attempts)
 
 

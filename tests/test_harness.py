@@ -638,3 +638,17 @@ def test_a_runner_that_answers_empty_requests_slowly_does_not_shrink_the_judges_
     why, stats = _measure_as_gpu(us=1.0, host_us=1e6, empty_s=0.05)
     assert why is None and stats["clock"] == "judge"
     assert stats["min_us"] >= 2500.0, stats  # the round trip counted at most 1.5 x the 100 us ping
+
+
+def test_a_back_to_back_sample_holds_enough_kernel_time_within_memory():
+    gib = 1 << 30
+    # The H200's softmax 4096x4096 (37 us a call, 192 MB a slot): 10 calls left 30-90 us of
+    # fixed batch cost on each; now at least BATCH_TARGET_US of kernel time, within memory.
+    short = timing.batch_count(37.0, 192 << 20, 140 * gib)
+    assert short > 10 and short * 37.0 >= min(timing.BATCH_TARGET_US, timing.BATCH_BYTES // (192 << 20) * 37.0)
+    assert short * (192 << 20) <= timing.BATCH_BYTES
+    assert timing.batch_count(5000.0, 200 << 20, 140 * gib) == timing.BATCH_MIN  # a 5 ms GEMM: a few calls do
+    assert timing.batch_count(0.5, 1 << 20, 140 * gib) == timing.BATCH_MAX  # a forged 0.5 us buys a long batch
+    # A small GPU: a quarter of its free memory, and never fewer than two calls.
+    assert timing.batch_count(37.0, 192 << 20, 4 * gib) == gib // (192 << 20)
+    assert timing.batch_count(37.0, 3 * gib, 4 * gib) == 2

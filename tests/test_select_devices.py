@@ -58,3 +58,26 @@ def test_a_note_of_a_failed_measurement_keeps_its_reason_in_one_line():
     crash = Result.from_dict({"schema": "kgit.result/1", "status": "crash",
                               "error": "Traceback (most recent call last):\n  File x\nRuntimeError: boom"})
     assert measure.note_record(crash)["error"] == "RuntimeError: boom"
+
+
+def _measured(sha: str, experiment: int, notes: list[tuple[str, float, int]]):
+    message = (f"x: correct\n\nKgit-Experiment: {experiment}\nKgit-Attempt: {0 if experiment == 0 else 1}\n"
+               "Kgit-Status: ok\nKgit-Device: cpu\nKgit-Timing: interpreter\nKgit-Harness: h\nKgit-Geomean-us: 9000.0\n")
+    note = "\n\n".join('{"device":"NVIDIA H200","harness":"%s","status":"ok","geomean_us":%s,"when":%d}' % n
+                       for n in notes)
+    record = "\x1f".join([sha * 40, "b" * 40, "t" * 40, "n", "e", "6", message, note + "\n"])
+    return parse_log(record + "\0")[0]
+
+
+def test_a_baseline_remeasured_by_a_newer_harness_makes_it_the_scale():
+    from kgit.archive import figures
+
+    old = [_measured("1", 0, [("old", 480.0, 1), ("new", 470.0, 50)]),
+           _measured("2", 1, [("old", 180.0, 2)]), _measured("3", 2, [("old", 170.0, 3)]),
+           _measured("4", 3, [("old", 175.0, 4)]), _measured("5", 4, [("new", 150.0, 51)])]
+    device, harness, entries = figures.gpu_group(old)
+    assert (device, harness) == ("NVIDIA H200", "new") and len(entries) == 2
+    assert figures.best(old).sha == "5" * 40
+    # Without the baseline the newer version is one measurement among others: the most attempts rank.
+    no_base = [a for a in old if a.sha != "1" * 40] + [_measured("1", 0, [("old", 480.0, 1)])]
+    assert figures.gpu_group(no_base)[1] == "old"

@@ -20,7 +20,7 @@ MIN_NOISE = 0.01
 # For a timing stored without its spread (an older trailer, a remote evaluator's bare result).
 ASSUMED_NOISE = 0.03
 NOISE_TRAILER = "Kgit-Noise"
-GPU_RULE = "the fastest geomean on {device} ({count} attempt(s) measured there, harness {harness})"
+GPU_RULE = "the fastest geomean on {device} ({count} attempt(s) measured there by harness {harness})"
 CPU_RULE = ("the most recent correct attempt: the archive has no GPU timings, and interpreter timings "
             "are never ranked")
 
@@ -140,7 +140,7 @@ def describe(timing: str | None, device: str | None, noise: float | None) -> str
 
 # -- ranking ---------------------------------------------------------------------------
 def gpu_group(attempts) -> tuple[str, str, list] | None:
-    """(device, harness, [(attempt, geomean)]) of the GPU setup that measured the most attempts."""
+    """(device, harness, [(attempt, geomean)]) of the setup that ranks: see `_ranking_key`."""
     groups: dict[tuple, dict] = {}
     for a in attempts:
         for m in a.measurements():
@@ -154,8 +154,30 @@ def gpu_group(attempts) -> tuple[str, str, list] | None:
                 slot[a.sha] = (a, when, m["geomean_us"])
     if not groups:
         return None
-    (device, harness), slot = max(groups.items(), key=lambda kv: (len(kv[1]), max(w for _, w, _ in kv[1].values())))
+    (device, harness), slot = max(groups.items(), key=_ranking_key(groups, attempts))
     return device, harness, [(a, g) for a, _, g in slot.values()]
+
+
+def _ranking_key(groups: dict, attempts):
+    """The GPU that measured the most attempts (any harness version); on it, the newest
+    harness version that measured the baseline, else the one that measured the most.
+
+    A baseline re-measured by a newer harness (kgit upgraded mid-campaign) makes that
+    harness the scale at once: the best attempts re-measured beside it are ranked on it,
+    instead of waiting until it has measured more attempts than the old version had.
+    """
+    baselines = {a.sha for a in attempts if a.experiment == 0}
+    per_device: dict[str, set] = {}
+    for (device, _), slot in groups.items():
+        per_device.setdefault(device, set()).update(slot)
+
+    def key(kv):
+        (device, _), slot = kv
+        latest = max(w for _, w, _ in slot.values())
+        has_baseline = bool(baselines & set(slot))
+        return (len(per_device[device]), has_baseline, latest if has_baseline else len(slot), latest)
+
+    return key
 
 
 def recency(a) -> tuple:
