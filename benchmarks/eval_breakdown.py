@@ -74,7 +74,7 @@ def one(repo: Repo, config, env: dict, warm_wait: float | None) -> dict:
     """One evaluation of the baseline; its phases and kgit-side wall times."""
     with repo.worktree(repo.rev(BASELINE_TAG)) as path:
         state = repo.state / "scratch"
-        pair = child.Pair.ahead(config, state, env)
+        pair = child.Pair.ahead(config, state, env, warm=bool(warm_wait))  # cold: used at once, as kgit does
         if warm_wait:
             time.sleep(warm_wait)
         arrived = time.monotonic()

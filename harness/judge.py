@@ -593,7 +593,7 @@ def main(argv=None) -> int:
         confine.die_with_parent(int(first["parent_pid"]))  # and at once, without waiting for the pipe
     out = os.fdopen(args.result_fd, "w")
     try:
-        runner, torch, on_gpu = start(first, ahead=bool(args.start))
+        runner, torch, on_gpu = start(first, ahead=bool(first.get("ahead")))
         try:
             task = first if args.spec else _receive_task(args.go_fd)
         except BaseException:

@@ -27,9 +27,10 @@ FLUSH_BYTES = 256 * 1024 * 1024
 RECHECKED = 3
 # Judge-clock cross-check: back-to-back calls, timed by the judge until it holds their
 # outputs, must not take longer per call than ESCAPE_RATIO x the runner's event mean +
-# the output copy + ESCAPE_SLACK_US for the events to rank a shape. 1.5x absorbs the
-# variance of tiny kernels, the slack the final synchronize. Every term but the event
-# mean is the judge's own measure, so nothing the runner reports widens the bound.
+# the runner's output copy (fresh outputs only) + ESCAPE_SLACK_US for the events to rank
+# a shape. 1.5x absorbs the variance of tiny kernels, the slack the final synchronize.
+# Every term but the event mean is the judge's own measure, so nothing the runner
+# reports widens the bound.
 ESCAPE_RATIO = 1.5
 ESCAPE_SLACK_US = 20.0
 # Judge-measured figures the runner can still inflate (an empty request it answers
@@ -320,6 +321,10 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
     # shared slot moves the same bytes on the device, after the calls, outside the events.
     copy = min(statistics.median(copies), CAP_RATIO * sum(calibration.copy_us(o) for o in outs))
     stats["copy_us"] = copy / len(chosen)
+    # The bound allows for the runner's copy-out only where the problem wants a fresh
+    # output: an in-place one (`output: N`) is written into the judge's buffer itself, and
+    # allowing its size anyway let a side-stream cheat's 256 MB vector_add pass as launch-bound.
+    stats["copy_out_us"] = stats["copy_us"] if task.output is None else 0.0
     samples, runner_host, diagnostics = [], [], {"launch_us": [], "span_us": [], "served_us": []}
     for r in range(BATCH_SAMPLES_MAX):
         inputs = []
@@ -386,7 +391,7 @@ JUDGE_CLOCK_NOTE = ("ranked by the judge's clock over back-to-back calls ({batch
 
 def events_bound(stats: dict) -> float:
     """The most the judge's clock may say a back-to-back call took for the events to rank: its own figures."""
-    return ESCAPE_RATIO * stats["mean_us"] + (stats.get("copy_us") or 0.0) + ESCAPE_SLACK_US
+    return ESCAPE_RATIO * stats["mean_us"] + (stats.get("copy_out_us") or 0.0) + ESCAPE_SLACK_US
 
 
 def settle(stats: dict) -> str | None:
@@ -405,7 +410,7 @@ def settle(stats: dict) -> str | None:
     batch = stats.get("host_batch_us")
     if batch is None:
         return None  # the CPU interpreter: the judge's clock is the figure already
-    events, copy = stats["mean_us"], stats.get("copy_us") or 0.0
+    events, copy = stats["mean_us"], stats.get("copy_out_us") or 0.0
     if batch <= events_bound(stats):
         stats["clock"] = "events"
         return None
@@ -414,7 +419,7 @@ def settle(stats: dict) -> str | None:
     if batch > explained:
         return (f"back-to-back calls took {batch:.1f} us each by the judge's clock, but the runner's timing "
                 f"events measured {events:.1f} us and its host {host:.1f} us a call (the bound is "
-                f"{ESCAPE_RATIO:g} x the larger + the output copy, {copy:.1f} us by the judge's clock, + "
+                f"{ESCAPE_RATIO:g} x the larger + the runner's output copy, {copy:.1f} us by the judge's clock, + "
                 f"{ESCAPE_SLACK_US:g} us): work ran outside the timed stream, "
                 "after the call returned, or the figures were forged")
     judged = stats.get("judge_batch") or {"mean_us": batch, "median_us": batch, "min_us": batch,

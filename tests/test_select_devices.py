@@ -81,3 +81,25 @@ def test_a_baseline_remeasured_by_a_newer_harness_makes_it_the_scale():
     # Without the baseline the newer version is one measurement among others: the most attempts rank.
     no_base = [a for a in old if a.sha != "1" * 40] + [_measured("1", 0, [("old", 480.0, 1)])]
     assert figures.gpu_group(no_base)[1] == "old"
+
+
+def test_a_launch_bound_shape_shows_the_gpu_time_beside_the_figure():
+    from kgit.archive import measure
+    from kgit.scientist.design import base_times
+    from kgit.scientist.view import ArchiveView
+    from kgit_harness.result import Result
+
+    doc = Result.from_dict({"schema": "kgit.result/1", "status": "ok", "device": "NVIDIA H200", "harness": "h",
+                            "ranking": "mean", "geomean_us": 100.0, "timing": "events", "shapes": [
+                                {"key": "m=64", "mean_us": 197.3, "clock": "judge", "events_mean_us": 64.1,
+                                 "host_call_us": 90.0, "runner_batch_host_us": 185.0},
+                                {"key": "m=128", "mean_us": 400.0, "clock": "events", "events_mean_us": 400.0}]})
+    record = measure.note_record(doc)
+    assert record["launch_bound"] == {"m=64": {"gpu_us": 64.1, "host_us": 185.0}}
+    import json
+    base = parse_log("\x1f".join(["1" * 40, "b" * 40, "t" * 40, "n", "e", "6",
+                                  "x: correct\n\nKgit-Experiment: 0\nKgit-Attempt: 0\nKgit-Status: ok\n",
+                                  json.dumps(record) + "\n"]) + "\0")[0]
+    text = base_times(ArchiveView([base]), base.sha)
+    assert "- m=64: 197.3 us; launch-bound: the GPU took 64.1 us, the call's host side 185.0 us" in text
+    assert "1 shape(s) are launch-bound" in text and "m=128: 400.0 us\n" in text + "\n"

@@ -36,7 +36,21 @@ def note_record(result: Result, tag: str | None = None) -> dict:
         # Why it failed there, in one line: the model must learn that a kernel correct in
         # the interpreter is wrong on the GPU, and how.
         "error": error_line(result.error) if result.status != "ok" else None,
+        # Shapes the judge's clock ranked (launch-bound): what the GPU alone took by the
+        # runner's events, and the runner's host time a call, so the model can tell a slow
+        # kernel from a slow launch (the figure in "times" includes the launch).
+        "launch_bound": launch_bound(result) or None,
     }
+
+
+def launch_bound(result: Result) -> dict[str, dict]:
+    """{shape: {"gpu_us", "host_us"}} of the shapes ranked by the judge's clock."""
+    found = {}
+    for s in result.shapes:
+        if s.get("clock") == "judge" and s.get("events_mean_us") is not None:
+            host = max(s.get("host_call_us") or 0.0, s.get("runner_batch_host_us") or 0.0)
+            found[s["key"]] = {"gpu_us": round(float(s["events_mean_us"]), 2), "host_us": round(float(host), 2)}
+    return found
 
 
 def error_line(text: str | None, limit: int = 300) -> str | None:

@@ -107,7 +107,7 @@ def evaluate_tree(source_root: Path, config, *, state_dir: Path, devices_env: di
                           "folder needs task.yml and reference.py. Restore it with "
                           f"`git checkout kgit/baseline -- {config.problem}/reference.py` and commit.")
     if pair is None:
-        pair = Pair.ahead(config, state_dir, devices_env)
+        pair = Pair.ahead(config, state_dir, devices_env, warm=False)
     try:
         stage_candidate(source_root, config.problem, task.files, pair.scratch)
         # state_dir is <repo>/.git/kgit/scratch; the judge's build-facts cache sits beside it,
@@ -148,7 +148,7 @@ class Pair:
     """
 
     def __init__(self, config, scratch: Path, problem_dir: Path, candidate_dir: Path,
-                 devices_env: dict | None = None, *, owns_scratch: bool):
+                 devices_env: dict | None = None, *, owns_scratch: bool, warm: bool = False):
         self.scratch, self.problem_dir, self.candidate_dir = Path(scratch), problem_dir, candidate_dir
         self.owns_scratch, self.key = owns_scratch, start_key(config, devices_env)
         self.isolation = sandbox.plan(config.evaluator.sandbox)
@@ -164,18 +164,23 @@ class Pair:
                                                      hide_problem=True, trusted_init=self.isolation.namespaces),
             "runner_prefix": list(self.isolation.prefix), "runner_cwd": str(self.scratch),
             "parent_pid": os.getpid(),
+            # Kept warm for a later candidate: the judge may import what a reference could
+            # use while it waits; a pair used at once skips that (harness/judge.py start).
+            "ahead": warm,
         }
         self.proc, self.used = None, False
         self._start(devices_env)
 
     @classmethod
-    def ahead(cls, config, state_dir: Path, devices_env: dict | None = None) -> "Pair":
-        """A pair in a fresh scratch folder of `state_dir`, its candidate folder still empty."""
+    def ahead(cls, config, state_dir: Path, devices_env: dict | None = None, warm: bool = True) -> "Pair":
+        """A pair in a fresh scratch folder of `state_dir`, its candidate folder still empty;
+        `warm`: kept for a candidate that does not exist yet (not used at once)."""
         state_dir.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f"eval-{os.getpid()}-", dir=state_dir))
         (scratch / "candidate").mkdir()
         try:
-            return cls(config, scratch, scratch / "problem", scratch / "candidate", devices_env, owns_scratch=True)
+            return cls(config, scratch, scratch / "problem", scratch / "candidate", devices_env, owns_scratch=True,
+                       warm=warm)
         except BaseException:
             remove_tree(scratch)
             raise

@@ -56,10 +56,18 @@ class Environment:
                       f"software was {_versions_text(self.ranked_versions)}; the code must work with both"]
         else:
             lines.append(f"- software: {_versions_text(self.versions)}")
+        if self.on_gpu or self.ranked_on:
+            lines.append(GPU_TIMING)
         lines.append(f"- evaluator: {self.target}")
         if self.build_targets:
             lines.append(f"- build targets: {self.build_targets}")
         return "\n".join(lines)
+
+
+GPU_TIMING = ("- GPU timing: each call is timed with device events after an L2 flush (the kernel's GPU time, "
+              "launch excluded); the harness also times back-to-back calls on its own clock, and where the host "
+              "cannot issue the calls as fast as the GPU runs them (a launch-bound shape) that clock, host work "
+              "of the Python wrapper included, is the shape's figure")
 
 
 def targets_text(names, required: bool, on_gpu: bool) -> str:

@@ -52,15 +52,24 @@ def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES) -> 
     baseline = next((a for a in view.attempts if a.is_baseline), None)
     before = view.comparable_times(baseline) if baseline is not None and baseline.sha != sha else {}
     order = sorted(times, key=times.get, reverse=True)
+    bound = view.launch_bound(base)
     lines = [f"Mean time per benchmark shape on {view.device} (harness {view.harness}), slowest first"
              + (", with the baseline's time and the base's speedup over it:" if before else ":")]
     for key in order[:limit]:
         line = f"- {key}: {times[key]:.1f} us"
         if before.get(key):
             line += f" (baseline {before[key]:.1f} us, {before[key] / times[key]:.2f}x)"
+        if key in bound:
+            line += (f"; launch-bound: the GPU took {bound[key]['gpu_us']:.1f} us, the call's host side "
+                     f"{bound[key]['host_us']:.1f} us")
         lines.append(line)
     if len(order) > limit:
         lines.append(f"- ... and {len(order) - limit} faster shapes")
+    if bound:
+        lines.append(f"{len(bound)} shape(s) are launch-bound: their time is the harness's clock over back-to-back "
+                     "calls, host work included (allocations, copies, descriptor set-up and launches in the "
+                     "Python wrapper, each torch op costing more under the harness's op guard), because the GPU "
+                     "finished sooner than the host could issue the next call. Less host work per call helps there.")
     return "\n".join(lines)
 
 

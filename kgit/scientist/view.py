@@ -124,3 +124,10 @@ class ArchiveView:
             return {}
         found = measure.comparable(a, self.device, self.harness)
         return (found or {}).get("times", {})
+
+    def launch_bound(self, a) -> dict:
+        """{shape: {"gpu_us", "host_us"}} of the ranking measurement's launch-bound shapes."""
+        if not self.gpu:
+            return {}
+        found = measure.comparable(a, self.device, self.harness)
+        return (found or {}).get("launch_bound") or {}
