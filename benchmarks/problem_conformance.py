@@ -19,12 +19,18 @@ but is listed as such. The tables are printed; nothing is asserted.
     python benchmarks/problem_conformance.py --gpumode tests/data/gpumode --kernelbench tests/data
     python /work/upstream/rebuild.py && python benchmarks/problem_conformance.py \\
         --gpumode /work/upstream/tree/reference-kernels/problems --kernelbench /work/upstream/tree/KernelBench
+
+Evaluations run one per GPU at once, each pinned to its GPU and holding the same host-wide
+slot lock as kgit's local evaluator (kgit/evaluation/gpus.py), so a campaign running beside
+the benchmark never shares a GPU with it either; `--per-gpu N` allows N on each GPU. On a
+host without a GPU they run one at a time.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -40,6 +46,7 @@ from kgit import config as config_mod
 from kgit import importers
 from kgit.errors import KgitError
 from kgit.evaluation import child as evaluate
+from kgit.evaluation import gpus
 
 QUICK_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
 # KernelBench's adversarial unit-test kernels: the problem they are written against, and
@@ -65,11 +72,42 @@ def solutions(folder: Path) -> list[tuple[Path, bool]]:
             for p in sorted((folder / "solutions" / kind).glob("*.py"))]
 
 
-def evaluate_kernel(problem_dir: Path, kernel: str, config, scratch: Path) -> dict:
+def evaluate_kernel(problem_dir: Path, kernel: str, config, scratch: Path, devices_env: dict | None = None) -> dict:
     shutil.copytree(problem_dir, scratch / "problem")
     (scratch / "candidate").mkdir()
     (scratch / "candidate" / "kernel.py").write_text(kernel)
-    return evaluate.run_child(scratch / "problem", scratch / "candidate", config, scratch)
+    return evaluate.run_child(scratch / "problem", scratch / "candidate", config, scratch, devices_env)
+
+
+class Slots:
+    """The host's evaluation slots: `per_gpu` on each visible GPU (one CPU slot without any).
+
+    The keys and lock files are the local evaluator's (kgit/evaluation/backends.py), so
+    this run and any kgit process on the host never put more than `per_gpu` evaluations
+    on one GPU between them: four sharing an H200 ran KernelBench's 19_ReLU (12 GiB of
+    inputs, three copies held) out of memory.
+    """
+
+    def __init__(self, per_gpu: int, host: gpus.Host | None = None):
+        self.host = host or gpus.discover()
+        self.devices = gpus.select(self.host, "all")
+        self.keys = [("local", d or gpus.CPU, k) for k in range(per_gpu) for d in self.devices]
+        if not self.host.ids:
+            self.keys = self.keys[:1]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @contextlib.contextmanager
+    def held(self):
+        """One free slot, held for the block; yields the environment that pins a child to it."""
+        key = gpus.BOARD.acquire(self.keys)
+        device = None if key[1] == gpus.CPU else key[1]
+        try:
+            with gpus.host_slot(key) if device is not None else contextlib.nullcontext():
+                yield gpus.pin_env(self.host, device)
+        finally:
+            gpus.BOARD.release(key)
 
 
 def detail(doc: dict) -> str:
@@ -100,21 +138,25 @@ def main(argv=None) -> int:
     parser.add_argument("--kernelbench", type=Path, help="a KernelBench checkout or folder of problem files")
     parser.add_argument("--full-timing", action="store_true", help="kgit's default timing, not the quick one")
     parser.add_argument("--import-only", action="store_true", help="count imports; evaluate nothing")
-    parser.add_argument("--only", help="only sources whose path contains this text")
+    parser.add_argument("--only", action="append", default=[],
+                        help="only sources whose path contains this text (repeat it: any of them)")
     parser.add_argument("--deadline", type=float, default=None,
                         help="seconds after which no new evaluation starts; the tables cover what finished")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="evaluations at once (they share this machine's GPU; kgit itself runs one per GPU)")
+    parser.add_argument("--per-gpu", type=int, default=None,
+                        help="evaluations at once on each GPU (default: the config's evaluator.per_gpu, 1)")
     args = parser.parse_args(argv)
     data = yaml.safe_load(config_mod.default_text())
     if not args.full_timing:
         data["timing"] = dict(QUICK_TIMING)
+    if args.per_gpu is not None:
+        data.setdefault("evaluator", {})["per_gpu"] = args.per_gpu
     config = config_mod.parse(yaml.safe_dump(data), "conformance config")
+    slots = Slots(config.evaluator.per_gpu)
 
     rows, cases, counts = [], [], Counter()
     sources = [("gpumode", p) for p in (gpumode_folders(args.gpumode) if args.gpumode else [])]
     sources += [("kernelbench", p) for p in (kernelbench_files(args.kernelbench) if args.kernelbench else [])]
-    sources = [(k, p) for k, p in sources if not args.only or args.only in str(p)]
+    sources = [(k, p) for k, p in sources if not args.only or any(text in str(p) for text in args.only)]
     # Folders with upstream's solutions first: under --deadline the agreement figure comes first.
     sources.sort(key=lambda kp: not (kp[0] == "gpumode" and (kp[1] / "solutions").is_dir()))
     test_kernels = sorted(args.kernelbench.rglob("unit_tests/test_kernels/*.py")) if args.kernelbench else []
@@ -152,7 +194,8 @@ def main(argv=None) -> int:
                 return [kind, source.name, label, "(not run)", "past --deadline"]
             (tmp / f"scratch{n}").mkdir()
             started = time.monotonic()
-            doc = evaluate_kernel(problem_dir, text, config, tmp / f"scratch{n}")
+            with slots.held() as pin:
+                doc = evaluate_kernel(problem_dir, text, config, tmp / f"scratch{n}", pin)
             verdict = agreement(doc, upstream_passes)
             row = [kind, source.name, label, doc["status"],
                    f"{verdict}; {time.monotonic() - started:.0f} s; " + detail(doc)[:110]]
@@ -163,7 +206,9 @@ def main(argv=None) -> int:
                 print("\t".join(row), flush=True)  # as it comes: a run cut short still says something
             return row
 
-        with concurrent.futures.ThreadPoolExecutor(max(1, args.workers)) as pool:
+        print(f"{len(jobs)} evaluations, {len(slots)} at once ({len(slots.devices) if slots.host.ids else 0} GPUs, "
+              f"{config.evaluator.per_gpu} per GPU)", flush=True)
+        with concurrent.futures.ThreadPoolExecutor(len(slots)) as pool:
             rows += list(pool.map(judge, range(len(jobs)), jobs))
     print()
     print(tabulate(rows, headers=["kind", "problem", "kernel", "kgit", "agreement; time; reason or last error line"]))

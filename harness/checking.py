@@ -17,12 +17,28 @@ def mix_seed(seed: int, secret: int, salt: int = 0) -> int:
     return (int(seed) * 1_000_003 + secret * 7919 + salt * 104_729) % (2**31 - 1)
 
 
+class InputFailed(Exception):
+    """The problem's own generate_input raised for a shape: the problem's failure, not a kernel's.
+
+    The needs check runs generate_input on the first test shape only; a later shape can
+    still fail (linalg/qr_py at one upstream commit lists a test case `mixed` that its
+    reference's generate_input does not know). The cause is chained.
+    """
+
+    def __init__(self, shape: dict):
+        super().__init__(f"generate_input failed for the shape {problem.shape_key(shape)}")
+        self.shape = shape
+
+
 def make_input(reference, shape: dict, seed: int | None = None):
     args = dict(shape)
     if seed is not None:
         args["seed"] = seed
     seed_global_rng(args.get("seed"))
-    return reference.generate_input(**args)
+    try:
+        return reference.generate_input(**args)
+    except Exception as e:  # noqa: BLE001 - whatever it is, it is the problem's; the judge words it
+        raise InputFailed(shape) from e
 
 
 def seed_global_rng(seed) -> None:
@@ -104,10 +120,25 @@ def compare(task, reference, pristine, out) -> tuple[bool, str]:
     if custom is not None:
         return _custom_verdict(custom(pristine, out))
     expected = reference.ref_kernel(clone(pristine))
+    if task.output is not None:
+        out = unit_dims_as(out, expected)
     ok, message = allclose(out, expected, task.rtol, task.atol)
     if ok and getattr(task, "relative", None):
         ok, message = relative_close(out, expected, task.relative)
     return ok, message
+
+
+def unit_dims_as(out, expected):
+    """A filled output buffer viewed in the reference's shape where the two differ only by
+    dimensions of size 1 (a (1,) buffer for a 0-d sum); anything else unchanged."""
+    import torch
+
+    if isinstance(out, (tuple, list)) and isinstance(expected, (tuple, list)) and len(out) == len(expected):
+        return type(out)(unit_dims_as(o, e) for o, e in zip(out, expected))
+    if (isinstance(out, torch.Tensor) and isinstance(expected, torch.Tensor) and out.shape != expected.shape
+            and problem.same_but_unit_dims(out.shape, expected.shape)):
+        return out.reshape(expected.shape)
+    return out
 
 
 def relative_close(out, expected, limit: float) -> tuple[bool, str]:

@@ -305,7 +305,7 @@ def run_started(spec: dict, runner: Runner, torch, on_gpu: bool) -> dict:
         # The problem's own code runs first: what fails there is the machine's lack, not the kernel's.
         try:
             reference = _load_reference(Path(spec["problem_dir"]) / "reference.py")
-            needs.check(task, reference, on_gpu, torch, _input_sizes(spec, on_gpu, torch))
+            settings = needs.check(task, reference, on_gpu, torch, _input_sizes(spec, on_gpu, torch))
         except needs.Unsupported as e:
             raise Verdict("unsupported", _excerpt(e.__cause__ or e), reason=str(e)) from None
         except Exception as e:  # noqa: BLE001 - the reference failed to import or to make an input
@@ -323,7 +323,7 @@ def run_started(spec: dict, runner: Runner, torch, on_gpu: bool) -> dict:
         # Before any candidate code runs: the caps on what the runner could inflate later.
         calibration = timing.calibrate(lambda: runner.ask({"op": "ping"}), torch, on_gpu)
         runner.ask({"op": "load", "files": task.files, "forbidden": task.forbidden, "output": task.output,
-                    "helpers": _helpers(spec, task)})
+                    "helpers": _helpers(spec, task), "torch_settings": settings})
         PHASES.mark("candidate imported")
         doc.update(_evaluate(spec, task, reference, runner, on_gpu, torch, doc, calibration))
         PHASES.mark("timed")
@@ -333,6 +333,8 @@ def run_started(spec: dict, runner: Runner, torch, on_gpu: bool) -> dict:
         doc.update(status=v.status, error=v.error, reason=reason)
     except channel.ChannelError as e:
         doc.update(status="rejected", error=f"the runner sent {e}", reason="broken channel protocol")
+    except checking.InputFailed as e:
+        doc.update(_input_failed(e, on_gpu))
     except problem.ProblemError as e:
         doc.update(status="crash", error=f"the problem could not be run: {e}")
     finally:
@@ -343,6 +345,17 @@ def run_started(spec: dict, runner: Runner, torch, on_gpu: bool) -> dict:
     doc["eval_s"] = round(_clock() - started, 3)
     doc["phases"] = PHASES.to_dict()
     return doc
+
+
+def _input_failed(e: checking.InputFailed, on_gpu: bool) -> dict:
+    """The result when the problem's generate_input fails on a shape past the needs check."""
+    cause = e.__cause__ or e
+    why = needs.reason(cause, on_gpu)
+    if why.startswith("needs more memory"):
+        # After kernels ran the GPU's free memory is partly theirs: a crash, not the machine's lack.
+        return {"status": "crash", "error": f"{e}: it ran out of memory\n{_excerpt(cause)}"}
+    return {"status": "unsupported", "error": _excerpt(cause),
+            "reason": f"{why} (generate_input, shape {problem.shape_key(e.shape)})"}
 
 
 def _targets_build(runner, names):

@@ -19,7 +19,7 @@ import traceback
 import uuid
 from pathlib import Path
 
-from kgit_harness import portable, problem
+from kgit_harness import portable, problem, torchflags
 
 # Copies of a shape's inputs alive at once while it is checked and timed: the input,
 # its pristine clone, and the re-check's regenerated inputs.
@@ -33,12 +33,15 @@ class Unsupported(Exception):
     """The problem cannot run here; the message is the reason (`needs ...`)."""
 
 
-def check(task, reference, on_gpu: bool, torch, sizes: "Sizes | None" = None) -> None:
+def check(task, reference, on_gpu: bool, torch, sizes: "Sizes | None" = None) -> dict:
     """Raise Unsupported if this machine lacks what the problem needs.
 
     `sizes` keeps the inputs' sizes of this problem from an earlier evaluation: the dry
     run that measures them imports torch._dynamo on its first arithmetic on a meta tensor,
     2-3 s of the judge's start that no candidate changes.
+
+    Returns the torch backend settings the reference's ref_kernel ran under
+    (harness/torchflags.py), for the runner to apply before it imports the candidate.
     """
     missing = required(task.requires, on_gpu, torch)
     if missing:
@@ -65,12 +68,14 @@ def check(task, reference, on_gpu: bool, torch, sizes: "Sizes | None" = None) ->
         # called .numel() on the input tuple) is the problem's failure, not a crash of
         # every kernel judged by it. Only a raise counts: what the check says of the
         # reference's own output is not judged here.
-        expected = reference.ref_kernel(data)
+        with torchflags.watched(torch) as settings:
+            expected = reference.ref_kernel(data)
         check = getattr(reference, "check_implementation", None)
         if check is not None:
             check(data, expected)
     except Exception as e:  # noqa: BLE001 - the problem's own failure, classified below
         raise Unsupported(reason(e, on_gpu)) from e
+    return settings
 
 
 class Sizes:

@@ -51,9 +51,9 @@ FORBIDDEN_NAMES = {
 # Documented torch.backends switches a kernel may set, each to the values that only make
 # its own math stricter or change which algorithm runs, never how exact the reference
 # is: reduced precision switched off, cuDNN's autotuner or determinism chosen. The
-# harness computes expected outputs in the same process, so a switch that lowered
-# precision (allow_tf32 = True) would lower the reference's precision along with the
-# kernel's; those stay rejected as monkey-patching.
+# runner starts with the settings the reference ran under (torchflags.py), so a switch
+# that lowered precision (allow_tf32 = True) would undo the reference's; those stay
+# rejected as monkey-patching.
 BACKEND_SWITCHES = {
     "torch.backends.cudnn.allow_tf32": (False,), "torch.backends.cuda.matmul.allow_tf32": (False,),
     "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": (False,),

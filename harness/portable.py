@@ -7,6 +7,8 @@
 - `input_bytes()`: the bytes a shape's inputs take, from a dry run of `generate_input`
   on the `meta` device (shapes and dtypes, no storage), so that a shape too large for
   this machine is refused by name before anything is allocated.
+- `shaped_as_reference()`: a filled output buffer given to a problem's own check in the shape
+  of its reference's result, where the two differ only by dimensions of size 1.
 - `quiet_torch_compile()`: torch.compile's own helper threads (tqdm's monitor, inductor's
   compile workers) switched off before the candidate is imported, so the thread guard
   can stay strict for the candidate's threads.
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+
+from kgit_harness import problem
 
 
 def quiet_torch_compile() -> None:
@@ -101,6 +105,30 @@ def on_cpu():
     if torch.cuda.is_available():
         return contextlib.nullcontext()
     return mapped_devices("cpu")
+
+
+def shaped_as_reference(ref_kernel, data, output, shapes: dict):
+    """`output` in the shape `ref_kernel` returns, where the two differ only by dimensions of size 1.
+
+    A GPU MODE problem's own check compares what it is given with its reference's result,
+    shape first; with a (1,) output buffer and a reference returning a 0-d sum
+    (pmpp_v2/vectorsum_py) it rejects every kernel that fills the buffer it was given.
+    The reference's result shape is learnt once per input layout and kept in `shapes`.
+    """
+    import torch
+
+    from kgit_harness import checking
+
+    if not isinstance(output, torch.Tensor):
+        return output
+    key = tuple((tuple(t.shape), str(t.dtype)) for t in _tensors(data))
+    if key not in shapes:
+        expected = ref_kernel(checking.clone(data))
+        shapes[key] = tuple(expected.shape) if isinstance(expected, torch.Tensor) else None
+    shape = shapes[key]
+    if shape is not None and tuple(output.shape) != shape and problem.same_but_unit_dims(output.shape, shape):
+        return output.reshape(shape)
+    return output
 
 
 def input_bytes(generate, shape: dict) -> int | None:

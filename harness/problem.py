@@ -93,6 +93,11 @@ def pick_output(data, output):
     return data[output]
 
 
+def same_but_unit_dims(shape, other) -> bool:
+    """Whether two shapes differ only by dimensions of size 1: () and (1,), (n,) and (n, 1)."""
+    return [d for d in shape if d != 1] == [d for d in other if d != 1]
+
+
 def load_module(path: Path, name: str):
     """Import the Python file `path` as module `name` (registered: dataclasses and pickling look it up)."""
     import importlib.util

@@ -84,14 +84,13 @@ def gpumode_problem(source: Path, dest: Path) -> tuple[Path, str]:
     for name, path in _gpumode_helpers(source, spec, submission):
         shutil.copy2(path, helpers / name)
     has_check = "check_implementation" in _top_level_names(reference_text)
-    (dest / "reference.py").write_text(_gpumode_adapter(has_check), encoding="utf-8")
-
     reference_tree = _parse(source / "reference.py", reference_text)
     output = _returned_input(reference_tree)
     if output is None:
         output = _unread_buffer(reference_tree)
     if output is None:
         output = _written_by_submission(_parse(submission, kernel))
+    (dest / "reference.py").write_text(_gpumode_adapter(has_check, output is not None), encoding="utf-8")
     helper_texts = [_read(p) for name, p in _gpumode_helpers(source, spec, submission) if name.endswith(".py")]
     # The submission's imports are the baseline kernel's, not the problem's: a later kernel
     # may drop them. Its words still tell which GPU the problem is for.
@@ -492,12 +491,20 @@ def _gpumode_name(source: Path) -> str:
     return name or source.name
 
 
-def _gpumode_adapter(has_check: bool) -> str:
-    check = '''
+def _gpumode_adapter(has_check: bool, has_buffer: bool = False) -> str:
+    # With an output buffer among the inputs, the check is given the buffer in the shape the
+    # reference's result has where they differ only by dimensions of size 1 (vectorsum's (1,)
+    # buffer and 0-d sum): the problem's own check compares shapes first.
+    reshape = ("        output = _portable.shaped_as_reference(_reference.ref_kernel, data, output, _RESULT_SHAPES)\n"
+               if has_buffer else "")
+    check = f'''
+
+_RESULT_SHAPES = {{}}
+
 
 def check_implementation(data, output):
     with _portable.on_cpu():
-        return _reference.check_implementation(data, output)
+{reshape}        return _reference.check_implementation(data, output)
 ''' if has_check else ""
     return f'''"""Written by `kgit init --from-gpumode`: the problem's own reference lives in gpumode/.
 

@@ -664,3 +664,255 @@ def test_a_rejection_always_carries_a_reason(monkeypatch, tmp_path):
                      "timing": {"warmup": 0, "min_reps": 1, "target_rse": 1.0, "max_time_s": 0.1},
                      "runner_cwd": str(tmp_path)})
     assert doc["status"] == "rejected" and "harness bug" in doc["reason"]
+
+
+# -- the H200 conformance run's disagreements: backend settings, a (1,) buffer, a bad shape --
+# pmpp_v2/conv2d_py's trait: the reference computes in full fp32 (TF32 off) and upstream's
+# harnesses judged the submission under the same settings; kgit's runner had torch's defaults.
+# On the CPU no kernel's arithmetic depends on these switches, so the kernels below read them.
+READS_SETTINGS = ("import torch\n\n\ndef custom_kernel(data):\n"
+                  "    strict = not torch.backends.cudnn.allow_tf32 and torch.are_deterministic_algorithms_enabled()\n"
+                  "    return data[0] * (2.0 if strict else 3.0)\n")
+
+
+@pytest.mark.parametrize("reference", [
+    # set when the reference is imported
+    '''
+    import torch
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.use_deterministic_algorithms(True)
+
+
+    def generate_input(n, seed):
+        return (torch.rand(n, generator=torch.Generator().manual_seed(seed)),)
+
+
+    def ref_kernel(data):
+        return data[0] * 2.0
+    ''',
+    # set only while ref_kernel runs, restored after (GPU MODE's DeterministicContext)
+    '''
+    import torch
+
+
+    class Strict:
+        def __enter__(self):
+            self.saved = torch.backends.cudnn.allow_tf32, torch.are_deterministic_algorithms_enabled()
+            torch.backends.cudnn.allow_tf32 = False
+            torch.use_deterministic_algorithms(True)
+
+        def __exit__(self, *exc):
+            torch.backends.cudnn.allow_tf32 = self.saved[0]
+            torch.use_deterministic_algorithms(self.saved[1])
+
+
+    def generate_input(n, seed):
+        return (torch.rand(n, generator=torch.Generator().manual_seed(seed)),)
+
+
+    def ref_kernel(data):
+        with Strict():
+            return data[0] * 2.0
+    ''',
+], ids=["at-import", "inside-ref_kernel"])
+def test_the_backend_settings_the_reference_ran_under_reach_the_candidate(tmp_path, reference):
+    problem_dir = _problem(tmp_path, reference, SIMPLE_TASK)
+    doc = _evaluate(problem_dir, READS_SETTINGS, tmp_path)
+    assert doc["status"] == "ok", (doc["status"], doc.get("reason"), doc.get("error"))
+
+
+def test_a_reference_with_default_settings_leaves_the_candidate_at_the_defaults(tmp_path):
+    # The same kernel is wrong where the reference changed nothing: the settings are carried,
+    # not forced.
+    problem_dir = _problem(tmp_path, "import torch\n\n\ndef generate_input(n, seed):\n    return (torch.ones(n),)\n\n\n"
+                                     "def ref_kernel(data):\n    return data[0] * 2.0\n", SIMPLE_TASK)
+    doc = _evaluate(problem_dir, READS_SETTINGS, tmp_path)
+    assert doc["status"] == "incorrect", (doc["status"], doc.get("error"))
+
+
+def test_torchflags_records_what_torch_functions_ran_under_and_applies_it():
+    import torch
+
+    from kgit_harness import torchflags
+
+    saved = torchflags.current(torch)
+    try:
+        with torchflags.watched(torch) as settings:
+            torch.ones(2) + 1  # under the defaults
+            torch.backends.cudnn.deterministic = not saved["cudnn.deterministic"]
+            torch.ones(2) * 2  # under the changed flag
+            torch.backends.cudnn.deterministic = saved["cudnn.deterministic"]
+        assert settings["cudnn.deterministic"] is (not saved["cudnn.deterministic"])
+        assert settings["float32_matmul_precision"] == saved["float32_matmul_precision"]
+        with torchflags.watched(torch) as untouched:
+            torch.backends.cudnn.benchmark = not saved["cudnn.benchmark"]  # no torch call saw it
+            torch.backends.cudnn.benchmark = saved["cudnn.benchmark"]
+        assert untouched["cudnn.benchmark"] is saved["cudnn.benchmark"]
+        torchflags.apply(torch, {"float32_matmul_precision": "high", "deterministic_algorithms": True})
+        assert torch.get_float32_matmul_precision() == "high" and torch.are_deterministic_algorithms_enabled()
+        with pytest.raises(ValueError, match="unknown torch backend settings"):
+            torchflags.apply(torch, {"cudnn.enabled": False})
+    finally:
+        torchflags.apply(torch, {k: v for k, v in saved.items() if v is not None})
+    assert torchflags.current(torch) == saved
+
+
+# pmpp_v2/vectorsum_py's trait: the output buffer is (1,), the reference returns a 0-d sum,
+# and the problem's own check compares shapes first. The baseline fills the buffer and
+# returns output[0] (kgit said "shape () != expected (1,)"); the solution upstream lists as
+# correct returns the buffer (the problem's own check said "SIZE MISMATCH").
+SUM_OF_SQUARES = '''
+    import torch
+    from task import input_t, output_t
+
+
+    def generate_input(size: int, seed: int) -> input_t:
+        gen = torch.Generator(device="cuda")
+        gen.manual_seed(seed)
+        x = torch.randn(size, device="cuda", dtype=torch.float32, generator=gen)
+        return x, torch.empty(1, device="cuda", dtype=torch.float32)
+
+
+    def ref_kernel(data: input_t) -> output_t:
+        x, output = data
+        return x.to(torch.float64).square().sum().to(torch.float32)
+
+
+    def check_implementation(data, output):
+        expected = ref_kernel(data)
+        if output.shape != expected.shape:
+            return "SIZE MISMATCH"
+        if not torch.allclose(output, expected, rtol=1e-5, atol=1e-5):
+            return f"mismatch: {output} against {expected}"
+        return ""
+    '''
+SUM_INTO_BUFFER = "def custom_kernel(data):\n    x, output = data\n    output[...] = x.square().sum()\n    return output\n"
+
+
+def test_a_one_element_buffer_for_a_0d_result_passes_either_way_it_is_returned(tmp_path):
+    source = tmp_path / "sum_of_squares"
+    shutil.copytree(AXPB, source)
+    (source / "reference.py").write_text(textwrap.dedent(SUM_OF_SQUARES))
+    (source / "submission.py").write_text("def custom_kernel(data):\n    x, output = data\n"
+                                          "    output[0] = x.square().sum()\n    return output[0]\n")
+    spec = yaml.safe_load((source / "task.yml").read_text())
+    spec.update(tests=[{"size": 1023, "seed": 1}, {"size": 4096, "seed": 2}], benchmarks=[{"size": 8192, "seed": 3}])
+    (source / "task.yml").write_text(yaml.safe_dump(spec))
+    problem_dir, baseline = importers.gpumode_problem(source, tmp_path / "imported")
+    assert yaml.safe_load((problem_dir / "task.yml").read_text())["output"] == 1
+    doc = _evaluate(problem_dir, baseline, tmp_path, "baseline")
+    assert doc["status"] == "ok", (doc["status"], doc.get("error"))
+    doc = _evaluate(problem_dir, SUM_INTO_BUFFER, tmp_path, "buffer")
+    assert doc["status"] == "ok", (doc["status"], doc.get("error"))
+    doc = _evaluate(problem_dir, SUM_INTO_BUFFER.replace("x.square().sum()", "x.abs().sum()"), tmp_path, "wrong")
+    assert doc["status"] == "incorrect" and "mismatch" in doc["error"], doc.get("error")
+    # Only dimensions of size 1 are forgiven: a result of another shape still fails.
+    doc = _evaluate(problem_dir, "def custom_kernel(data):\n    x, output = data\n    return x.square()\n",
+                    tmp_path, "shape")
+    assert doc["status"] == "incorrect" and "shape (1023,) != expected (1,)" in doc["error"], doc.get("error")
+
+
+def test_unit_dimensions_are_forgiven_only_for_a_buffer_of_the_problems_own():
+    import torch
+
+    from kgit_harness import problem, runner
+
+    assert problem.same_but_unit_dims((), (1,)) and problem.same_but_unit_dims((4, 1), (4,))
+    assert not problem.same_but_unit_dims((4,), (2, 2)) and not problem.same_but_unit_dims((2,), (1,))
+    buffer = torch.full((1,), float("nan"))
+    assert runner.deliver(torch, torch.tensor(5.0), buffer, buffer_given=True) is None and buffer.item() == 5.0
+    # A buffer shaped like the reference's own result (no `output:` index) stays strict, as
+    # KernelBench's shape check is.
+    assert runner.deliver(torch, torch.tensor(5.0), buffer) == "shape () != expected (1,)"
+    assert checking.unit_dims_as(torch.ones(1), torch.tensor(1.0)).shape == ()
+    assert checking.unit_dims_as(torch.ones(3), torch.ones(1, 3)).shape == (1, 3)
+    assert checking.unit_dims_as(torch.ones(3), torch.ones(3, 3)).shape == (3,)
+
+
+# linalg/qr_py's trait at one upstream commit: task.yml lists a test case its reference's
+# generate_input does not know; the first shape works (the needs check ran only that one)
+# and every kernel came back `crash` with "unknown QR test case: mixed".
+CASES = '''
+    import torch
+
+
+    def generate_input(n, seed, case="plain"):
+        if case not in ("plain", "scaled"):
+            raise ValueError(f"unknown test case: {case}")
+        x = torch.rand(n, generator=torch.Generator().manual_seed(seed))
+        return (x * 10 if case == "scaled" else x,)
+
+
+    def ref_kernel(data):
+        return data[0].clone()
+    '''
+
+
+def test_a_shape_the_problems_own_generate_input_rejects_is_the_problems_failure(tmp_path):
+    problem_dir = _problem(tmp_path, CASES, {
+        "tests": [{"n": 8, "seed": 1}, {"n": 8, "seed": 2, "case": "scaled"}, {"n": 8, "seed": 3, "case": "mixed"}],
+        "benchmarks": [{"n": 8, "seed": 4}]})
+    doc = _evaluate(problem_dir, IDENTITY, tmp_path)
+    assert doc["status"] == "unsupported", (doc["status"], doc.get("error"))
+    assert doc["reason"] == ("the problem's own code failed here: ValueError: unknown test case: mixed "
+                             "(generate_input, shape case=mixed,n=8)"), doc["reason"]
+    ok = _problem(tmp_path, CASES, {"tests": [{"n": 8, "seed": 1}, {"n": 8, "seed": 2, "case": "scaled"}],
+                                    "benchmarks": [{"n": 8, "seed": 4, "case": "scaled"}]}, "ok")
+    assert _evaluate(ok, IDENTITY, tmp_path, "ok")["status"] == "ok"
+
+
+def test_the_conformance_benchmark_runs_one_evaluation_per_gpu(tmp_path, monkeypatch):
+    import importlib.util
+
+    from kgit.evaluation import gpus
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "problem_conformance.py"
+    spec = importlib.util.spec_from_file_location("problem_conformance", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(gpus, "host_lock_dir", lambda: tmp_path / "locks")
+    two = gpus.Host("nvidia", ("0", "1"))
+    assert len(bench.Slots(1, two)) == 2 and len(bench.Slots(3, two)) == 6
+    assert len(bench.Slots(4, gpus.Host(None, ()))) == 1  # no GPU: one at a time
+    slots = bench.Slots(1, two)
+    with slots.held() as first, slots.held() as second:
+        assert {first["CUDA_VISIBLE_DEVICES"], second["CUDA_VISIBLE_DEVICES"]} == {"0", "1"}
+        assert gpus.BOARD.busy() >= {("local", "0", 0), ("local", "1", 0)}
+    assert not gpus.BOARD.busy() & {("local", "0", 0), ("local", "1", 0)}
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_cudnn_convolution_meets_a_tolerance_its_fp32_reference_set(tmp_path):
+    # conv2d_py's shape where the H200 run first disagreed: 2048 products per output, which
+    # TF32 (torch's default for cuDNN) rounds beyond rtol = atol = 1e-3.
+    problem_dir = _problem(tmp_path, '''
+        import torch
+        import torch.nn.functional as F
+
+
+        class FullFp32:
+            def __enter__(self):
+                self.saved = torch.backends.cudnn.allow_tf32, torch.backends.cudnn.deterministic
+                torch.backends.cudnn.allow_tf32, torch.backends.cudnn.deterministic = False, True
+
+            def __exit__(self, *exc):
+                torch.backends.cudnn.allow_tf32, torch.backends.cudnn.deterministic = self.saved
+
+
+        def generate_input(size, kernelsize, channels, batch, seed):
+            gen = torch.Generator(device="cuda").manual_seed(seed)
+            x = torch.randn(batch, channels, size, size, device="cuda", generator=gen)
+            w = torch.randn(channels, channels, kernelsize, kernelsize, device="cuda", generator=gen)
+            return x, w
+
+
+        def ref_kernel(data):
+            with FullFp32():
+                return F.conv2d(data[0], data[1])
+        ''', {"tests": [{"size": 64, "kernelsize": 8, "channels": 32, "batch": 2, "seed": 1}],
+              "benchmarks": [{"size": 64, "kernelsize": 8, "channels": 32, "batch": 2, "seed": 2}],
+              "tolerance": {"rtol": 1e-3, "atol": 1e-3}})
+    kernel = "import torch.nn.functional as F\n\n\ndef custom_kernel(data):\n    return F.conv2d(data[0], data[1])\n"
+    doc = _evaluate(problem_dir, kernel, tmp_path)
+    assert doc["status"] == "ok", (doc["status"], doc.get("error"))
