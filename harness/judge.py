@@ -530,7 +530,7 @@ def _evaluate(spec, task, reference, runner, on_gpu, torch, doc, calibration) ->
     if on_gpu:
         _kernel_splits(task, reference, runner, torch, benchmarks, shapes, on_gpu)
         PHASES.mark("kernels split")
-    elif names:
+    elif names and spec.get("targets_gpu_shapes"):
         _dry_targets(task, reference, runner, torch, doc)  # [kgit targets, issue 18]
         PHASES.mark("gpu shapes captured")
     return {"status": "ok", "tests": tests, "shapes": shapes, "geomean_us": geo, "speed_of_light": sol}

@@ -150,6 +150,9 @@ class Config:
     # problem's declared ones. require_targets makes a failed build a failing status.
     targets: typing.Optional[list] = None
     require_targets: bool = False
+    # Also compile what the GPU benchmark shapes would launch, captured in the CPU
+    # interpreter without running it (harness/judge.py _dry_targets): seconds a CPU evaluation.
+    targets_gpu_shapes: bool = False
 
     def validate(self, where):
         if self.targets is not None:

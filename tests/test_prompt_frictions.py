@@ -66,7 +66,8 @@ def test_the_environment_names_the_software_of_the_device_whose_timings_rank():
 
     from kgit.scientist import context
 
-    config = SimpleNamespace(evaluator=SimpleNamespace(backend="local"), targets=None, require_targets=False)
+    config = SimpleNamespace(evaluator=SimpleNamespace(backend="local"), targets=None, require_targets=False,
+                             targets_gpu_shapes=False)
     cpu_host = SimpleNamespace(ids=[], vendor=None)
     attempts = [remeasured("a", 0, 1, {"m=1": 400.0})]
     env = context.environment(config, attempts, host=cpu_host)
@@ -171,12 +172,14 @@ def test_the_build_target_policy_follows_the_config_and_says_which_launches_were
 
     task = problem_mod.load_task(problem_mod.shipped()["fp8_blockscale_gemm"])
     assert task.targets
-    config = Config()
+    config = Config(targets_gpu_shapes=True)
     text = context.environment(config, [attempt("a", 0, 1)], host=_cpu(), task=task).text()
     line = next(item for item in text.splitlines() if item.startswith("- build targets: "))
     assert "gfx942 (MI300X)" in line and "require_targets: false" in line and "not a failing status" in line
     assert "correctness checks (the CPU test shapes above" in line
     assert "dry run of the GPU benchmark and test shapes" in line and "not run" in line and "512 MiB" in line
+    plain = context.environment(Config(), [attempt("a", 0, 1)], host=_cpu(), task=task).text()
+    assert "dry run" not in plain and "(the GPU benchmark set) is not compiled" in plain  # the default
     on_gpu = context.targets_text(["sm_90a"], False, on_gpu=True)
     assert "the GPU test shapes" in on_gpu and "(the GPU benchmark set) is not compiled" in on_gpu
     strict = Config(require_targets=True, targets=["sm_90a"])

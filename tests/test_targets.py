@@ -372,6 +372,7 @@ def test_the_gpu_shapes_configurations_are_captured_without_running_and_compiled
     shutil.copytree(problem.shipped()["vector_add"], source / "problem")
     data = yaml.safe_load(config_mod.default_text())
     data["timing"] = dict(FAST_TIMING)
+    data["targets_gpu_shapes"] = True  # off by default: seconds a CPU evaluation
     config = config_mod.parse(yaml.safe_dump(data), "test config")
     (tmp_path / "stage").mkdir()
     problem_dir, candidate_dir = evaluate.stage_candidate(source, "problem", ["kernel.py"], tmp_path / "stage")

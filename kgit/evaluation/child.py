@@ -254,6 +254,7 @@ class Pair:
                 "timing": asdict(config.timing), "secret_seed": secrets.randbelow(2**31),
                 "timeout_s": ev.timeout_s,
                 "targets": config.targets,  # None: the problem's declared build targets (docs/targets.md)
+                "targets_gpu_shapes": config.targets_gpu_shapes,
                 "targets_cache": str(targets_cache) if targets_cache else None,  # the judge's only (harness/factcache.py)
                 "race": race}
         started = time.monotonic()

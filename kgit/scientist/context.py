@@ -81,26 +81,29 @@ GPU_TIMING = ("- GPU timing: each call is timed with device events after an L2 f
               "of the Python wrapper included, is the shape's figure")
 
 
-def targets_text(names, required: bool, on_gpu: bool) -> str:
+def targets_text(names, required: bool, on_gpu: bool, gpu_shapes: bool = False) -> str:
     """The build-target policy as .kgit.yaml sets it, and which launches the facts are compiled
-    from (harness/targets.py: the launches of the judge's correctness checks)."""
+    from (harness/targets.py: the launches of the judge's correctness checks, and with
+    `targets_gpu_shapes` a dry run of the GPU shapes)."""
     from kgit.evaluation.buildfacts import HARDWARE
     from kgit_harness.targets import MAX_VARIANTS
 
     if not names:
         return ""
+    dry = not on_gpu and gpu_shapes
     shapes = ("the GPU test shapes" if on_gpu else
               "the CPU test shapes above, in the interpreter, and, after timing, of a dry run of the GPU benchmark "
               "and test shapes: the kernel is called on inputs laid out like theirs, without values, and each "
-              "launch is recorded, not run")
+              "launch is recorded, not run" if dry else "the CPU test shapes above, in the interpreter")
     policy = ("a kernel that does not build for one of them fails (require_targets: true)" if required else
               "not building for one of them is reported beside the result, not a failing status "
               "(require_targets: false); the kernel is still judged on correctness and speed")
     return (f"{', '.join(f'{n} ({HARDWARE.get(n, n)})' for n in names)}. Each candidate is cross-compiled for "
             f"them from the Triton launches of its correctness checks ({shapes}): every distinct kernel "
             f"configuration those launches used, up to {MAX_VARIANTS} per kernel, and the figures shown are the "
-            "worst over them; " + ("a configuration chosen only for other shapes (the GPU benchmark set) is not "
-                                   "compiled" if on_gpu else "a GPU shape whose inputs exceed 512 MiB is left out")
+            "worst over them; " + ("a GPU shape whose inputs exceed 512 MiB is left out" if dry else
+                                   "a configuration chosen only for other shapes (the GPU benchmark set) is not "
+                                   "compiled")
             + f". {policy[0].upper() + policy[1:]}.")
 
 
@@ -178,7 +181,7 @@ def environment(config, attempts, host=None, task=None) -> Environment:
     ranked_versions = _note_versions(attempts, group[0], group[1]) if ranked_on else {}
     declared = config.targets if config.targets is not None else list(getattr(task, "targets", None) or [])
     return Environment(device, on_gpu, timing, versions, _target(config), ranked_on, ranked_versions,
-                       targets_text(declared, config.require_targets, on_gpu))
+                       targets_text(declared, config.require_targets, on_gpu, config.targets_gpu_shapes))
 
 
 def check_text(task, problem_dir: Path) -> str:
