@@ -50,9 +50,27 @@ def key(spec: dict, task, names, doc: dict) -> str:
         path = candidate_dir / name
         add(f"candidate:{name}", path.read_bytes() if path.is_file() else b"\0missing")
     problem_dir = Path(spec["problem_dir"])
-    for path in sorted(p for p in problem_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+    for path in problem_files(problem_dir):
         add(f"problem:{path.relative_to(problem_dir).as_posix()}", path.read_bytes())
     return h.hexdigest()
+
+
+def problem_files(problem_dir: Path) -> list[Path]:
+    """The problem folder's files in a fixed order, bytecode caches left out: what a digest covers."""
+    return sorted(p for p in Path(problem_dir).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def write_atomic(path: Path, text: str) -> bool:
+    """`text` into `path` by a temporary name and a rename: a crash leaves the old file or the new one."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return False
+    return True
 
 
 def _triton_version() -> str | None:
@@ -93,15 +111,7 @@ class Cache:
         """Store complete facts; False (nothing stored) for partial ones or an unwritable folder."""
         if self.path is None or not storable(facts):
             return False
-        tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps({"schema": SCHEMA, "key": self.digest, "targets": facts}), encoding="utf-8")
-            os.replace(tmp, self.path)
-        except OSError:
-            tmp.unlink(missing_ok=True)
-            return False
-        return True
+        return write_atomic(self.path, json.dumps({"schema": SCHEMA, "key": self.digest, "targets": facts}))
 
 
 def storable(facts: dict) -> bool:

@@ -13,13 +13,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 import resource
 import traceback
-import uuid
 from pathlib import Path
 
-from kgit_harness import portable, problem, torchflags
+from kgit_harness import factcache, portable, problem, torchflags
 
 # Copies of a shape's inputs alive at once while it is checked and timed: the input,
 # its pristine clone, and the re-check's regenerated inputs.
@@ -104,21 +102,14 @@ class Sizes:
         return self.known[key]
 
     def save(self):
-        if self.path is None or not self.changed:
-            return
-        tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(self.known), encoding="utf-8")
-            os.replace(tmp, self.path)
-        except OSError:
-            tmp.unlink(missing_ok=True)
+        if self.path is not None and self.changed:
+            factcache.write_atomic(self.path, json.dumps(self.known))
 
 
 def problem_digest(problem_dir: Path, torch, on_gpu: bool) -> str:
     """A digest of what a problem's input sizes depend on: its files, torch, the device kind."""
     h = hashlib.sha256(f"sizes/1\0{torch.__version__}\0{on_gpu}\0".encode())
-    for path in sorted(p for p in Path(problem_dir).rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+    for path in factcache.problem_files(problem_dir):
         data = path.read_bytes()
         h.update(f"{path.relative_to(problem_dir).as_posix()}\0{len(data)}\0".encode())
         h.update(data)

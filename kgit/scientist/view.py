@@ -119,11 +119,12 @@ class ArchiveView:
             notes.append(f"attempt {a.attempt} {self.status(a).split(' (fixed by')[0]}")
         return "failed: " + "; ".join(notes)
 
+    def _ranking_measurement(self, a) -> dict:
+        """`a`'s latest measurement by the ranking device and harness, or {}."""
+        return (measure.comparable(a, self.device, self.harness) or {}) if self.gpu else {}
+
     def comparable_times(self, a) -> dict:
-        if not self.gpu:
-            return {}
-        found = measure.comparable(a, self.device, self.harness)
-        return (found or {}).get("times", {})
+        return self._ranking_measurement(a).get("times", {})
 
     def comparable_kernels(self, a) -> dict:
         """{shape: [[kernel, launches, us], ...]} of the measurement comparable_times reads, if it
@@ -132,7 +133,4 @@ class ArchiveView:
 
     def launch_bound(self, a) -> dict:
         """{shape: {"gpu_us", "host_us"}} of the ranking measurement's launch-bound shapes."""
-        if not self.gpu:
-            return {}
-        found = measure.comparable(a, self.device, self.harness)
-        return (found or {}).get("launch_bound") or {}
+        return self._ranking_measurement(a).get("launch_bound") or {}
