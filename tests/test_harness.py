@@ -111,6 +111,55 @@ def test_op_guard_trips_on_forbidden_ops_however_reached():
     assert guards.violation is None
 
 
+def test_timed_calls_catch_forbidden_ops_with_no_mode_on_the_dispatch_stack():
+    # The timed guard adds nothing to the ops a call is allowed: no TorchDispatchMode is
+    # armed, yet aliases of a forbidden op still trip it, through its autograd kernels.
+    guards = Guards(torch, ["torch.matmul", "torch.softmax"], None)
+    guards.snapshot_threads()
+    a = torch.ones(4, 4)
+    for call in (lambda: a @ a, lambda: torch.ops.aten.mm.default(a, a), lambda: torch.linalg.matmul(a, a),
+                 lambda: torch.mm(a, a, out=torch.empty(4, 4)), lambda: torch._softmax(a, -1, False)):
+        guards.violation = None
+        with pytest.raises(Tripped):
+            with guards.armed(timed=True):
+                assert torch._C._len_torch_dispatch_stack() == 0
+                call()
+        assert guards.violation[0].startswith("forbidden by the problem: torch.")
+    guards.violation = None
+    with guards.armed(timed=True):
+        b = (a * 2).exp()
+    assert guards.violation is None and torch.equal(a @ a, torch.full((4, 4), 4.0)) and b[0, 0] > 7
+    # Inference mode skips the autograd keys: the untimed calls' mode still sees it.
+    with torch.inference_mode():
+        c = torch.ones(4, 4)
+        with guards.armed(timed=True):
+            c @ c
+        assert guards.violation is None
+        with pytest.raises(Tripped):
+            with guards.armed():
+                c @ c
+
+
+def test_a_kernel_registered_over_the_trap_is_a_violation():
+    import warnings
+
+    guards = Guards(torch, ["torch.bmm"], None)
+    guards.snapshot_threads()
+    guards.after_call()
+    assert guards.violation is None
+    lib = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lib.impl("bmm", lambda *args: torch.zeros(1), "AutogradCPU")  # what a cheat could register
+    try:
+        guards.after_call(trap=False)
+        assert guards.violation is None  # not looked at after a back-to-back batch
+        guards.after_call()
+        assert guards.violation == ("op guard removed", "the kernel replaced the harness's kernels of the forbidden ATen ops")
+    finally:
+        lib._destroy()
+
+
 def test_a_swallowed_trip_is_still_recorded():
     guards = Guards(torch, ["torch.softmax"], None)
     with guards.armed():
