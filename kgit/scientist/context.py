@@ -78,7 +78,9 @@ class Environment:
 GPU_TIMING = ("- GPU timing: each call is timed with device events after an L2 flush (the kernel's GPU time, "
               "launch excluded); the harness also times back-to-back calls on its own clock, and where the host "
               "cannot issue the calls as fast as the GPU runs them (a launch-bound shape) that clock, host work "
-              "of the Python wrapper included, is the shape's figure")
+              "of the Python wrapper included, is the shape's figure. Each back-to-back sample calls the kernel on "
+              "the same input tuples (up to 64: as many as make about 2 ms of kernel time and fit in memory; "
+              "the same tensor objects every sample, refilled with new values, every output checked)")
 
 
 def targets_text(names, required: bool, on_gpu: bool, gpu_shapes: bool = False) -> str:

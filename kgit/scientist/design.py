@@ -143,8 +143,8 @@ def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES, tas
     if bound:
         lines.append(f"{len(bound)} shape(s) are launch-bound: their time is the harness's clock over back-to-back "
                      "calls, host work included (allocations, copies, descriptor set-up and launches in the "
-                     "Python wrapper, each torch op costing more under the harness's op guard), because the GPU "
-                     "finished sooner than the host could issue the next call. Less host work per call helps there.")
+                     "Python wrapper), because the GPU finished sooner than the host could issue the next call. "
+                     "Less host work per call helps there.")
     return "\n".join(lines)
 
 
