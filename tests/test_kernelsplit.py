@@ -186,8 +186,10 @@ def test_the_fp8_baselines_evaluation_splits_each_shape_into_its_triton_kernel_a
         assert split["source"] == "candidate-reported", split
         by_name = {r["name"]: r for r in split["rows"]}
         assert by_name["_blockscale_gemm"]["count"] == 1 and by_name["_blockscale_gemm"]["us"] > 0, split
-        copies = by_name["aten copy (elementwise)"]
-        assert copies["count"] == 2 and copies["us"] > 0, split
+        # The two .contiguous() copies, by whatever ATen kernel this torch moves fp8 with (the
+        # H200's torch 2.11 does not use the elementwise copy the CPU-side fixtures name).
+        copies = [r for r in split["rows"] if r["name"].startswith("aten ")]
+        assert sum(r["count"] for r in copies) == 2 and all(r["us"] > 0 for r in copies), split
         print(shape["key"], f"{shape['mean_us']:.1f} us =",
               " + ".join(f"{r['name']} x{r['count']} {r['us']:.1f} us" for r in split["rows"]))
 

@@ -136,7 +136,7 @@ def test_kgit_profile_of_the_fp8_baseline_on_the_gpu(tmp_path, capsys):
     from kgit_harness import peaks
 
     root = make_git_repo(tmp_path / "fp8")
-    workflow.init(root, "fp8_blockscale_gemm", config_text=fast_config_text())
+    workflow.init(root, "fp8_blockscale_gemm", config_text=fast_config_text(targets=None))  # the problem's targets
     repo = Repo(root)
     config = config_mod.load(root)
     record = profile.profile(repo, config, "kgit/baseline", "auto")
