@@ -438,11 +438,14 @@ def batch_count(event_us: float, slot_bytes: int, free_bytes: int | None) -> int
     What a batch costs besides its calls (the first launch, the final synchronize and
     guard checks, the request and reply) is paid once per sample: about 0.3-0.9 ms on an
     H200 host, so at 10 calls it added 30-90 us to each call of a 40-100 us kernel, more
-    than the bound allows. Memory: BATCH_BYTES, at most a quarter of what the GPU has free.
+    than the bound allows. Memory: BATCH_BYTES, at most a quarter of what the GPU has free;
+    a slot too big for two within it gets one call (KernelBench's level-1 ReLU, 19 GB a slot,
+    ran the H200 out of memory with the two it was given beside other evaluations): a call
+    that moves gigabytes runs for milliseconds, which hide the fixed cost of its sample.
     """
     wanted = math.ceil(BATCH_TARGET_US / max(event_us, 1.0))
     budget = BATCH_BYTES if free_bytes is None else min(BATCH_BYTES, free_bytes // 4)
-    return max(2, min(BATCH_MAX, max(BATCH_MIN, wanted), budget // max(slot_bytes, 1)))
+    return max(1, min(BATCH_MAX, max(BATCH_MIN, wanted), budget // max(slot_bytes, 1)))
 
 
 def _slot_bytes(sample, output) -> int:
