@@ -48,7 +48,10 @@ class Environment:
         else:
             how = ("no GPU: the kernel runs in Triton's interpreter on the CPU (TRITON_INTERPRET=1). Only "
                    "correctness is checked; interpreter timings say nothing about GPU speed and are not "
-                   "shown as performance. Compile-time options (num_warps, num_stages, ...) have no effect here")
+                   "shown as performance. Compile-time options (num_warps, num_stages, ...) have no effect here. "
+                   "Tensors are CPU tensors, so code that only a GPU takes (a branch on `is_cuda` or the device "
+                   "type, torch.cuda calls such as graph capture or streams, a fallback on Triton's "
+                   "OutOfResources) does not run here: it runs first where the kernel is timed on a GPU")
         lines = [f"- device: {self.device}", f"- execution: {how}"]
         if self.ranked_on:
             lines += [f"- software here: {_versions_text(self.versions)}",
@@ -78,9 +81,12 @@ class Environment:
 GPU_TIMING = ("- GPU timing: each call is timed with device events after an L2 flush (the kernel's GPU time, "
               "launch excluded); the harness also times back-to-back calls on its own clock, and where the host "
               "cannot issue the calls as fast as the GPU runs them (a launch-bound shape) that clock, host work "
-              "of the Python wrapper included, is the shape's figure. Each back-to-back sample calls the kernel on "
-              "the same input tuples (up to 64: as many as make about 2 ms of kernel time and fit in memory; "
-              "the same tensor objects every sample, refilled with new values, every output checked)")
+              "of the Python wrapper included, is the shape's figure: over 3 to 10 back-to-back samples, the "
+              "first included, by the problem's ranking statistic (the mean unless task.yml's `ranking` says "
+              "median or min), as the event figure is over the timed repetitions after the warm-up calls. Each "
+              "sample calls the kernel on the same input tuples (up to 64: as many as make about 2 ms of kernel "
+              "time and fit in memory; the same tensor objects every sample, refilled with new values, every "
+              "output checked)")
 
 
 def targets_text(names, required: bool, on_gpu: bool, gpu_shapes: bool = False) -> str:
