@@ -209,3 +209,28 @@ def test_the_task_text_names_the_harness_static_policy():
         assert name in text, name
     source = "import torch\n\ndef custom_kernel(data):\n    torch.cuda.synchronize()\n    return data\n"
     assert policy.check({"kernel.py": source}, [])[0].startswith("forbidden attribute: synchronize")
+
+
+def test_a_reference_close_to_the_base_is_shown_as_a_diff_that_rebuilds_it(tmp_path):
+    # Round 6's design requests carried two nearly identical 600-line sources.
+    import subprocess
+
+    from kgit.scientist import prompts
+
+    base = "".join(f"line {i} = compute({i})\n" for i in range(300))
+    reference = base.replace("line 10 = compute(10)\n", "line 10 = compute_faster(10)\n").replace(
+        "line 200 = compute(200)\n", "line 200 = compute(200)\nextra = 1\n")
+    shown = prompts.reference_block({"kernel.py": base}, {"kernel.py": reference})
+    assert shown.startswith("kernel.py, as a unified diff from the base's kernel.py above")
+    assert len(shown) < len(reference) / 5
+    diff = shown.split("```diff\n", 1)[1].rsplit("\n```", 1)[0] + "\n"
+    (tmp_path / "kernel.py").write_text(base)
+    (tmp_path / "change.diff").write_text(diff.replace("base/", "a/").replace("reference/", "b/"))
+    subprocess.run(["git", "apply", "change.diff"], cwd=tmp_path, check=True)
+    assert (tmp_path / "kernel.py").read_text() == reference  # nothing of the reference is lost
+    # Mostly different, or a file the base lacks: whole; identical: said so.
+    other = "".join(f"other {i}\n" for i in range(300))
+    assert prompts.reference_block({"kernel.py": base}, {"kernel.py": other}) == prompts.code_block({"kernel.py": other})
+    assert prompts.reference_block({}, {"helper.py": "x = 1\n"}) == prompts.code_block({"helper.py": "x = 1\n"})
+    assert prompts.reference_block({"kernel.py": base}, {"kernel.py": base}) == "kernel.py: the same as the base's"
+    assert prompts.reference_block({"kernel.py": base}, {}) == "(none chosen)"

@@ -154,7 +154,7 @@ def prompt(repo_root, selection, base_files, reference_files, attempts, pick, le
     return prompts.render("design", repo_root, base=selection.base[:10], reason=selection.reason,
                           base_code=prompts.code_block(base_files),
                           reference=(selection.reference or "none")[:10],
-                          reference_code=prompts.code_block(reference_files) if reference_files else "(none chosen)",
+                          reference_code=prompts.reference_block(base_files, reference_files),
                           figures=view.explanation(), history=history(attempts, view=view),
                           notebook=notebook.text(lessons), pick=pick,
                           base_times=base_times(view, selection.base, task=task),

@@ -84,6 +84,37 @@ def code_block(files: dict[str, str]) -> str:
     return "\n\n".join(out)
 
 
+# A reference file is shown as its diff from the base when the diff is at most this share of
+# the file: round 6's design requests carried two nearly identical 600-line sources (111 KB).
+DIFF_SHARE = 0.6
+
+
+def reference_block(base_files: dict[str, str], reference_files: dict[str, str]) -> str:
+    """The reference's files for a request that shows the base above: each as a unified diff
+    from the base's file of the same name where that is much shorter, whole otherwise.
+    The diff holds every line that differs, so the reference can be rebuilt from it."""
+    import difflib
+
+    if not reference_files:
+        return "(none chosen)"
+    out = []
+    for path, text in reference_files.items():
+        base = base_files.get(path)
+        if base is not None:
+            if base == text:
+                out.append(f"{path}: the same as the base's")
+                continue
+            diff = "".join(difflib.unified_diff(base.splitlines(keepends=True), text.splitlines(keepends=True),
+                                                f"base/{path}", f"reference/{path}", n=3))
+            if len(diff) <= DIFF_SHARE * len(text):
+                fence = "````" if "```" in diff else "```"
+                out.append(f"{path}, as a unified diff from the base's {path} above (the lines that differ, "
+                           f"3 of context)\n{fence}diff\n{diff.rstrip()}\n{fence}")
+                continue
+        out.append(code_block({path: text}))
+    return "\n\n".join(out)
+
+
 def task_text(task, on_gpu: bool = True, check: str = "") -> str:
     """The problem as the model sees it: description, files, the shapes the evaluation really
     uses (the CPU section's when it runs on the CPU), the check as applied, forbidden calls."""

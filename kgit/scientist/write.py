@@ -26,7 +26,7 @@ def regions_note(files: dict[str, str]) -> str:
 
 def iteration_text(repo_root, selection, plans, base_files, reference_files, targets: str = "") -> str:
     listing = "\n\n".join(f"## Plan {i}: {p.title}\n\n{p.text()}" for i, p in enumerate(plans))
-    reference = prompts.code_block(reference_files) if reference_files else "(none chosen)"
+    reference = prompts.reference_block(base_files, reference_files)
     return prompts.render("iteration", repo_root, base=selection.base[:10], reason=selection.reason, plans=listing,
                           base_code=prompts.code_block(base_files), reference=(selection.reference or "none")[:10],
                           reference_code=reference, targets=targets or "No build facts were recorded for this kernel.")
