@@ -20,7 +20,11 @@ def _warm(repo: Repo) -> list[dict]:
 
 
 def _fake_attempt(repo, branch, parent, geomean=5.0):
-    result = {"schema": "kgit.result/1", "status": "ok", "device": "cpu", "timing": "interpreter", "harness": "h", "ranking": "mean",
+    # The baseline's own device and harness: a result from another would have the base re-timed
+    # (a real evaluation, seconds each), which these tests are not about.
+    baseline = next(a for a in repo.read() if a.is_baseline)
+    result = {"schema": "kgit.result/1", "status": "ok", "device": baseline.device, "timing": "interpreter",
+              "harness": baseline.harness, "ranking": "mean",
               "geomean_us": geomean, "eval_s": 0.1,
               "shapes": [{"key": "size=4096", "mean_us": geomean}, {"key": "size=65536", "mean_us": geomean}]}
     tree = git(repo.root, "rev-parse", f"{parent}^{{tree}}").strip()
@@ -176,3 +180,20 @@ def test_log_json_keeps_rendered_attempts_and_follows_growth_notes_and_damage(ke
     assert len(rendered.read_bytes()) == len(good)
     assert {a["sha"] for a in _log_json(repo)} == {one, base}
     assert b"broken" not in rendered.read_bytes()
+
+
+def test_warm_reads_keep_gits_order_newest_first_after_growth(kernel_repo):
+    # Records are appended as the archive grows; a read still lists the newest first, as a
+    # whole read (git's order) does, so `kgit log --json` is the same list either way.
+    repo = Repo(kernel_repo)
+    repo.read()
+    branch, base = experiments.start(repo, "order", checkout=False)
+    one = _fake_attempt(repo, branch, base)
+    grown = [a.sha for a in repo.read()]
+    two = _fake_attempt(repo, branch, one, 4.0)
+    warm = [a.sha for a in repo.read()]
+    again = [a.sha for a in repo.read()]
+    (repo.state / "cache" / "archive-state.json").unlink()
+    whole = [a.sha for a in repo.read()]
+    assert warm == again == whole and whole[:3] == [two, one, base], (warm, whole)
+    assert grown == whole[1:]

@@ -10,8 +10,10 @@ notes commit (re-measurements attach to old commits), or a different cache forma
 Two files: `archive-records.jsonl`, one JSON array per attempt, separated by commas
 and only ever appended to (so growth costs the new records, not a rewrite of 100 MB),
 and `archive-state.json`, the tips, how many records (and bytes) are valid (a crash
-mid-append leaves extra bytes, which are ignored) and a `generation` that changes
-whenever the records are written whole. JSON, not pickle: evaluated code may be able
+mid-append leaves extra bytes, which are ignored), the `segments` they were appended in
+(each newer than the ones before it, so a read returns the last segment first and the
+order is git's, newest first, however the records got there) and a `generation` that
+changes whenever the records are written whole. JSON, not pickle: evaluated code may be able
 to write here on some hosts, and loading must not run anything. All 100,000 records
 are read with one orjson call, with the garbage collector paused; a whole read writes
 them piece by piece while git still formats the rest.
@@ -37,7 +39,7 @@ import orjson
 
 from kgit.archive.attempt import Attempt
 
-FORMAT = 4
+FORMAT = 5
 _ATTEMPT_FIELDS = ("sha", "parents", "tree", "author", "email", "time", "subject", "block", "raw_notes")
 _record = operator.attrgetter(*_ATTEMPT_FIELDS)
 
@@ -67,6 +69,8 @@ def _load(state_path: Path, records_path: Path):
         buf[0], buf[-1] = ord("["), ord("]")
         records = orjson.loads(buf)
         if len(records) != state["lines"] or not all(type(r) is list and len(r) == _WIDTH for r in records):
+            return None, None
+        if sum(state["segments"]) != len(records):
             return None, None
         return state, records
     except (OSError, ValueError, KeyError, TypeError):
@@ -151,7 +155,7 @@ def _read_whole(state_path: Path, records_path: Path, state: dict, batches) -> l
                 out.close()
                 out = None
                 os.replace(tmp, records_path)
-                _write_state(state_path, {**state, "lines": len(attempts), "bytes": size})
+                _write_state(state_path, {**state, "lines": len(attempts), "bytes": size, "segments": [len(attempts)]})
             except OSError:
                 pass
     finally:  # also when git failed mid-read: its error goes on, the half-written file goes
@@ -161,6 +165,15 @@ def _read_whole(state_path: Path, records_path: Path, state: dict, batches) -> l
         except OSError:
             pass
     return attempts
+
+
+def _newest_first(records: list, segments: list[int]) -> list:
+    """The records as attempts in git's order: the last appended segment first."""
+    out, end = [], len(records)
+    for count in reversed(segments):
+        out += map(_attempt, records[end - count:end])
+        end -= count
+    return out
 
 
 def _open_quietly(state_path: Path, tmp: Path):
@@ -298,8 +311,10 @@ def _read(repo, refs: dict[str, str], log) -> tuple[list, str]:
             # between can come back as new although the cache has it. Keep it once.
             known = {r[0] for r in records}
             new = [a for a in new if a.sha not in known]
+            segments = cached["segments"] + ([len(new)] if new else [])
             if new or tips != cached["tips"]:
-                _save(state_path, records_path, {**state, "lines": len(records) + len(new)}, new, cached["bytes"])
-            return new + [_attempt(r) for r in records], state["generation"]
+                _save(state_path, records_path, {**state, "lines": len(records) + len(new), "segments": segments},
+                      new, cached["bytes"])
+            return new + _newest_first(records, cached["segments"]), state["generation"]
     state["generation"] = uuid.uuid4().hex  # a new generation: every record may have changed
     return _read_whole(state_path, records_path, state, log([])), state["generation"]
