@@ -116,7 +116,7 @@ class Guards:
 
     def after_call(self, trap: bool = True):
         """The checks too slow to run inside a timed call: new threads, a switched stream,
-        and (`trap`; ~0.2 ms, so not after each back-to-back batch) the ATen trap in place."""
+        and (`trap`; ~0.1 ms, so not after each back-to-back batch) the ATen trap in place."""
         if trap and self.violation is None and self._trap_kernels and \
                 _trap_kernels(self.torch, {q for q, _key in self._trap_kernels}) != self._trap_kernels:
             self.violation = ("op guard removed", "the kernel replaced the harness's kernels of the forbidden ATen ops")

@@ -122,7 +122,7 @@ class Candidate:
     def verify(self, trap: bool = True):
         """After a call (outside any timed region): did a guard trip, or a timer change?
 
-        `trap`: also see that the ATen trap is still in place (~0.2 ms; not after each
+        `trap`: also see that the ATen trap is still in place (~0.1 ms; not after each
         back-to-back batch, whose overhead the judge's clock counts; the split's call after
         the last batch checks it).
         """

@@ -8,6 +8,7 @@ any template with its own `prompts/<stage>.md`, and any knowledge document with
 
 from __future__ import annotations
 
+import difflib
 import string
 from pathlib import Path
 
@@ -93,8 +94,6 @@ def reference_block(base_files: dict[str, str], reference_files: dict[str, str])
     """The reference's files for a request that shows the base above: each as a unified diff
     from the base's file of the same name where that is much shorter, whole otherwise.
     The diff holds every line that differs, so the reference can be rebuilt from it."""
-    import difflib
-
     if not reference_files:
         return "(none chosen)"
     out = []
