@@ -143,7 +143,10 @@ def main(argv=None) -> int:
     parser.add_argument("--deadline", type=float, default=None,
                         help="seconds after which no new evaluation starts; the tables cover what finished")
     parser.add_argument("--per-gpu", type=int, default=None,
-                        help="evaluations at once on each GPU (default: the config's evaluator.per_gpu, 1)")
+                        help="evaluations at once on each GPU (default: the config's evaluator.per_gpu, 1). More "
+                             "than one shares the GPU between judges' clocks and memory: on the H200, 3 at once "
+                             "got an honest conv2d baseline rejected (timings disagree) and a 19 GB KernelBench "
+                             "ReLU out of memory, so verdicts of timing and memory are not upstream's then")
     args = parser.parse_args(argv)
     data = yaml.safe_load(config_mod.default_text())
     if not args.full_timing:
