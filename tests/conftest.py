@@ -66,6 +66,21 @@ def pytest_xdist_auto_num_workers(config):
     return len(os.sched_getaffinity(0))
 
 
+def init_with_one_attempt(root: Path, monkeypatch, baseline_result, attempt_result) -> tuple[str, str]:
+    """(baseline sha, attempt sha): `kgit init` of vector_add in `root` with the evaluator faked
+    to answer `baseline_result`, then one attempt committed with `attempt_result`."""
+    monkeypatch.setattr(experiments.evaluate, "evaluate_tree", lambda *a, **k: baseline_result)
+    make_git_repo(root)
+    baseline = experiments.init(root, "vector_add", config_text=fast_config_text()).sha
+    repo, config = experiments.load(root)
+    branch, base = experiments.start(repo, "a change", checkout=False)
+    tree = git(root, "rev-parse", f"{base}^{{tree}}").strip()
+    with repo.lock("test"):
+        attempt = experiments.commit_attempt(repo, config, branch=branch, tree=tree, parent=base,
+                                             result=attempt_result, author=None, model="human").sha
+    return baseline, attempt
+
+
 @pytest.fixture(autouse=True)
 def _isolated_environment(monkeypatch, tmp_path_factory):
     """No test sees the developer's git config or writes caches into the real home."""

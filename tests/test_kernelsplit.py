@@ -261,23 +261,16 @@ def _gpu_result(geomean_us, rows=None):
 
 
 def test_a_gpu_attempts_split_is_kept_beside_its_commit_and_the_designer_reads_it(tmp_path, monkeypatch):
-    from conftest import fast_config_text, git, make_git_repo
+    from conftest import init_with_one_attempt
 
-    from kgit import workflow
+    from kgit.archive.repo import Repo
     from kgit.scientist import design
     from kgit.scientist.view import ArchiveView
 
     gemm = [{"name": "_gemm", "count": 1, "us": 6.0}, {"name": "aten copy (elementwise)", "count": 2, "us": 3.5}]
-    monkeypatch.setattr(workflow.evaluate, "evaluate_tree", lambda *a, **k: _gpu_result(10.0, gemm))
-    root = make_git_repo(tmp_path / "k")
-    baseline = workflow.init(root, "vector_add", config_text=fast_config_text()).sha
-    repo, config = workflow.load(root)
-    branch, base = workflow.start(repo, "a change", checkout=False)
-    tree = git(root, "rev-parse", f"{base}^{{tree}}").strip()
-    with repo.lock("test"):
-        plain = workflow.commit_attempt(repo, config, branch=branch, tree=tree, parent=base,
-                                        result=_gpu_result(8.0), author=None, model="human").sha
-    attempts = repo.read()
+    root = tmp_path / "k"
+    baseline, plain = init_with_one_attempt(root, monkeypatch, _gpu_result(10.0, gemm), _gpu_result(8.0))
+    attempts = Repo(root).read()
     by_sha = {a.sha: a for a in attempts}
     kept = [n for n in by_sha[baseline].notes if n.get("kind") == "kernels"]
     assert [n["kernels"] for n in kept] == [{"n=1": [["_gemm", 1, 6.0], ["aten copy (elementwise)", 2, 3.5]]}]

@@ -5,7 +5,7 @@ from kgit.archive import trailers as tr
 from kgit.archive.repo import parse_log
 from kgit_harness import result as result_mod
 
-from conftest import fast_config_text, git, make_git_repo
+from conftest import git, init_with_one_attempt, make_git_repo
 
 
 def _commit(repo, message):
@@ -87,18 +87,10 @@ def _judged_with_targets(geomean_us: float) -> dict:
 
 
 def test_init_and_every_attempt_carry_target_trailers_that_log_json_reads_back(tmp_path, monkeypatch, run_kgit):
-    from kgit import workflow
     from kgit.archive.repo import Repo
 
-    monkeypatch.setattr(workflow.evaluate, "evaluate_tree", lambda *a, **k: _judged_with_targets(10.0))
-    root = make_git_repo(tmp_path / "k")
-    baseline = workflow.init(root, "vector_add", config_text=fast_config_text()).sha
-    repo, config = workflow.load(root)
-    branch, base = workflow.start(repo, "a change", checkout=False)
-    tree = git(root, "rev-parse", f"{base}^{{tree}}").strip()
-    with repo.lock("test"):
-        attempt = workflow.commit_attempt(repo, config, branch=branch, tree=tree, parent=base,
-                                          result=_judged_with_targets(8.0), author=None, model="human").sha
+    root = tmp_path / "k"
+    baseline, attempt = init_with_one_attempt(root, monkeypatch, _judged_with_targets(10.0), _judged_with_targets(8.0))
     for sha in (baseline, attempt):
         body = git(root, "show", "-s", "--format=%B", sha)
         assert "Kgit-Target-gfx942: builds; vgpr 128" in body and "Kgit-Target-sm-90a: fails: RuntimeError" in body
