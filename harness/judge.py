@@ -373,8 +373,12 @@ def _targets_finish(runner, doc):
     """The runner's build facts into doc["targets"] (a cached entry stays), stored for reuse
     when the checks ran to their end (harness/factcache.py)."""
     facts = _targets_collect(runner)
-    if facts is None:
-        return
+    if facts is not None:
+        _keep_facts(runner, doc, facts)
+
+
+def _keep_facts(runner, doc, facts: dict):
+    """Build facts into doc["targets"], and into the judge's cache where this evaluation may store them."""
     doc["targets"] = facts
     cache = getattr(runner, "targets_cache", None)
     if cache is not None:
@@ -572,10 +576,7 @@ def _dry_targets(task, reference, runner, torch, doc):
         runner.deadline = saved
         runner.timed_out = False  # a dry run that overran is killed with the runner, not reported as a timeout
     if isinstance(reply.get("targets"), dict):
-        doc["targets"] = reply["targets"]
-        cache = getattr(runner, "targets_cache", None)
-        if cache is not None:
-            cache.write(doc["targets"])
+        _keep_facts(runner, doc, reply["targets"])
 
 
 def _dry_shapes(task, reference) -> tuple[list, dict]:

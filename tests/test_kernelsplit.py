@@ -116,12 +116,10 @@ def test_the_note_keeps_the_split_compactly_and_only_when_there_is_one():
 
 
 def test_the_designers_split_names_the_top_three_and_sums_the_rest():
-    from kgit.scientist.design import split_text
-
     rows = [["aten copy (elementwise)", 2, 440.0], ["_gemm", 1, 479.6], ["aten fill (elementwise)", 1, 8.0],
             ["memset", 3, 3.0], [kernelsplit.OTHER, 4, 2.0]]
-    assert split_text(rows) == "_gemm 479.6 us + aten copy (elementwise) x2 440.0 us + aten fill (elementwise) 8.0 us + other 5.0 us"
-    assert split_text([["_gemm", 1, 50.0]]) == "_gemm 50.0 us"
+    assert kernelsplit.line(rows) == "_gemm 479.6 us + aten copy (elementwise) x2 440.0 us + aten fill (elementwise) 8.0 us + other 5.0 us"
+    assert kernelsplit.line([["_gemm", 1, 50.0]]) == "_gemm 50.0 us"
 
 
 def test_the_profiler_wrapper_on_a_machine_without_device_kernels():

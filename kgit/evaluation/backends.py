@@ -116,18 +116,21 @@ class WarmPairs:
         with self._lock:
             self._timing[device] = self._timing.get(device, 0) + 1
             if self._timing[device] == 1:
-                for slot, future in self._spares.items():
-                    if self._devices.get(slot) == device and future.done() and future.exception() is None:
-                        future.result().hold()
+                for pair in self._started_for(device):
+                    pair.hold()
 
     def _end(self, device):
         with self._lock:
             self._timing[device] = self._timing.get(device, 0) - 1
             if self._timing[device] <= 0:
                 self._timing.pop(device)
-                for slot, future in self._spares.items():
-                    if self._devices.get(slot) == device and future.done() and future.exception() is None:
-                        future.result().go_on()
+                for pair in self._started_for(device):
+                    pair.go_on()
+
+    def _started_for(self, device) -> list:
+        """The spares for `device` that have started (the lock is held)."""
+        return [future.result() for slot, future in self._spares.items()
+                if self._devices.get(slot) == device and future.done() and future.exception() is None]
 
     def _hold_if_timing(self, future, device):
         # Under the lock, as `_begin` and `_end`: a spare is never left held after its device's timing ended.

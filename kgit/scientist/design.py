@@ -12,6 +12,7 @@ from kgit.evaluation import buildfacts
 from kgit.scientist import prompts
 from kgit.scientist.answers import ask_json, design
 from kgit.scientist.view import ArchiveView
+from kgit_harness import kernelsplit
 
 HISTORY_CHARS = 12_000
 
@@ -39,14 +40,6 @@ def history(attempts, limit: int = HISTORY_CHARS, view: ArchiveView | None = Non
 
 
 BASE_SHAPES = 20  # more shapes than this: the slowest ones only
-SPLIT_KERNELS = 3  # kernels named per shape in the split; the rest are summed
-
-
-def split_text(rows, top: int = SPLIT_KERNELS) -> str:
-    """A shape's per-kernel split in one line (kgit_harness/kernelsplit.py `line`)."""
-    from kgit_harness.kernelsplit import line
-
-    return line(rows, top)
 
 
 def timed_ancestor(view: ArchiveView, attempt, limit: int = 50):
@@ -129,7 +122,7 @@ def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES, tas
     for key in order[:limit]:
         line = f"- {key}: {times[key]:.1f} us"
         if splits.get(key):
-            line += f" = {split_text(splits[key])}"
+            line += f" = {kernelsplit.line(splits[key])}"
         if before.get(key):
             line += f" (baseline {before[key]:.1f} us, {before[key] / times[key]:.2f}x)"
         if key in bound:
