@@ -36,7 +36,10 @@ import time
 from pathlib import Path
 
 import yaml
+import tabulate as tabulate_mod
 from tabulate import tabulate
+
+tabulate_mod.PRESERVE_WHITESPACE = True  # the stages nest by indentation
 
 from kgit import config as config_mod
 from kgit.archive.repo import BASELINE_TAG, Repo
@@ -61,6 +64,8 @@ EVAL_ROWS = [
     ("candidate import", ("judge", "runner ready"), ("judge", "candidate imported")),
     ("checks (inputs, calls incl. JIT, compare)", ("judge", "candidate imported"), ("judge", "checked")),
     ("timed loop (target builds beside it)", ("judge", "checked"), ("judge", "timed")),
+    ("  benchmark shapes timed", ("judge", "checked"), ("judge", "benchmarks timed")),
+    ("  per-kernel split (profiled calls)", ("judge", "benchmarks timed"), ("judge", "kernels split")),
     ("target facts collected, runner closed", ("judge", "timed"), ("judge", "result")),
 ]
 
@@ -118,6 +123,10 @@ def rows_of(runs: list[dict]) -> list[list]:
         out.append(["  " + name, med(span(a, b))])
         if name.startswith("timed loop"):  # more repetitions (a noisy shape) or slower ones?
             out.append(["    timed repetitions (all shapes)", med([r["reps"] or None for r in runs])])
+        if name.endswith("shapes timed"):
+            parts = sorted({k for r in runs for k in r["phases"].get("spans", {}) if k.startswith("timing: ")})
+            for part in parts:
+                out.append(["      " + part.split(": ")[1], med([r["phases"].get("spans", {}).get(part) for r in runs])])
         if name.startswith("checks"):
             for part in ("checks: inputs", "checks: candidate calls", "checks: compare"):
                 out.append(["    " + part.split(": ")[1], med([r["phases"].get("spans", {}).get(part) for r in runs])])

@@ -49,3 +49,8 @@ class Phases:
         rel = lambda marks: {k: round(v - self.origin, 4) for k, v in marks.items()}  # noqa: E731
         return {"judge": rel(self.marks), "runner": rel(self.runner),
                 "spans": {k: round(v, 4) for k, v in self.spans.items()}}
+
+
+# One evaluation per judge process, so one record of where its time went: the judge marks
+# its stages, timing.measure its parts (spans).
+PHASES = Phases()

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from kgit_harness import checking, shared
+from kgit_harness.phases import PHASES
 
 # At least the largest last-level cache we target: 256 MB covers the MI300X
 # Infinity Cache and is 4x the H100/H200 L2.
@@ -199,21 +200,25 @@ def measure(task, reference, shape, secret, settings, on_gpu, torch, new_slots, 
         return checking.mix_seed(base_seed, secret, i)
 
     first = checking.make_input(reference, shape, seed(0))
-    slots = new_slots(first, 1)
+    with PHASES.span("timing: arenas"):
+        slots = new_slots(first, 1)
     try:
-        stats = _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
-                         warmup, min_reps, target_rse, max_time, secret ^ (base_seed << 1))
+        with PHASES.span("timing: flushed event calls"):
+            stats = _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
+                             warmup, min_reps, target_rse, max_time, secret ^ (base_seed << 1))
         if not on_gpu or "error" in stats:
             return stats
         # The back-to-back batch gets its own arena, sized once the events say how long a
         # call takes (a forger's tiny figure only buys it a longer batch).
         batch = batch_count(stats["mean_us"], _slot_bytes(first, slots.take(0)), _free_bytes(torch))
-        batch_slots = new_slots(first, batch)
+        with PHASES.span("timing: arenas"):
+            batch_slots = new_slots(first, batch)
     finally:
         slots.close()
     try:
         clock = time.perf_counter
-        error = _judge_batch(task, reference, batch_slots, shape, seed, batch, clock, calibration, target_rse, stats)
+        with PHASES.span("timing: back-to-back batches"):
+            error = _judge_batch(task, reference, batch_slots, shape, seed, batch, clock, calibration, target_rse, stats)
     finally:
         batch_slots.close()
     if error:
@@ -234,8 +239,9 @@ def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
     spent_start = clock()
     i = 0
     while True:
-        private = first if i == 0 else checking.make_input(reference, shape, seed(i))
-        slots.fill(0, private)
+        with PHASES.span("timing: inputs"):
+            private = first if i == 0 else checking.make_input(reference, shape, seed(i))
+            slots.fill(0, private)
         t0 = clock()
         reply = slots.call(0, timed=True)
         out = slots.take(0)
@@ -268,10 +274,11 @@ def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
     stats["judge_call_us"] = statistics.fmean(judge_times)
     stats["host_call_us"] = statistics.fmean(host_call)
     stats["rechecked"] = len(kept)
-    for rep, out, private in kept:
-        ok, message = checking.compare(task, reference, private, out)
-        if not ok:
-            return {"error": f"timed repetition {rep} gave a wrong result: {message}", **stats}
+    with PHASES.span("timing: re-checks"):
+        for rep, out, private in kept:
+            ok, message = checking.compare(task, reference, private, out)
+            if not ok:
+                return {"error": f"timed repetition {rep} gave a wrong result: {message}", **stats}
     if on_gpu:
         # The flushed, event-timed calls, kept under their own names whichever clock ranks the shape.
         stats.update({f"events_{k}": v for k, v in _stats(times).items()})
@@ -331,10 +338,11 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
     samples, runner_host, diagnostics = [], [], {"launch_us": [], "span_us": [], "served_us": []}
     for r in range(BATCH_SAMPLES_MAX):
         inputs = []
-        for j in chosen:
-            private = checking.make_input(reference, shape, seed(2000 + r * BATCH_MAX + j))
-            slots.fill(j, private)
-            inputs.append(private)
+        with PHASES.span("timing: batch inputs"):
+            for j in chosen:
+                private = checking.make_input(reference, shape, seed(2000 + r * BATCH_MAX + j))
+                slots.fill(j, private)
+                inputs.append(private)
         t0 = clock()
         reply = slots.batch(chosen)
         outs = [slots.take(j) for j in chosen]
@@ -346,12 +354,13 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
                 values.append(reply[key] / len(chosen))
         if reply["output"]:
             return f"a back-to-back call: {reply['output']}"
-        for j, private, out in zip(chosen, inputs, outs):
-            ok, message = checking.inputs_unchanged(private, slots.data(j), task.output)
-            if ok:
-                ok, message = checking.compare(task, reference, private, out)
-            if not ok:
-                return f"a back-to-back call gave a wrong result: {message}"
+        with PHASES.span("timing: batch checks"):
+            for j, private, out in zip(chosen, inputs, outs):
+                ok, message = checking.inputs_unchanged(private, slots.data(j), task.output)
+                if ok:
+                    ok, message = checking.compare(task, reference, private, out)
+                if not ok:
+                    return f"a back-to-back call gave a wrong result: {message}"
         # Where the events will rank, the batch is a bound check and three samples do;
         # where the judge's clock will, it is the figure and gets the timing's precision.
         if len(samples) >= BATCH_SAMPLES_MIN and (statistics.median(samples) <= events_bound(stats)
