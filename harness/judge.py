@@ -31,8 +31,7 @@ from kgit_harness import (channel, checking, confine, factcache, kernelsplit, ne
 from kgit_harness import result as result_mod
 
 _clock = time.perf_counter
-# One evaluation per judge process, so one record of where its time went (harness/phases.py).
-PHASES = phases.Phases()
+PHASES = phases.PHASES
 # Room the judge keeps under kgit's own timeout to write its own verdict.
 DEADLINE_MARGIN_S = 5.0
 # Statuses a runner may report for itself; anything else it sends is a protocol breach.
@@ -330,7 +329,8 @@ def run_started(spec: dict, runner: Runner, torch, on_gpu: bool) -> dict:
     except Verdict as v:
         # Every rejection names its rule; one without is a harness bug, said as such.
         reason = v.reason or ("unexplained (a harness bug: the rule was not recorded)" if v.status == "rejected" else None)
-        doc.update(status=v.status, error=v.error, reason=reason)
+        lack = needs.candidate_lack(v.error, on_gpu) if v.status in RUNNER_STATUSES else None
+        doc.update(status="unsupported" if lack else v.status, error=v.error, reason=lack or reason)
     except channel.ChannelError as e:
         doc.update(status="rejected", error=f"the runner sent {e}", reason="broken channel protocol")
     except checking.InputFailed as e:
@@ -610,29 +610,45 @@ def _kernel_splits(task, reference, runner, torch, benchmarks, shapes, on_gpu):
     """Each timed shape's device kernels (harness/kernelsplit.py) into its entry as `kernels`.
 
     Run after every shape is timed and the result decided, so neither a profiler's set-up
-    nor its after-effects reach a timed call; candidate-reported, never ranked. A kernel
-    failing this one extra call leaves its split out with the reason and the verdict as it
-    was; a guard it trips, or a runner that is gone, ends the evaluation as anywhere else.
+    nor its after-effects reach a timed call; candidate-reported, never ranked. One
+    profiler session for all the shapes, each shape's arena made and freed in turn. A
+    kernel failing this one extra call leaves its split out with the reason and the
+    verdict as it was; a guard it trips, or a runner that is gone, ends the evaluation as
+    anywhere else.
     """
+    runner.ask({"op": "kernels_start"})
+    called, failed = [], {}
     for shape, entry in zip(benchmarks, shapes):
         sample = checking.make_input(reference, shape, int(shape.get("seed", 0)))
         slots = Slots(torch, runner, task, reference, sample, 1, on_gpu)
         try:
             slots.fill(0, sample)
-            reply = runner.ask({"op": "kernels", "id": slots.id, "slot": 0})
-            why = channel.text(reply, "why", 300, optional=True)
-            try:
-                rows = kernelsplit.clean(reply.get("kernels")) if reply.get("kernels") is not None else None
-            except ValueError as e:
-                rows, why = None, f"the runner's kernel rows were malformed: {e}"
-            entry["kernels"] = kernelsplit.entry(rows, why or (None if rows else "no kernel rows reported"))
+            called.append(entry)
+            runner.ask({"op": "kernels", "id": slots.id, "slot": 0})
         except Verdict as v:
             if v.status not in RUNNER_STATUSES:
                 raise
             last = ((v.error or "").strip().splitlines() or [""])[-1]
-            entry["kernels"] = kernelsplit.entry(None, f"the profiled call failed ({v.status}): {last}"[:300])
+            failed[id(entry)] = f"the profiled call failed ({v.status}): {last}"[:300]
         finally:
             slots.close()
+    reply = runner.ask({"op": "kernels_stop"})
+    splits = reply.get("splits")
+    why_none = channel.text(reply, "why", 300, optional=True) or "no kernel rows reported"
+    if splits is not None and (not isinstance(splits, list) or len(splits) != len(called)
+                               or not all(isinstance(s, dict) for s in splits)):
+        splits, why_none = None, f"the runner's kernel rows were malformed: {len(called)} calls, not that many splits"
+    for i, entry in enumerate(called):
+        if id(entry) in failed:
+            entry["kernels"] = kernelsplit.entry(None, failed[id(entry)])
+            continue
+        split = splits[i] if splits is not None else {"kernels": None, "why": why_none}
+        why = channel.text(split, "why", 300, optional=True)
+        try:
+            rows = kernelsplit.clean(split.get("kernels")) if split.get("kernels") is not None else None
+        except ValueError as e:
+            rows, why = None, f"the runner's kernel rows were malformed: {e}"
+        entry["kernels"] = kernelsplit.entry(rows, why or (None if rows else "no kernel rows reported"))
 
 
 def _check_shape(task, reference, slots: Slots, shape, seed) -> dict:

@@ -2,7 +2,9 @@
 
 After every benchmark shape has been timed (and the judge holds all its figures), the
 runner calls the candidate once more per shape under torch.profiler, CUDA activity only,
-and reports the device kernels that ran: a short name, how many launches, and their total
+all shapes in one profiler session (`Session`; torch tears the profiler's CUPTI down
+after each session, and each start pays its set-up again), and reports the device kernels
+that ran: a short name, how many launches, and their total
 device microseconds. The judge validates the rows (`clean`) and keeps them in the shape's
 entry of the result as candidate-reported: the runner could forge them, so they explain a
 time (the GEMM against torch's input copies) and never rank anything. Nothing here runs in
@@ -92,41 +94,128 @@ def summarize(events) -> list[dict]:
     return rows
 
 
-def device_events(torch, prof) -> list[tuple[str, float]]:
-    """The device-side events (kernels, memcpy, memset) of a finished torch.profiler run."""
+def device_events(torch, prof) -> list[tuple[str, float, float]]:
+    """The device-side events (kernels, memcpy, memset) of a finished torch.profiler run:
+    (name, start us, device us), in the order they started."""
     device_types = {getattr(torch.autograd.DeviceType, n) for n in ("CUDA", "HIP")
                     if hasattr(torch.autograd.DeviceType, n)}
-    return [(e.name, e.time_range.elapsed_us()) for e in prof.events() if e.device_type in device_types]
+    found = [(e.name, e.time_range.start, e.time_range.elapsed_us()) for e in prof.events()
+             if e.device_type in device_types]
+    return sorted(found, key=lambda e: e[1])
+
+
+# The marker between two calls of a session: torch's one-thread spin kernel
+# (`torch.cuda._sleep`, CUDA and ROCm alike), which the harness launches itself.
+MARKER_KERNEL = "spin_kernel"
+AMBIGUOUS = ("the calls could not be told apart: the candidate launches torch's spin kernel "
+             "(torch.cuda._sleep) itself")
+# Markers launched as a session starts, before the first call's: torch's profiler can drop
+# the device events at the start of a session (pytorch/pytorch#192021), and a lost marker
+# would leave the calls unaligned. The calls are read from the last markers.
+LEAD_MARKERS = 3
+NO_KERNELS = "torch.profiler recorded no device kernels"
+
+
+def segments(events, calls: int, marked: bool) -> list[tuple[list[dict] | None, str | None]]:
+    """Each call's (rows, why) from one session's device events in start order.
+
+    `marked`: LEAD_MARKERS markers ran as the session started, then one before each call
+    and one after the last, with a device synchronize on either side, so every call's
+    kernels lie between two of the last calls + 1 markers. Fewer markers than that, or
+    more than all of them, means events were lost or the candidate ran the marker kernel.
+    """
+    if not marked:
+        if calls != 1:
+            raise ValueError("an unmarked session holds exactly one call")
+        rows = summarize((name, us) for name, _, us in events)
+        return [(rows, None) if rows else (None, NO_KERNELS)]
+    at = [i for i, (name, _, _) in enumerate(events) if MARKER_KERNEL in name]
+    if not calls + 1 <= len(at) <= calls + 1 + LEAD_MARKERS:
+        return [(None, AMBIGUOUS)] * calls
+    at = at[len(at) - calls - 1:]
+    out = []
+    for a, b in zip(at, at[1:]):
+        rows = summarize((name, us) for name, _, us in events[a + 1:b])
+        out.append((rows, None) if rows else (None, NO_KERNELS))
+    return out
+
+
+class Session:
+    """Several calls under one torch.profiler session; each call's device kernels (`stop`).
+
+    `marker()` launches the marker kernel (see MARKER_KERNEL); without one, a session
+    holds one call. The profiler starts and stops outside each `call` (the runner's
+    guarded region), so its own set-up is never taken for the candidate's. A failure of
+    a call propagates; that call's split is then reported as failed, the others are kept.
+    `activities` other than CUDA's only for tests on a machine without a GPU.
+    """
+
+    def __init__(self, torch, synchronize, activities=None, marker=None):
+        self.torch, self.synchronize, self.activities, self.marker = torch, synchronize, activities, marker
+        self.prof, self.why, self.failed = None, None, []
+
+    def start(self) -> "Session":
+        from torch.profiler import ProfilerActivity, profile
+
+        self.synchronize()
+        try:
+            prof = profile(activities=self.activities or [ProfilerActivity.CUDA])
+            prof.__enter__()
+        except Exception as e:  # noqa: BLE001 - no profiler here is a missing figure, not a failed kernel
+            self.why = f"torch.profiler did not start: {type(e).__name__}: {e}"[:300]
+        else:
+            self.prof = prof
+            if self.marker is not None:
+                for _ in range(LEAD_MARKERS):
+                    self.marker()
+                self.synchronize()
+        return self
+
+    def call(self, fn):
+        """One call of the session, unless the profiler did not start (then nothing runs)."""
+        if self.marker is None and self.failed:
+            raise ValueError("an unmarked session holds exactly one call")
+        self.failed.append(True)
+        if self.prof is None:
+            return
+        if self.marker is not None:
+            self.marker()
+        self.synchronize()
+        fn()
+        self.synchronize()
+        self.failed[-1] = False
+
+    def stop(self) -> list[tuple[list[dict] | None, str | None]]:
+        calls = len(self.failed)
+        if self.prof is None:
+            return [(None, self.why)] * calls
+        try:
+            if self.marker is not None:
+                self.marker()
+                self.synchronize()
+        finally:
+            try:
+                self.prof.__exit__(None, None, None)
+            except Exception as e:  # noqa: BLE001
+                return [(None, f"torch.profiler did not stop: {type(e).__name__}: {e}"[:300])] * calls
+        if not calls:
+            return []
+        found = segments(device_events(self.torch, self.prof), calls, self.marker is not None)
+        return [(None, "the call failed") if failed else split for failed, split in zip(self.failed, found)]
 
 
 def profile_call(torch, call, synchronize, activities=None) -> tuple[list[dict] | None, str | None]:
     """Run `call()` once under torch.profiler (CUDA activity); (rows, None), or (None, why not).
 
-    The profiler starts and stops outside `call` (the runner's guarded region), so its own
-    set-up is never taken for the candidate's. A failure of `call` itself propagates.
-    `activities` other than CUDA's only for tests on a machine without a GPU.
+    A failure of `call` itself propagates, with the profiler stopped.
     """
-    from torch.profiler import ProfilerActivity, profile
-
-    synchronize()
+    session = Session(torch, synchronize, activities).start()
     try:
-        prof = profile(activities=activities or [ProfilerActivity.CUDA])
-        prof.__enter__()
-    except Exception as e:  # noqa: BLE001 - no profiler here is a missing figure, not a failed kernel
-        return None, f"torch.profiler did not start: {type(e).__name__}: {e}"[:300]
-    try:
-        call()
-        synchronize()
-    finally:
-        try:
-            prof.__exit__(None, None, None)
-            stopped = None
-        except Exception as e:  # noqa: BLE001
-            stopped = f"torch.profiler did not stop: {type(e).__name__}: {e}"[:300]
-    if stopped:
-        return None, stopped
-    rows = summarize(device_events(torch, prof))
-    return (rows, None) if rows else (None, "torch.profiler recorded no device kernels")
+        session.call(call)
+    except BaseException:
+        session.stop()
+        raise
+    return session.stop()[0]
 
 
 def line(rows, top: int = 3) -> str:

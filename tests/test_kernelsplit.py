@@ -144,6 +144,51 @@ def test_the_profiler_wrapper_on_a_machine_without_device_kernels():
     assert kernelsplit.profile_call(torch, lambda: torch.ones(4) + 1, lambda: None, cpu)[1].endswith("no device kernels")
 
 
+def test_one_session_tells_each_calls_kernels_apart_by_the_marker_kernels():
+    marker = ("at::cuda::(anonymous namespace)::spin_kernel(long)", 0.0, 1.0)
+    events = [marker, ("_add", 1.0, 5.0), ("Memset (Device)", 2.0, 1.0), marker, marker, ("_gemm", 9.0, 40.0), marker]
+    splits = kernelsplit.segments(events, 3, marked=True)
+    assert splits[0] == ([{"name": "_add", "count": 1, "us": 5.0}, {"name": "memset", "count": 1, "us": 1.0}], None)
+    assert splits[1] == (None, kernelsplit.NO_KERNELS)  # a call that launched nothing
+    assert splits[2] == ([{"name": "_gemm", "count": 1, "us": 40.0}], None)
+    # The lead markers, some of them lost as the session started: the calls are read from the last markers.
+    assert kernelsplit.segments([marker, ("_warm", 0.0, 1.0)] + events, 3, marked=True) == splits
+    assert kernelsplit.segments([marker] * kernelsplit.LEAD_MARKERS + events, 3, marked=True) == splits
+    # A marker lost, or more markers than were launched (the candidate ran the marker kernel
+    # itself): the calls cannot be told apart, so none is split.
+    assert kernelsplit.segments(events[1:], 3, marked=True) == [(None, kernelsplit.AMBIGUOUS)] * 3
+    assert kernelsplit.segments([marker] * (kernelsplit.LEAD_MARKERS + 1) + events, 3, marked=True) \
+        == [(None, kernelsplit.AMBIGUOUS)] * 3
+    # Unmarked, a session holds one call: every device event is that call's.
+    assert kernelsplit.segments(events[1:3], 1, marked=False)[0][0][0]["name"] == "_add"
+    with pytest.raises(ValueError):
+        kernelsplit.segments(events, 2, marked=False)
+
+
+def test_a_session_reports_every_call_and_marks_the_one_that_failed():
+    """On the CPU (no device events) the session still runs each call once between its
+    markers, stops the profiler after a failing call, and says which call failed."""
+    from torch.profiler import ProfilerActivity
+
+    made, marks = [], []
+    session = kernelsplit.Session(torch, lambda: None, [ProfilerActivity.CPU], marker=lambda: marks.append(1)).start()
+    session.call(lambda: made.append(torch.ones(8) * 2))
+
+    def boom():
+        raise RuntimeError("the kernel failed")
+
+    with pytest.raises(RuntimeError):
+        session.call(boom)
+    session.call(lambda: made.append(torch.ones(8) + 1))
+    splits = session.stop()
+    assert len(made) == 2 and len(marks) == kernelsplit.LEAD_MARKERS + 4 and len(splits) == 3
+    assert splits[1] == (None, "the call failed")
+    assert splits[0][0] is None and splits[2][0] is None  # no device kernels on the CPU
+    # Stopped: another profiler starts and records (torch refuses to run two at once).
+    assert kernelsplit.profile_call(torch, lambda: torch.ones(4) + 1, lambda: None, [ProfilerActivity.CPU])[1] \
+        == kernelsplit.NO_KERNELS
+
+
 # -- on the GPU ------------------------------------------------------------------------------
 def _contiguous_variant(folder: Path) -> Path:
     """The shipped fp8 problem whose baseline kernel also makes torch's `.contiguous()` copies of
@@ -193,19 +238,24 @@ def test_the_fp8_baselines_evaluation_splits_each_shape_into_its_triton_kernel_a
 
 
 class ScriptedRunner:
-    """The judge's end of a runner whose `kernels` answers are scripted, per shape in order."""
+    """The judge's end of a runner whose `kernels` answers are scripted, per shape in order: a
+    split ({"kernels", "why"}) it reports at `kernels_stop`, or the exception the call raised."""
 
     def __init__(self, answers):
-        self.answers, self.asked = list(answers), []
+        self.answers, self.asked, self.splits = list(answers), [], []
 
     def ask(self, message, fds=()):
         self.asked.append(message["op"])
+        if message["op"] == "kernels_stop":
+            return {"op": "done", "splits": self.splits}
         if message["op"] != "kernels":
             return {"op": "done"}
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
+            self.splits.append({"kernels": None, "why": "the call failed"})
             raise answer
-        return {"op": "done", **answer}
+        self.splits.append(answer)
+        return {"op": "done"}
 
 
 def _judge_splits(answers):
@@ -232,6 +282,9 @@ def test_the_judge_files_each_shapes_split_labelled_and_keeps_the_verdict_when_i
         judge.Verdict("runtime-error", "Traceback ...\nRuntimeError: illegal memory access"),
     ])
     assert runner.asked.count("kernels") == 4 and runner.asked.count("forget") == 4  # every arena closed
+    # One profiler session for every shape: started before the first call, stopped after the last.
+    assert runner.asked[0] == "kernels_start" and runner.asked[-1] == "kernels_stop"
+    assert runner.asked.count("kernels_start") == runner.asked.count("kernels_stop") == 1
     assert entries[0]["kernels"] == {"source": "candidate-reported", "calls": 1, "rows": rows}
     assert entries[1]["kernels"]["rows"] == [] and "malformed" in entries[1]["kernels"]["why"]
     assert entries[2]["kernels"]["why"].startswith("torch.profiler did not start")
