@@ -148,6 +148,27 @@ def reason(exc: BaseException, on_gpu: bool) -> str:
     return f"the problem's own code failed here: {line[:300]}"
 
 
+# What a candidate's failure says the machine lacks, as opposed to a fault of the kernel:
+# torch's extension builder without a toolkit (a KernelBench kernel is often one).
+_NO_TOOLKIT = (("CUDA_HOME environment variable is not set", "needs the CUDA toolkit (nvcc; CUDA_HOME is not set)"),
+               ("ROCM_HOME environment variable is not set", "needs the ROCm toolkit (hipcc; ROCM_HOME is not set)"),
+               ("No such file or directory: 'nvcc'", "needs the CUDA toolkit (nvcc)"),
+               ("No such file or directory: 'hipcc'", "needs the ROCm toolkit (hipcc)"))
+
+
+def candidate_lack(error: str | None, on_gpu: bool) -> str | None:
+    """`needs ...` when a candidate's compile or run error is the machine's lack (no GPU, no
+    toolkit to build its extension), else None. Read from text the candidate can write: it
+    only ever turns a failure into another status that ranks nothing."""
+    text = error or ""
+    for marker, why in _NO_TOOLKIT:
+        if marker in text:
+            return why
+    if not on_gpu and any(marker in text for marker in _NO_GPU):
+        return "needs a GPU"
+    return None
+
+
 def _has_arch(arch: str, on_gpu: bool, torch) -> bool:
     if not on_gpu:
         return False

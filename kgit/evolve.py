@@ -447,7 +447,8 @@ def _feedback(result: Evaluation) -> str:
     status = result.status
     head = {"rejected": "Your edits could not be used", "compile-error": "The kernel did not compile",
             "incorrect": "The kernel ran but gave wrong results", "runtime-error": "The kernel failed at run time",
-            "timeout": "The evaluation timed out", "crash": "The evaluation process crashed"}.get(status, status)
+            "timeout": "The evaluation timed out", "crash": "The evaluation process crashed",
+            "unsupported": "The kernel cannot run on this machine"}.get(status, status)
     reason = f" ({result.reason})" if result.reason else ""
     error = context_mod.candidate_error(result.error or "").strip()
     return f"{head}{reason}.\n\n{error[-ERROR_CHARS:]}"

@@ -273,6 +273,29 @@ def test_what_the_machine_lacks_is_unsupported_not_a_kernel_failure(tmp_path, re
         f"baseline: unsupported here (needs")
 
 
+SIMPLE_REFERENCE = ("import torch\n\ndef generate_input(n, seed):\n    return (torch.ones(n),)\n\n"
+                    "def ref_kernel(data):\n    return data[0].clone()\n")
+
+
+@pytest.mark.parametrize("kernel, reason", [
+    # KernelBench's CUDA-extension kernels on a machine without the toolkit (torch's own words).
+    ("raise OSError('CUDA_HOME environment variable is not set. Please set it to your CUDA install root.')\n",
+     "needs the CUDA toolkit (nvcc; CUDA_HOME is not set)"),
+    ("import torch\n\ndef custom_kernel(data):\n    torch.cuda.current_device()\n    return data[0].clone()\n",
+     "needs a GPU"),
+])
+def test_a_kernel_that_needs_what_the_machine_lacks_is_unsupported_here(tmp_path, kernel, reason):
+    doc = _evaluate(_problem(tmp_path, SIMPLE_REFERENCE, SIMPLE_TASK), kernel, tmp_path)
+    assert (doc["status"], doc["reason"]) == ("unsupported", reason), (doc["status"], doc["reason"], doc["error"])
+    assert "Error" in doc["error"]  # the kernel's own exception is kept
+
+
+def test_a_kernel_failure_that_names_no_lack_keeps_its_status():
+    assert needs.candidate_lack("RuntimeError: CUDA error: an illegal memory access", on_gpu=True) is None
+    assert needs.candidate_lack("RuntimeError: No CUDA GPUs are available", on_gpu=True) is None
+    assert needs.candidate_lack("RuntimeError: No CUDA GPUs are available", on_gpu=False) == "needs a GPU"
+
+
 def test_a_reference_that_fails_on_its_own_input_is_the_problems_failure(tmp_path):
     # pmpp_v2/matmul_py's trait at one upstream commit: generate_input makes (a, b, c) and
     # ref_kernel unpacks two; every kernel came back `crash`, as if it were the kernel's.
