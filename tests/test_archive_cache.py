@@ -1,6 +1,7 @@
 """The archive cache: a warm read gives exactly what a full read gives, in every case."""
 
 import json
+import subprocess
 
 import pytest
 
@@ -138,7 +139,7 @@ def test_git_failing_mid_read_leaves_no_records_and_the_next_read_is_whole(kerne
 
     (repo.state / "cache" / "archive-state.json").unlink()
     with pytest.raises(GitError, match="the pipe broke"):
-        cache.read(repo, refs, failing)
+        cache.read(repo, refs, failing, lambda: dict)
     assert not (repo.state / "cache" / "archive-state.json").exists()
     assert not list((repo.state / "cache").glob("*.tmp"))
     assert _warm(repo) == expected
@@ -162,18 +163,30 @@ def _log_json(repo: Repo) -> list[dict]:
     return kept
 
 
-def test_log_json_keeps_rendered_attempts_and_follows_growth_notes_and_damage(kernel_repo, run_kgit):
+def test_log_json_keeps_rendered_attempts_and_follows_growth_notes_and_damage(kernel_repo, run_kgit, monkeypatch):
+    from kgit.archive import repo as repo_mod
+
+    rendering = []
+    real_render = repo_mod._render_for_log
+    monkeypatch.setattr(repo_mod, "_render_for_log", lambda a: rendering.append(a.sha) or real_render(a))
     repo = Repo(kernel_repo)
     rendered = repo.state / "cache" / "archive-log.jsonl"
     assert [a["experiment"] for a in _log_json(repo)] == [0] and rendered.exists()
     assert json.loads(run_kgit(kernel_repo, "log", "--json").output) == _log_json(repo)
     branch, base = experiments.start(repo, "first idea", checkout=False)
     one = _fake_attempt(repo, branch, base)
+    rendering.clear()
     assert [a["sha"] for a in _log_json(repo)].count(one) == 1  # growth: the new attempt rendered and kept
-    assert rendered.read_bytes().count(b"\n") == 2
-    repo.add_note(one, {"device": "NVIDIA H200", "geomean_us": 1.0, "times": {}})  # a note: a new generation
+    assert rendering == [one] and rendered.read_bytes().count(b"\n") == 2
+    rendering.clear()
+    assert _log_json(repo) and rendering == []  # nothing moved: the kept lines are the answer
+    repo.add_note(one, {"device": "NVIDIA H200", "geomean_us": 1.0, "times": {}})  # a note on a kept attempt
     noted = next(a for a in _log_json(repo) if a["sha"] == one)
     assert noted["devices"]["NVIDIA H200"]["latest_us"] == 1.0 and noted["notes"][-1]["device"] == "NVIDIA H200"
+    assert rendering == [one]  # that attempt rendered again, and only it
+    repo.add_note(one, {"device": "NVIDIA H200", "geomean_us": 2.0, "times": {}})  # its notes change again
+    assert next(a for a in _log_json(repo) if a["sha"] == one)["devices"]["NVIDIA H200"]["latest_us"] == 2.0
+    assert json.loads(run_kgit(kernel_repo, "log", "--json").output) == _log_json(repo)
     good = rendered.read_bytes()
     cut = good.index(b"\n") + 1
     rendered.write_bytes(good[:cut - 12] + b"[broken" + good[cut - 5:])  # damaged in place, its length kept
@@ -182,14 +195,26 @@ def test_log_json_keeps_rendered_attempts_and_follows_growth_notes_and_damage(ke
     assert b"broken" not in rendered.read_bytes()
 
 
-def test_warm_reads_keep_gits_order_newest_first_after_growth(kernel_repo):
+def test_warm_reads_keep_gits_order_newest_first_after_growth(kernel_repo, monkeypatch):
     # Records are appended as the archive grows; a read still lists the newest first, as a
     # whole read (git's order) does, so `kgit log --json` is the same list either way.
+    # Each commit a minute after the one before, as in a real archive: git orders commits of
+    # the same second by how it met them, not parents after children.
+    import time
+
     repo = Repo(kernel_repo)
     repo.read()
     branch, base = experiments.start(repo, "order", checkout=False)
+    start = int(time.time())
+
+    def minutes_later(minutes):
+        for name in ("GIT_COMMITTER_DATE", "GIT_AUTHOR_DATE"):
+            monkeypatch.setenv(name, f"{start + 60 * minutes} +0000")
+
+    minutes_later(1)
     one = _fake_attempt(repo, branch, base)
     grown = [a.sha for a in repo.read()]
+    minutes_later(2)
     two = _fake_attempt(repo, branch, one, 4.0)
     warm = [a.sha for a in repo.read()]
     again = [a.sha for a in repo.read()]
@@ -197,3 +222,25 @@ def test_warm_reads_keep_gits_order_newest_first_after_growth(kernel_repo):
     whole = [a.sha for a in repo.read()]
     assert warm == again == whole and whole[:3] == [two, one, base], (warm, whole)
     assert grown == whole[1:]
+
+
+def test_notes_are_read_from_the_notes_commit_fanned_out_or_flat(kernel_repo):
+    """git stores notes flat (<sha>) or fanned out (<ab>/<cdef...>) once there are many; both
+    name the annotated commit, and each read takes the notes of the commit it was given."""
+    repo = Repo(kernel_repo)
+    baseline = repo.baseline()
+    repo.add_note(baseline, {"device": "NVIDIA H200", "geomean_us": 2.0, "times": {}})
+    flat = repo.kgit_refs()["notes"]
+    assert json.loads(repo.notes(flat)[baseline])["geomean_us"] == 2.0
+    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=kernel_repo, check=True, capture_output=True,
+                          text=True, input='{"device":"NVIDIA H200","geomean_us":3.0,"times":{}}\n').stdout.strip()
+    inner = subprocess.run(["git", "mktree"], cwd=kernel_repo, check=True, capture_output=True, text=True,
+                           input=f"100644 blob {blob}\t{baseline[2:]}\n").stdout.strip()
+    fanned = subprocess.run(["git", "mktree"], cwd=kernel_repo, check=True, capture_output=True, text=True,
+                            input=f"040000 tree {inner}\t{baseline[:2]}\n").stdout.strip()
+    commit = git(kernel_repo, "commit-tree", fanned, "-p", flat, "-m", "notes, fanned out").strip()
+    git(kernel_repo, "update-ref", "refs/notes/kgit", commit)
+    assert json.loads(repo.notes(commit)[baseline])["geomean_us"] == 3.0
+    assert json.loads(repo.notes(flat)[baseline])["geomean_us"] == 2.0  # the older notes commit, as it was
+    assert next(a for a in repo.read() if a.sha == baseline).notes[-1]["geomean_us"] == 3.0
+    assert repo.notes(None) == {}

@@ -48,7 +48,7 @@ RESULT = {"status": "ok", "device": "NVIDIA H200", "timing": "events", "harness"
 
 def _attempt(trailers) -> Attempt:
     message = tr.Message("s: subject", ["body"], trailers).render(ok=True)
-    (attempt,) = parse_log("\x1f".join(["a" * 40, "", "t", "n", "e", "1", message, ""]) + "\0")
+    (attempt,) = parse_log("\x1f".join(["a" * 40, "", "t", "n", "e", "1", message]) + "\0")
     return attempt
 
 

@@ -20,8 +20,8 @@ def attempt(sha, experiment, when, geomean, speedup=None, gpu_us=None, hypothesi
                + (f"Kgit-Speedup: {speedup}\nKgit-Speedup-Baseline: {speedup}\n" if speedup else ""))
     note = "" if gpu_us is None else json.dumps({"device": GPU, "harness": "g", "timing": "events", "status": "ok",
                                                  "geomean_us": gpu_us, "when": 100 + when, "times": {}}) + "\n"
-    record = "\x1f".join([sha * 40, "", "t" * 40, "n", "e", str(when), message, note])
-    return parse_log(record + "\0")[0]
+    record = "\x1f".join([sha * 40, "", "t" * 40, "n", "e", str(when), message])
+    return parse_log(record + "\0", notes={sha * 40: note})[0]
 
 
 def archive():

@@ -8,8 +8,8 @@ def _attempt(sha: str, experiment: int, cpu_us: float, notes: str, baseline: boo
     trailers = f"Kgit-Experiment: {experiment}\nKgit-Attempt: {0 if baseline else 1}\n"
     message = (f"x: correct\n\n{trailers}Kgit-Status: ok\nKgit-Device: cpu\nKgit-Timing: interpreter\n"
                f"Kgit-Harness: h0\nKgit-Geomean-us: {cpu_us}\nKgit-Time-us: m=1 {cpu_us}\n")
-    record = "\x1f".join([sha * 40, "b" * 40, "t" * 40, "n", "e", str(5 + experiment), message, notes])
-    return parse_log(record + "\0")[0]
+    record = "\x1f".join([sha * 40, "b" * 40, "t" * 40, "n", "e", str(5 + experiment), message])
+    return parse_log(record + "\0", notes={sha * 40: notes})[0]
 
 
 def _note(us: float) -> str:

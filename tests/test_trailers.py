@@ -61,12 +61,12 @@ def test_slugify():
 
 
 def test_parse_log_skips_non_kgit_commits():
-    user = "\x1f".join(["a" * 40, "", "t" * 40, "n", "e", "1", "fix\n\nSigned-off-by: x\n", ""])
-    quoted = "\x1f".join(["c" * 40, "", "t" * 40, "n", "e", "1", "s\n\nKgit-Experiment: 1 in a quote\n\nplain end\n", ""])
+    user = "\x1f".join(["a" * 40, "", "t" * 40, "n", "e", "1", "fix\n\nSigned-off-by: x\n"])
+    quoted = "\x1f".join(["c" * 40, "", "t" * 40, "n", "e", "1", "s\n\nKgit-Experiment: 1 in a quote\n\nplain end\n"])
+    # A unit separator inside a message cannot shift the fields: the message comes last.
     kgit = "\x1f".join(["b" * 40, "a" * 40, "t" * 40, "n", "e", "2",
-                        "s: speedup\n\nbody\n\nKgit-Experiment: 3\nKgit-Attempt: 2\nKgit-Time-us: k=1 2.5\n",
-                        '{"device":"x","geomean_us":1}\n'])
-    attempts = parse_log("\0".join([user, quoted, kgit]) + "\0")
+                        "s: speedup\n\nbody \x1f odd\n\nKgit-Experiment: 3\nKgit-Attempt: 2\nKgit-Time-us: k=1 2.5\n"])
+    attempts = parse_log("\0".join([user, quoted, kgit]) + "\0", notes={"b" * 40: '{"device":"x","geomean_us":1}\n'})
     assert [a.sha for a in attempts] == ["b" * 40]
     assert attempts[0].experiment == 3 and attempts[0].attempt == 2 and attempts[0].subject == "s: speedup"
     assert attempts[0].times == {"k=1": 2.5}
@@ -103,7 +103,7 @@ def test_init_and_every_attempt_carry_target_trailers_that_log_json_reads_back(t
 def test_a_family_trailer_is_read_by_name_and_an_odd_key_is_not():
     block = "Kgit-Experiment: 1\nKgit-Target-sm-90a: builds\nKgit-Target-gfx942: fails: x\nKgit-Target-a_b: no\n" \
             "Kgit-Target-sm-90a:  builds; regs 96 \nKgit-Targets-Compiler: triton 3.9.0"
-    a = parse_log("\x1f".join(["b" * 40, "", "t" * 40, "n", "e", "2", f"s\n\n{block}\n", ""]))[0]
+    a = parse_log("\x1f".join(["b" * 40, "", "t" * 40, "n", "e", "2", f"s\n\n{block}\n"]))[0]
     assert a.targets == {"sm_90a": "builds; regs 96", "gfx942": "fails: x"}  # the last of a repeated key wins
     assert a.targets == {tr.family_of(k)[1]: v[-1] for k, v in a.trailers.items() if tr.family_of(k)}
     assert a.targets_compiler == "triton 3.9.0"

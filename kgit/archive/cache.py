@@ -4,8 +4,10 @@ what is new.
 Attempt branches only ever grow (attempt k's parent is attempt k-1), so a read with
 a warm cache is one `git log` limited to commits not reachable from the tips seen last
 time. The cache is dropped, and the archive read whole, when anything happened that
-growth does not explain: a branch deleted or moved sideways, a new baseline, a new
-notes commit (re-measurements attach to old commits), or a different cache format.
+growth does not explain: a branch deleted or moved sideways, a new baseline, or a
+different cache format. The records hold no notes: re-measurements attach notes to old
+commits, so every read takes the notes whole from git (repo.Repo.notes, beside the log),
+and a new note renders only its own attempt's `kgit log --json` object again (below).
 
 Two files: `archive-records.jsonl`, one JSON array per attempt, separated by commas
 and only ever appended to (so growth costs the new records, not a rewrite of 100 MB),
@@ -19,9 +21,9 @@ are read with one orjson call, with the garbage collector paused; a whole read w
 them piece by piece while git still formats the rest.
 
 Beside them, `archive-log.jsonl` and `archive-log-state.json` keep each attempt's
-`kgit log --json` object, rendered, for one generation of the records (`log_json`):
-an attempt's object depends only on its record, and every change of a record (a new
-note) starts a new generation.
+`kgit log --json` object, rendered (`log_json`): an attempt's object depends only on its
+commit, which never changes, and its notes, whose digest the state keeps for each
+attempt that has any; a new note renders that attempt again, and only it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import json
 import operator
 import os
 import uuid
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,8 +42,8 @@ import orjson
 
 from kgit.archive.attempt import Attempt
 
-FORMAT = 5
-_ATTEMPT_FIELDS = ("sha", "parents", "tree", "author", "email", "time", "subject", "block", "raw_notes")
+FORMAT = 6
+_ATTEMPT_FIELDS = ("sha", "parents", "tree", "author", "email", "time", "subject", "block")
 _record = operator.attrgetter(*_ATTEMPT_FIELDS)
 
 
@@ -207,30 +210,57 @@ def _grew(old_tip: str, new_tip: str, new_by_sha: dict) -> bool:
     return True
 
 
-def read(repo, refs: dict[str, str], log) -> list:
+def read(repo, refs: dict[str, str], log, notes) -> list:
+    """The archive's attempts; `notes()` starts reading the note text by sha, beside the
+    log, and returns what waits for it."""
     with gc_paused():
-        return _read(repo, refs, log)[0]
+        return _read(repo, refs, log, notes)
 
 
-def log_json(repo, refs: dict[str, str], log, render) -> bytes:
+def log_json(repo, refs: dict[str, str], log, notes, render) -> bytes:
     """The archive as one JSON array of `render(attempt)` objects (bytes, compact), in
-    `read`'s order; each object is rendered once per generation of the records and kept."""
+    `read`'s order.
+
+    The objects are kept one per line in that order, with the refs they were read at:
+    while no kgit ref has moved (no attempt, no note since), the kept lines are the
+    answer and nothing else is read. Otherwise the archive is read, each object is taken
+    from the kept lines by its sha and the text of its notes (a commit never changes, so
+    only a new attempt or a new note renders), and the lines are written again.
+    """
+    state_path, lines_path = _log_paths(repo)
+    key = _refs_key(refs)
+    state, data = _load_rendered(state_path, lines_path)
+    if state is not None and state["refs"] == key:
+        return b"[" + data[:-1].replace(b"\n", b",") + b"]"
     with gc_paused():
-        attempts, generation = _read(repo, refs, log)
-        state_path, lines_path = _log_paths(repo)
-        kept_bytes, kept = _load_rendered(state_path, lines_path, generation)
-        pieces = [kept.get(a.sha) for a in attempts]
-        fresh = []
-        for i, a in enumerate(attempts):
-            if pieces[i] is None:
-                pieces[i] = render(a)
-                fresh.append(pieces[i])
-        if fresh:
-            _save_rendered(state_path, lines_path, generation, fresh, kept_bytes)
+        attempts = _read(repo, refs, log, notes)
+        kept = {line[_SHA_AT:_SHA_AT + 40].decode("ascii", "replace"): line
+                for line in data.split(b"\n")[:-1]} if state is not None else {}
+        was_noted = state["noted"] if state is not None else {}
+        pieces, noted = [], {}
+        for a in attempts:
+            notes_key = _notes_key(a.raw_notes)
+            piece = kept.get(a.sha) if was_noted.get(a.sha) == notes_key else None
+            if piece is None:
+                piece = render(a)
+            if notes_key is not None:
+                noted[a.sha] = notes_key
+            pieces.append(piece)
+        _save_rendered(state_path, lines_path, pieces, noted, key)
         return b"[" + b",".join(pieces) + b"]"
 
 
 _SHA_AT = len(b'{"sha":"')  # every rendered object starts with its sha (Attempt.to_json)
+
+
+def _refs_key(refs: dict[str, str]) -> str:
+    """One digest of every kgit ref and its sha: equal only when nothing was committed or noted."""
+    return _digest("\n".join(f"{name} {sha}" for name, sha in sorted(refs.items())).encode("utf-8"))
+
+
+def _notes_key(text: str) -> str | None:
+    """What a rendered object's notes are checked by: None for none, else a digest of their text."""
+    return _digest(text.encode("utf-8")) if text else None
 
 
 def _digest(*parts: bytes) -> str:
@@ -240,65 +270,71 @@ def _digest(*parts: bytes) -> str:
     return h.hexdigest()
 
 
-def _load_rendered(state_path: Path, lines_path: Path, generation: str) -> tuple[bytes, dict]:
-    """(the kept bytes, {sha: its rendered object}) for this generation of the records; (b"", {}) if none.
+def _load_rendered(state_path: Path, lines_path: Path) -> tuple[dict | None, bytes]:
+    """(the state, the kept lines), or (None, b"") where none are usable.
 
-    The digest catches a damaged or half-written file (it is printed as it is, so it must
-    be exactly what was rendered); like the records, the file is not proof against
+    The checksum catches a damaged or half-written file (it is printed as it is, so it
+    must be exactly what was rendered); like the records, the file is not proof against
     someone who rewrites it and its state together.
     """
     try:
         state = json.loads(state_path.read_text(encoding="utf-8"))
-        if not isinstance(state, dict) or state.get("format") != FORMAT or state.get("generation") != generation:
-            return b"", {}
+        if (not isinstance(state, dict) or state.get("format") != FORMAT or not isinstance(state.get("noted"), dict)
+                or not isinstance(state.get("refs"), str)):
+            return None, b""
         with open(lines_path, "rb") as f:
-            data = f.read(state["bytes"])
-        if len(data) != state["bytes"] or _digest(data) != state["digest"]:
-            return b"", {}
+            data = f.read(state["bytes"] + 1)
+        if len(data) != state["bytes"] or zlib.crc32(data) != state["crc32"]:
+            return None, b""
         # Compact JSON holds no raw newline, so the lines are the objects.
-        lines = data.split(b"\n")[:-1]
-        if not all(line.startswith(b'{"sha":"') for line in lines):
-            return b"", {}
-        return data, {line[_SHA_AT:_SHA_AT + 40].decode("ascii", "replace"): line for line in lines}
+        if data and (not data.endswith(b"\n") or not data.startswith(b'{"sha":"')
+                     or data.count(b'\n{"sha":"') != data.count(b"\n") - 1):
+            return None, b""
+        return state, data
     except (OSError, ValueError, KeyError, TypeError):
-        return b"", {}
+        return None, b""
 
 
-def _save_rendered(state_path: Path, lines_path: Path, generation: str, rendered: list, kept: bytes):
-    """Best effort, as `_save`: the rendered objects of new attempts appended to the `kept` bytes
-    (or written alone when none were kept), with the digest of the whole."""
-    data = b"".join(text + b"\n" for text in rendered)
+def _save_rendered(state_path: Path, lines_path: Path, pieces: list, noted: dict, refs_key: str):
+    """Best effort, as `_save`: the rendered objects, in order, one per line, and their state."""
+    data = b"".join(piece + b"\n" for piece in pieces)
     try:
         state_path.parent.mkdir(parents=True, exist_ok=True)
-        if kept:
-            with open(lines_path, "r+b") as f:
-                f.truncate(len(kept))  # what another reader appended since is not covered by our digest
-                f.seek(len(kept))
-                f.write(data)
-        else:
-            state_path.unlink(missing_ok=True)
-            tmp = lines_path.with_name(f"{lines_path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, lines_path)
-        _write_state(state_path, {"format": FORMAT, "generation": generation, "bytes": len(kept) + len(data),
-                                  "digest": _digest(kept, data)})
+        state_path.unlink(missing_ok=True)
+        tmp = lines_path.with_name(f"{lines_path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, lines_path)
+        _write_state(state_path, {"format": FORMAT, "bytes": len(data), "crc32": zlib.crc32(data),
+                                  "noted": noted, "refs": refs_key})
     except OSError:
         pass
 
 
-def _read(repo, refs: dict[str, str], log) -> tuple[list, str]:
-    """The archive, from the cache plus ONE `git log` over what is new (or everything).
+def _read(repo, refs: dict[str, str], log, notes) -> list:
+    """The archive, from the cache plus ONE `git log` over what is new (or everything),
+    with its notes attached.
 
     `refs` maps each kgit ref (branches, "baseline", "notes") to its sha; `log(exclude)`
     runs the archive's `git log`, less what is reachable from the shas `exclude`, and
-    yields its attempts in lists. Also returns the records' generation.
+    yields its attempts in lists; `notes()` starts reading the note text by sha beside the
+    log and returns what waits for it.
     """
+    wait = notes()  # started now: git reads the notes while it writes the log
+    attempts = _read_records(repo, refs, log)
+    by_sha = wait()
+    if by_sha:
+        for a in attempts:
+            a.raw_notes = by_sha.get(a.sha, "")
+    return attempts
+
+
+def _read_records(repo, refs: dict[str, str], log) -> list:
     state_path, records_path = _paths(repo)
     cached, records = _load(state_path, records_path)
     tips = {ref: sha for ref, sha in refs.items() if ref.startswith("refs/heads/")}
     usable = (cached is not None and cached["baseline"] == refs.get("baseline")
-              and cached["notes"] == refs.get("notes") and all(ref in tips for ref in cached["tips"]))
-    state = {"format": FORMAT, "baseline": refs.get("baseline"), "notes": refs.get("notes"), "tips": tips}
+              and all(ref in tips for ref in cached["tips"]))
+    state = {"format": FORMAT, "baseline": refs.get("baseline"), "tips": tips}
     if usable:
         state["generation"] = cached["generation"]
         # Everything reachable from these is in the cache already (the baseline included).
@@ -309,12 +345,13 @@ def _read(repo, refs: dict[str, str], log) -> tuple[list, str]:
         if all(_grew(old, now, new_by_sha) for old, now in moved):
             # git resolves the branches a moment after `refs` was read; a commit made in
             # between can come back as new although the cache has it. Keep it once.
-            known = {r[0] for r in records}
-            new = [a for a in new if a.sha not in known]
+            if new:
+                known = {r[0] for r in records}
+                new = [a for a in new if a.sha not in known]
             segments = cached["segments"] + ([len(new)] if new else [])
             if new or tips != cached["tips"]:
                 _save(state_path, records_path, {**state, "lines": len(records) + len(new), "segments": segments},
                       new, cached["bytes"])
-            return new + _newest_first(records, cached["segments"]), state["generation"]
+            return new + _newest_first(records, cached["segments"])
     state["generation"] = uuid.uuid4().hex  # a new generation: every record may have changed
-    return _read_whole(state_path, records_path, state, log([])), state["generation"]
+    return _read_whole(state_path, records_path, state, log([]))
