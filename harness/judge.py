@@ -531,7 +531,7 @@ def _evaluate(spec, task, reference, runner, on_gpu, torch, doc, calibration) ->
         raise Verdict("runtime-error", "a benchmark shape timed at zero or less; the timer saw no work, "
                       "so there is no geometric mean to rank by")
     PHASES.mark("benchmarks timed")
-    if on_gpu:
+    if on_gpu and spec.get("kernel_split", True):
         _kernel_splits(task, reference, runner, torch, benchmarks, shapes, on_gpu)
         PHASES.mark("kernels split")
     elif names and spec.get("targets_gpu_shapes"):

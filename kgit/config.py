@@ -43,6 +43,9 @@ class EvaluatorConfig:
     # Keep the next judge/runner pair of each slot started ahead of need in `kgit evolve`
     # (docs/evaluators.md, "Warm evaluators").
     warm: bool = True
+    # After timing, one more profiled call per GPU benchmark shape: the device kernels it
+    # ran (harness/kernelsplit.py). Seconds of every GPU evaluation (the profiler's start).
+    kernel_split: bool = True
 
     def validate(self, where):
         _choice(where + ".backend", self.backend, ("local", "ray", "command"))

@@ -237,6 +237,32 @@ def test_the_fp8_baselines_evaluation_splits_each_shape_into_its_triton_kernel_a
               " + ".join(f"{r['name']} x{r['count']} {r['us']:.1f} us" for r in split["rows"]))
 
 
+@pytest.mark.gpu
+def test_kernel_split_false_leaves_the_split_out_and_the_timing_as_it_is():
+    import yaml
+
+    from conftest import FAST_TIMING
+    from kgit import config as config_mod
+    from kgit.evaluation import child as evaluate
+    from kgit_harness import problem
+
+    data = yaml.safe_load(config_mod.default_text())
+    data["timing"] = dict(FAST_TIMING)
+    docs = {}
+    for split in (True, False):
+        data["evaluator"]["kernel_split"] = split
+        config = config_mod.parse(yaml.safe_dump(data), "test config")
+        with tempfile.TemporaryDirectory() as scratch:
+            scratch = Path(scratch)
+            problem_dir, candidate_dir = evaluate.stage_candidate(problem.shipped()["vector_add"], ".", ["kernel.py"],
+                                                                  scratch)
+            docs[split] = evaluate.run_child(problem_dir, candidate_dir, config, scratch)
+    assert docs[True]["status"] == docs[False]["status"] == "ok", (docs[True].get("error"), docs[False].get("error"))
+    assert all(s["kernels"]["rows"] for s in docs[True]["shapes"])
+    assert not any("kernels" in s for s in docs[False]["shapes"])
+    print({k: v["phases"]["judge"].get("kernels split") for k, v in docs.items()})
+
+
 class ScriptedRunner:
     """The judge's end of a runner whose `kernels` answers are scripted, per shape in order: a
     split ({"kernels", "why"}) it reports at `kernels_stop`, or the exception the call raised."""

@@ -256,7 +256,7 @@ class Pair:
                 "targets": config.targets,  # None: the problem's declared build targets (docs/targets.md)
                 "targets_gpu_shapes": config.targets_gpu_shapes,
                 "targets_cache": str(targets_cache) if targets_cache else None,  # the judge's only (harness/factcache.py)
-                "race": race}
+                "race": race, "kernel_split": ev.kernel_split}
         started = time.monotonic()
         try:
             with os.fdopen(self.go_w, "wb") as go:
