@@ -166,6 +166,10 @@ def candidate_lack(error: str | None, on_gpu: bool) -> str | None:
             return why
     if not on_gpu and any(marker in text for marker in _NO_GPU):
         return "needs a GPU"
+    if not on_gpu and "InterpreterError" in text and "fake tensor" in text:
+        # torch.compile traced a Triton kernel that Triton's interpreter runs: the kernel's
+        # loads meet dynamo's fake tensors (GPU MODE's vectorsum submission, seen on the CPU).
+        return "needs a GPU (torch.compile cannot trace a Triton kernel in Triton's CPU interpreter)"
     return None
 
 

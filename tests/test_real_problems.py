@@ -294,6 +294,10 @@ def test_a_kernel_failure_that_names_no_lack_keeps_its_status():
     assert needs.candidate_lack("RuntimeError: CUDA error: an illegal memory access", on_gpu=True) is None
     assert needs.candidate_lack("RuntimeError: No CUDA GPUs are available", on_gpu=True) is None
     assert needs.candidate_lack("RuntimeError: No CUDA GPUs are available", on_gpu=False) == "needs a GPU"
+    compiled = ("triton.runtime.errors.InterpreterError: TorchRuntimeError('RuntimeError when making fake tensor "
+                "call\n  Explanation: ...')")
+    assert needs.candidate_lack(compiled, on_gpu=False).startswith("needs a GPU (torch.compile cannot trace")
+    assert needs.candidate_lack(compiled, on_gpu=True) is None
 
 
 def test_a_reference_that_fails_on_its_own_input_is_the_problems_failure(tmp_path):
