@@ -790,6 +790,18 @@ def trailer_value(result: dict) -> str:
             f"spill {_size(spill) if spill else 0}, occupancy {s['occupancy']}")
 
 
+def kernel_lines(result: dict) -> list[list[str]]:
+    """[[kernel, `vgpr 213, lds 16 KiB, spill 0, occupancy 2 (num_warps 8, num_stages 2)`], ...]:
+    each compiled variant of one target's kernels, which the trailer sums up as the worst."""
+    out = []
+    for k in result.get("kernels") or []:
+        facts = trailer_value({"builds": True, "kernels": [k]}).removeprefix("builds; ")
+        line = [str(k.get("kernel")), f"{facts} (num_warps {k.get('num_warps')}, num_stages {k.get('num_stages')})"]
+        if line not in out:
+            out.append(line)
+    return out
+
+
 def failing(doc: dict | None, names) -> list[str]:
     """The declared targets the captured kernels do not build for."""
     results = (doc or {}).get("results") or {}

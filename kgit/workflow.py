@@ -343,10 +343,11 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
 
 
 def _keep_kernels(repo: Repo, sha: str, result) -> None:
-    """A GPU result's per-kernel split, in a note beside its commit (measure.kernels_record)."""
-    record = measure.kernels_record(result)
-    if record is not None:
-        repo.add_note(sha, record)
+    """A GPU result's per-kernel split, and build facts of more kernel variants than the
+    trailers keep, in notes beside its commit (measure.kernels_record, targets_record)."""
+    for record in (measure.kernels_record(result), measure.targets_record(result)):
+        if record is not None:
+            repo.add_note(sha, record)
 
 
 def stopped_trailers(judged: Evaluation) -> list:

@@ -23,6 +23,15 @@ from kgit import workflow as experiments
 FAST_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
 
 
+def logged(fields: list) -> list:
+    """The attempts of one `git log -z` record given as its fields and, last, its notes text
+    (which kgit reads apart from the log, by sha)."""
+    from kgit.archive.repo import parse_log
+
+    *record, notes = fields
+    return parse_log("\x1f".join(record) + "\0", notes={record[0]: notes})
+
+
 def fast_config_text(targets=(), **sections) -> str:
     """The commented default .kgit.yaml with fast timing and any overrides, as YAML text.
 

@@ -10,16 +10,17 @@ import pytest
 from kgit import problems as problem_mod
 from kgit import remeasure
 from kgit.archive import cause, figures, notebook
-from kgit.archive.repo import Repo, parse_log
+from kgit.archive.repo import Repo
 from kgit.scientist import context
 from kgit_harness.result import Result
+
+from conftest import logged
 
 
 def attempt(sha, experiment, when, device="NVIDIA H200", timing="events", geomean=10.0, status="ok", notes=""):
     message = (f"x\n\nKgit-Experiment: {experiment}\nKgit-Attempt: 1\nKgit-Status: {status}\n"
                f"Kgit-Device: {device}\nKgit-Timing: {timing}\nKgit-Harness: h\nKgit-Geomean-us: {geomean}\n")
-    record = "\x1f".join([sha * 40, "", "t" * 40, "n", "e", str(when), message, notes])
-    return parse_log(record + "\0")[0]
+    return logged([sha * 40, "", "t" * 40, "n", "e", str(when), message, notes])[0]
 
 
 def test_result_noise_is_the_geomeans_standard_error():

@@ -52,7 +52,7 @@ def test_render_then_parse_round_trips(trailers, paragraphs, ok):
         expected.setdefault(key, []).append(tr.one_line(clean(str(value))))
     assert tr.parse(last) == expected
     # The archive reader (the `git log` parser) sees the same values.
-    record = "\x1f".join(["a" * 40, "", "t", "n", "e", "0", text, ""])
+    record = "\x1f".join(["a" * 40, "", "t", "n", "e", "0", text])
     (attempt,) = archive.parse_log(record + "\0")
     assert attempt.trailers == expected
     assert "\0" not in text  # git refuses a NUL anywhere in a message
@@ -78,7 +78,7 @@ def test_hand_written_trailers_never_crash_the_reader(values):
     """A person's commit on a kgit/* branch with odd trailer values must not break `kgit log`."""
     values.setdefault("Kgit-Experiment", "1")
     block = "\n".join(f"{k}: {v}" for k, v in values.items())
-    record = "\x1f".join(["b" * 40, "", "t", "n", "e", "0", f"subject\n\n{block}\n", ""])
+    record = "\x1f".join(["b" * 40, "", "t", "n", "e", "0", f"subject\n\n{block}\n"])
     for attempt in archive.parse_log(record + "\0"):
         attempt.to_json()
         attempt.measurements()

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 
-from kgit.archive.repo import parse_log
 from kgit.scientist import select
+
+from conftest import logged
 
 GPU = "NVIDIA H200"
 LDS = "does not fit: needs 96 KiB of LDS per workgroup; gfx942 has 64 KiB"
@@ -20,9 +21,8 @@ def attempt(sha, experiment, when, targets=None, notes=(), base=None):
                f"Kgit-Branch: kgit/{experiment}-x\nKgit-Hypothesis: h{experiment}\n")
     message += f"Kgit-Base: {base * 40}\n" if base else ""
     message += "".join(f"Kgit-Target-{name.replace('_', '-')}: {value}\n" for name, value in (targets or {}).items())
-    record = "\x1f".join([sha * 40, "", "t" * 40, "n", "e", str(when), message,
-                          "".join(json.dumps(n) + "\n" for n in notes)])
-    return parse_log(record + "\0")[0]
+    return logged([sha * 40, "", "t" * 40, "n", "e", str(when), message,
+                   "".join(json.dumps(n) + "\n" for n in notes)])[0]
 
 
 def test_the_selectors_table_says_why_a_target_fails():

@@ -1,14 +1,14 @@
 """The selector sees re-measurements: the latest timing per device and the spread."""
 
-from kgit.archive.repo import parse_log
 from kgit.scientist import select as select_mod
+
+from conftest import logged
 
 
 def _attempt(notes: str):
     message = ("x: speedup 1.10x\n\nKgit-Experiment: 1\nKgit-Attempt: 1\nKgit-Status: ok\n"
                "Kgit-Device: NVIDIA H200\nKgit-Harness: h\nKgit-Geomean-us: 10.0\nKgit-Time-us: n=1 10.0\n")
-    record = "\x1f".join(["a" * 40, "b" * 40, "t" * 40, "n", "e", "5", message, notes])
-    return parse_log(record + "\0")[0]
+    return logged(["a" * 40, "b" * 40, "t" * 40, "n", "e", "5", message, notes])[0]
 
 
 def test_row_shows_devices_and_spread():
@@ -27,8 +27,7 @@ def test_row_without_remeasurements_has_no_device_column():
 def _cpu_attempt(sha: str, notes: str):
     message = ("x: correct\n\nKgit-Experiment: 2\nKgit-Attempt: 1\nKgit-Status: ok\n"
                "Kgit-Device: cpu\nKgit-Timing: interpreter\nKgit-Harness: h\nKgit-Geomean-us: 9000.0\n")
-    record = "\x1f".join([sha * 40, "b" * 40, "t" * 40, "n", "e", "6", message, notes])
-    return parse_log(record + "\0")[0]
+    return logged([sha * 40, "b" * 40, "t" * 40, "n", "e", "6", message, notes])[0]
 
 
 def test_a_kernel_wrong_on_the_gpu_says_so_and_why():
@@ -65,8 +64,7 @@ def _measured(sha: str, experiment: int, notes: list[tuple[str, float, int]]):
                "Kgit-Status: ok\nKgit-Device: cpu\nKgit-Timing: interpreter\nKgit-Harness: h\nKgit-Geomean-us: 9000.0\n")
     note = "\n\n".join('{"device":"NVIDIA H200","harness":"%s","status":"ok","geomean_us":%s,"when":%d}' % n
                        for n in notes)
-    record = "\x1f".join([sha * 40, "b" * 40, "t" * 40, "n", "e", "6", message, note + "\n"])
-    return parse_log(record + "\0")[0]
+    return logged([sha * 40, "b" * 40, "t" * 40, "n", "e", "6", message, note + "\n"])[0]
 
 
 def test_a_baseline_remeasured_by_a_newer_harness_makes_it_the_scale():
@@ -97,9 +95,8 @@ def test_a_launch_bound_shape_shows_the_gpu_time_beside_the_figure():
     record = measure.note_record(doc)
     assert record["launch_bound"] == {"m=64": {"gpu_us": 64.1, "host_us": 185.0}}
     import json
-    base = parse_log("\x1f".join(["1" * 40, "b" * 40, "t" * 40, "n", "e", "6",
-                                  "x: correct\n\nKgit-Experiment: 0\nKgit-Attempt: 0\nKgit-Status: ok\n",
-                                  json.dumps(record) + "\n"]) + "\0")[0]
+    base = logged(["1" * 40, "b" * 40, "t" * 40, "n", "e", "6",
+                   "x: correct\n\nKgit-Experiment: 0\nKgit-Attempt: 0\nKgit-Status: ok\n", json.dumps(record) + "\n"])[0]
     text = base_times(ArchiveView([base]), base.sha)
     assert "- m=64: 197.3 us; launch-bound: the GPU took 64.1 us, the call's host side 185.0 us" in text
     assert "1 shape(s) are launch-bound" in text and "m=128: 400.0 us\n" in text + "\n"
@@ -112,7 +109,7 @@ def test_the_selector_row_marks_launch_bound_shapes():
               "times": {"m=64": 197.3, "m=128": 400.0}, "launch_bound": {"m=64": {"gpu_us": 64.1, "host_us": 185.0}}}
     message = ("x: correct\n\nKgit-Experiment: 0\nKgit-Attempt: 0\nKgit-Status: ok\nKgit-Device: cpu\n"
                "Kgit-Timing: interpreter\nKgit-Harness: h\nKgit-Geomean-us: 9000.0\n")
-    a = parse_log("\x1f".join(["1" * 40, "b" * 40, "t" * 40, "n", "e", "6", message, json.dumps(record) + "\n"]) + "\0")[0]
+    a = logged(["1" * 40, "b" * 40, "t" * 40, "n", "e", "6", message, json.dumps(record) + "\n"])[0]
     line = select_mod.row(a)
     assert "m=64:197.3(GPU 64.1, launch-bound)" in line and "m=128:400.0" in line
     assert "m=128:400.0(" not in line

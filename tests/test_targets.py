@@ -239,6 +239,24 @@ def test_trailers_one_per_target_and_their_round_trip():
     assert buildfacts.trailers(Result(status="ok", geomean_us=1.0, targets=None)) == []
 
 
+def test_each_kernel_variant_is_kept_beside_the_commit_when_the_trailer_sums_up_several():
+    from kgit.archive import measure
+
+    assert measure.targets_record(_doc()) is None  # one kernel a target: the trailers say it all
+    doc = _doc()
+    amd = doc.targets["results"]["gfx942"]
+    amd["kernels"] = [{**amd["kernels"][0], "kernel": "_fwd", "num_warps": 8, "num_stages": 2},
+                      {"kernel": "_reduce", "num_warps": 4, "num_stages": 1, "vgpr": 40, "lds_bytes": 0,
+                       "scratch_bytes": 256, "vgpr_spill": 0, "occupancy": 8}]
+    record = measure.targets_record(doc)
+    assert record["kind"] == "targets" and record["compiler"] == "3.9.0"
+    assert record["targets"]["gfx942"] == [
+        ["_fwd", "vgpr 128, lds 64 KiB, spill 0, occupancy 2 (num_warps 8, num_stages 2)"],
+        ["_reduce", "vgpr 40, lds 0 B, spill 256 B, occupancy 8 (num_warps 4, num_stages 1)"]]
+    # The trailer stays the worst of them.
+    assert buildfacts.trailers(doc)[0] == ("Kgit-Target-gfx942", "builds; vgpr 128, lds 64 KiB, spill 256 B, occupancy 2")
+
+
 @pytest.mark.parametrize("required", [False, True])
 def test_require_targets_fails_an_attempt_that_does_not_build(required):
     config = config_mod.parse(f"require_targets: {str(required).lower()}\n")
@@ -258,6 +276,11 @@ def test_the_attempt_shows_its_targets_in_show_and_log(softmax_repo, run_kgit):
     assert all(v.startswith("builds; ") for v in baseline.targets.values()), baseline.targets
     shown = run_kgit(softmax_repo, "show", "kgit/baseline")
     assert "target:     gfx942 builds; vgpr " in shown.output and "target:     sm_90a builds; regs " in shown.output
+    # The softmax baseline compiles one variant per block size of its shapes: each is listed
+    # under its target's line, from the note beside the commit.
+    (kept,) = [n for n in baseline.notes if n.get("kind") == "targets"]
+    for name, variants in kept["targets"].items():
+        assert len(variants) > 1 and all(f"              {k}: {facts}" in shown.output for k, facts in variants)
     logged = json.loads(run_kgit(softmax_repo, "log", "--json").output)
     assert logged[0]["targets"] == baseline.targets
     devices = run_kgit(softmax_repo, "log", "--devices").output

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from kgit_harness import targets as harness_targets
 from kgit_harness.result import Result, geomean
 
 
@@ -51,6 +52,27 @@ def kernels_record(result: Result) -> dict | None:
         return None
     return {"kind": "kernels", "device": result.device, "harness": result.harness, "timing": result.timing,
             "kernels": splits, "when": int(time.time())}
+
+
+def targets_record(result: Result) -> dict | None:
+    """The note kept beside a commit whose build facts name more than one kernel variant for
+    some target (its `Kgit-Target-*` trailers keep only the worst of them), or None.
+
+    {kind: "targets", targets: {target: [[kernel, facts], ...]}, compiler, when}; the facts
+    are candidate-reported, as the trailers' are (docs/targets.md)."""
+    results = (result.targets or {}).get("results") if isinstance(result.targets, dict) else None
+    per_target = {name: harness_targets.kernel_lines(res) for name, res in (results or {}).items()
+                  if isinstance(res, dict) and res.get("builds")}
+    if not any(len(lines) > 1 for lines in per_target.values()):
+        return None
+    return {"kind": "targets", "targets": per_target, "compiler": (result.targets or {}).get("triton"),
+            "when": int(time.time())}
+
+
+def targets_of(attempt) -> dict[str, list]:
+    """{target: [[kernel, facts], ...]} from the newest `targets` note beside `attempt`; {} if none."""
+    kept = [n for n in attempt.notes if n.get("kind") == "targets" and isinstance(n.get("targets"), dict)]
+    return max(kept, key=lambda n: n.get("when", 0))["targets"] if kept else {}
 
 
 def kernels_of(attempt, device: str, harness: str) -> dict[str, list]:

@@ -166,7 +166,14 @@ def attempt_text(attempt, body: str, base_times: dict, diffstat: str) -> str:
         figure = f"{note['geomean_us']:.2f} us" if note.get("geomean_us") else note.get("status") or "?"
         lines.append(f"remeasured: {note.get('device_tag') or note.get('device') or 'unknown'}: {figure}"
                      + (f" ({note['reason']})" if note.get("reason") else ""))
-    lines += [f"target:     {name} {value}" for name, value in attempt.targets.items()]
+    from kgit.archive.measure import targets_of
+
+    per_kernel = targets_of(attempt)
+    for name, value in attempt.targets.items():
+        lines.append(f"target:     {name} {value}")
+        variants = per_kernel.get(name) or []
+        if len(variants) > 1:  # the trailer is the worst of these
+            lines += [f"              {kernel}: {facts}" for kernel, facts in variants]
     if body.strip():
         lines += ["", body.strip()]
     if attempt.times:
