@@ -285,9 +285,9 @@ def compare(repo: Repo, rev_a: str, rev_b: str) -> dict:
                          "speedup": before / after if after else None})
     ratio = measure.ratio(m_a, (m_b or {}).get("geomean_us"), (m_b or {}).get("times", {}))
     why = None
-    if not (a.ok or a.notes):
+    if not a.measurements():  # notes that are no timing (a kernel split, build facts) do not count
         why = f"A ({a.sha[:10]}) has no timing: its status is {a.status}"
-    elif not (b.ok or b.notes):
+    elif not b.measurements():
         why = f"B ({b.sha[:10]}) has no timing: its status is {b.status}"
     elif not m_b:
         why = (f"A and B were never measured on one device with one harness (A: {a.device}, B: {b.device}); "
