@@ -311,6 +311,17 @@ def test_prompt_lines_name_the_hardware_and_the_failures():
     assert buildfacts.prompt_lines({}) == "No build facts were recorded for this kernel."
 
 
+def test_prompt_lines_list_each_kernel_variant_under_its_target():
+    variants = {"gfx942": [["_fwd", "vgpr 128, lds 64 KiB, spill 0, occupancy 2 (num_warps 8, num_stages 2)"],
+                           ["_reduce", "vgpr 40, lds 0 B, spill 0, occupancy 8 (num_warps 4, num_stages 1)"]],
+                "sm_90a": [["_fwd", "regs 96, smem 0 B, spill 0, occupancy 4 (num_warps 8, num_stages 2)"]]}
+    text = buildfacts.prompt_lines({"gfx942": "builds; vgpr 128", "sm_90a": "builds; regs 96"}, variants=variants)
+    lines = text.splitlines()
+    at = lines.index("- gfx942 (MI300X): builds; vgpr 128")
+    assert lines[at + 1:at + 3] == [f"  - {k}: {f}" for k, f in variants["gfx942"]]
+    assert "  - _fwd: regs 96" not in text  # one variant: the target's line says it all
+
+
 def test_prompt_lines_name_the_declared_targets_the_base_fails_or_lacks():
     text = buildfacts.prompt_lines({"gfx942": "fails: error: invalid instruction", "sm_90a": "builds; regs 96"},
                                    declared=["gfx942", "sm_90a", "gfx950"])

@@ -72,13 +72,17 @@ def base_facts(attempts, sha: str | None, declared=None) -> str:
     attempt = next((a for a in attempts if a.sha == sha), None)
     if attempt is None:
         return prompt_lines({}, declared=declared)
+    from kgit.archive.measure import targets_of
+
     record = profile.latest(attempt)
-    return prompt_lines(attempt.targets, profile.lines(record) if record else None, declared)
+    return prompt_lines(attempt.targets, profile.lines(record) if record else None, declared, targets_of(attempt))
 
 
-def prompt_lines(targets: dict[str, str], profile: list[str] | None = None, declared=None) -> str:
+def prompt_lines(targets: dict[str, str], profile: list[str] | None = None, declared=None,
+                 variants: dict[str, list] | None = None) -> str:
     """What the designer and writers read about the base: build facts per target (builds or
-    the compiler's first error line; registers, LDS/shared, spills, occupancy), the declared
+    the compiler's first error line; registers, LDS/shared, spills, occupancy) and, from the
+    note beside its commit, each compiled kernel variant's when there were several, the declared
     targets it does not build for or has no facts for, and the hardware-counter lines of its
     profile when one was taken."""
     declared = list(declared or [])
@@ -93,7 +97,11 @@ def prompt_lines(targets: dict[str, str], profile: list[str] | None = None, decl
         lines.append("Compiled for each declared target GPU by Triton on the evaluating machine (reported by the "
                      "candidate's process; occupancy is waves per SIMD on AMD, blocks per SM on NVIDIA; over "
                      "several kernels the worst one):")
-        lines += [f"- {name} ({HARDWARE.get(name, name)}): {value}" for name, value in targets.items()]
+        for name, value in targets.items():
+            lines.append(f"- {name} ({HARDWARE.get(name, name)}): {value}")
+            kept = (variants or {}).get(name) or []
+            if len(kept) > 1:  # each compiled variant, of which the line above is the worst
+                lines += [f"  - {kernel}: {facts}" for kernel, facts in kept]
         failing = [n for n, v in targets.items() if v.startswith("fails") and (not declared or n in declared)]
         if failing:
             named = ", ".join(f"{n} ({HARDWARE.get(n, n)})" for n in failing)
