@@ -189,15 +189,19 @@ class Session:
         calls = len(self.failed)
         if self.prof is None:
             return [(None, self.why)] * calls
+        lost = None
         try:
             if self.marker is not None:
                 self.marker()
                 self.synchronize()
-        finally:
-            try:
-                self.prof.__exit__(None, None, None)
-            except Exception as e:  # noqa: BLE001
-                return [(None, f"torch.profiler did not stop: {type(e).__name__}: {e}"[:300])] * calls
+        except Exception as e:  # noqa: BLE001 - a call that failed can leave the device failing
+            lost = f"the device failed after the profiled calls: {type(e).__name__}: {e}"[:300]
+        try:
+            self.prof.__exit__(None, None, None)
+        except Exception as e:  # noqa: BLE001
+            lost = lost or f"torch.profiler did not stop: {type(e).__name__}: {e}"[:300]
+        if lost:
+            return [(None, "the call failed") if failed else (None, lost) for failed in self.failed]
         if not calls:
             return []
         found = segments(device_events(self.torch, self.prof), calls, self.marker is not None)

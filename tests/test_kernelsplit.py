@@ -187,6 +187,15 @@ def test_a_session_reports_every_call_and_marks_the_one_that_failed():
     # Stopped: another profiler starts and records (torch refuses to run two at once).
     assert kernelsplit.profile_call(torch, lambda: torch.ones(4) + 1, lambda: None, [ProfilerActivity.CPU])[1] \
         == kernelsplit.NO_KERNELS
+    # A device that fails at the session's end (an illegal access left behind): every split says
+    # so, and the profiler is still stopped.
+    broken = kernelsplit.Session(torch, lambda: None, [ProfilerActivity.CPU], marker=lambda: None).start()
+    broken.call(lambda: None)
+    broken.marker = lambda: (_ for _ in ()).throw(RuntimeError("CUDA error: an illegal memory access"))
+    assert broken.stop() == [(None, "the device failed after the profiled calls: RuntimeError: CUDA error: "
+                                    "an illegal memory access")]
+    assert kernelsplit.profile_call(torch, lambda: torch.ones(4) + 1, lambda: None, [ProfilerActivity.CPU])[1] \
+        == kernelsplit.NO_KERNELS
 
 
 # -- on the GPU ------------------------------------------------------------------------------
