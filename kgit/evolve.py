@@ -37,7 +37,6 @@ from kgit.scientist.llm import Client, Reply
 from kgit.costs import cost_text
 
 ERROR_CHARS = 3000
-SETTLE_POLL_S = 0.5  # how often a run waiting on its hypotheses looks for Ctrl-C
 # Interpreter timing where nobody ranks on it (the archive ranks on a GPU): one warm-up and
 # three repetitions per CPU benchmark shape, enough to catch a kernel that hangs or is
 # absurdly slow; max_time_s this small ends each shape at min_reps.
@@ -260,10 +259,7 @@ class Run:
                 f.result()  # re-raises what the hypothesis raised
             if len(self.in_flight) <= most:
                 return
-            # A timed wait: Linux may hand Ctrl-C's SIGINT to a hypothesis thread, and Python runs
-            # the handler (KeyboardInterrupt) only when the main thread next runs, which an
-            # untimed wait would not let it do until a hypothesis ends.
-            wait(self.in_flight, timeout=SETTLE_POLL_S, return_when=FIRST_COMPLETED)
+            wait(self.in_flight, return_when=FIRST_COMPLETED)
 
     # -- one hypothesis: the writer's attempts ------------------------------------------
     def hypothesis(self, tag: str, iteration: protocol.Iteration, plan, shared: list[Reply], shares: int):

@@ -448,7 +448,13 @@ def test_manual_ctrl_c_stops_every_hypothesis_waiting(kernel_repo):
 
     run = evolve.Run(repo, config, progress=lambda line: None)
     run.client.manual._sleep = poll  # the driver answers between polls; the rest is the run's own client
-    summary = run.run()
+    # Ctrl-C as a terminal delivers it: a shell's background job (a suite started with `&`)
+    # inherits SIGINT ignored, and Python then keeps it ignored.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        summary = run.run()
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert summary.interrupted and sent and summary.rows == []
     assert len(polls_after) <= 2000
     stages = [p.name.split("-", 1)[1] for p in sorted(folder.glob("*.request.md"))]
