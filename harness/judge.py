@@ -617,19 +617,19 @@ def _kernel_splits(task, reference, runner, torch, benchmarks, shapes, on_gpu):
     anywhere else.
     """
     runner.ask({"op": "kernels_start"})
-    called, failed = [], {}
+    called = []  # [entry, why its call failed or None], one per `kernels` request
     for shape, entry in zip(benchmarks, shapes):
         sample = checking.make_input(reference, shape, int(shape.get("seed", 0)))
         slots = Slots(torch, runner, task, reference, sample, 1, on_gpu)
         try:
             slots.fill(0, sample)
-            called.append(entry)
+            called.append([entry, None])
             runner.ask({"op": "kernels", "id": slots.id, "slot": 0})
         except Verdict as v:
             if v.status not in RUNNER_STATUSES:
                 raise
             last = ((v.error or "").strip().splitlines() or [""])[-1]
-            failed[id(entry)] = f"the profiled call failed ({v.status}): {last}"[:300]
+            called[-1][1] = f"the profiled call failed ({v.status}): {last}"[:300]
         finally:
             slots.close()
     reply = runner.ask({"op": "kernels_stop"})
@@ -638,9 +638,9 @@ def _kernel_splits(task, reference, runner, torch, benchmarks, shapes, on_gpu):
     if splits is not None and (not isinstance(splits, list) or len(splits) != len(called)
                                or not all(isinstance(s, dict) for s in splits)):
         splits, why_none = None, f"the runner's kernel rows were malformed: {len(called)} calls, not that many splits"
-    for i, entry in enumerate(called):
-        if id(entry) in failed:
-            entry["kernels"] = kernelsplit.entry(None, failed[id(entry)])
+    for i, (entry, failed) in enumerate(called):
+        if failed:
+            entry["kernels"] = kernelsplit.entry(None, failed)
             continue
         split = splits[i] if splits is not None else {"kernels": None, "why": why_none}
         why = channel.text(split, "why", 300, optional=True)

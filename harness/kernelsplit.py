@@ -2,9 +2,9 @@
 
 After every benchmark shape has been timed (and the judge holds all its figures), the
 runner calls the candidate once more per shape under torch.profiler, CUDA activity only,
-all shapes in one profiler session (`Session`; torch tears the profiler's CUPTI down
-after each session, and each start pays its set-up again), and reports the device kernels
-that ran: a short name, how many launches, and their total
+all shapes in one profiler session (`Session`: torch tears CUPTI down after a session,
+pytorch/pytorch#146604, so each start pays its set-up again), and reports the device
+kernels that ran: a short name, how many launches, and their total
 device microseconds. The judge validates the rows (`clean`) and keeps them in the shape's
 entry of the result as candidate-reported: the runner could forge them, so they explain a
 time (the GEMM against torch's input copies) and never rank anything. Nothing here runs in
@@ -201,10 +201,9 @@ class Session:
         except Exception as e:  # noqa: BLE001
             lost = lost or f"torch.profiler did not stop: {type(e).__name__}: {e}"[:300]
         if lost:
-            return [(None, "the call failed") if failed else (None, lost) for failed in self.failed]
-        if not calls:
-            return []
-        found = segments(device_events(self.torch, self.prof), calls, self.marker is not None)
+            found = [(None, lost)] * calls
+        else:
+            found = segments(device_events(self.torch, self.prof), calls, self.marker is not None) if calls else []
         return [(None, "the call failed") if failed else split for failed, split in zip(self.failed, found)]
 
 

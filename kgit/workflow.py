@@ -123,7 +123,7 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
         sha = repo.commit_tree(tree, [head] if head else [], message)
         repo.update_ref("HEAD", sha, head, reason="kgit init")
         repo.tag_baseline(sha)
-        _keep_kernels(repo, sha, judged.result)
+        _keep_notes(repo, sha, judged.result)
         repo.sync_index()
     return Outcome(sha=sha, result=judged, speedup=1.0, speedup_baseline=1.0)
 
@@ -337,12 +337,12 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
     message = tr.Message(subject, paragraphs, trailers).render(ok=bool(verdict and verdict.claimed))
     sha = repo.commit_tree(tree, [parent], message, author=author)
     repo.update_ref(f"refs/heads/{branch}", sha, parent, reason=f"kgit attempt {number}.{index}")
-    _keep_kernels(repo, sha, result)
+    _keep_notes(repo, sha, result)
     return Outcome(sha=sha, result=judged, speedup=speedup, speedup_baseline=speedup_baseline,
                    base_times=(base_m or {}).get("times", {}))
 
 
-def _keep_kernels(repo: Repo, sha: str, result) -> None:
+def _keep_notes(repo: Repo, sha: str, result) -> None:
     """A GPU result's per-kernel split, and build facts of more kernel variants than the
     trailers keep, in notes beside its commit (measure.kernels_record, targets_record)."""
     for record in (measure.kernels_record(result), measure.targets_record(result)):
