@@ -5,9 +5,12 @@ what a source check cannot see (names built from strings, objects found through 
 
 - the problem's forbidden library ops, at the ATen ops they lower to (so aliases such as
   `torch._softmax`, `torch.ops.aten._softmax` or `torch.linalg.matmul` are caught too):
-  in every call a trap in those ops' autograd kernels, and in the untimed calls a
-  TorchDispatchMode as well (inference mode skips the autograd keys, not the mode);
-  only for names with no ATen op found, a TorchFunctionMode (the Python names);
+  a trap registered for those ops at a dispatch key the runner includes for the calling
+  thread around every call (`trap_key`), the same in every call, checked and timed
+  alike. A key included that way is passed by every dispatch of the thread, whatever
+  sits below it: inference mode, a dispatch below autograd, a custom op's own body and
+  torch.compile's traces all reach it. Only for names with no ATen op found, a
+  TorchFunctionMode (the Python names), also in every call;
 - calls into the reference, through tripwires swapped into its functions;
 - threads started by the candidate (work deferred past the end of a timed call), gc
   object hunting and network access, through an audit hook (sys.addaudithook: the
@@ -16,10 +19,11 @@ what a source check cannot see (names built from strings, objects found through 
 - a CUDA stream switched and not restored.
 
 These are policy, not security: code in the same process can undo any of them (the
-sandbox and the judge/runner boundary are what hold against that). A guard that trips
-records the violation in a flag the candidate cannot catch away
-(it may swallow the exception, not the record), and the runner turns the first
-violation into `rejected (<rule>)`.
+sandbox, the judge/runner boundary and the judge's static read of the source are what
+hold against that). A guard that trips reports the violation to the judge at once,
+through the `report` callable the runner gives (its channel), so nothing the candidate
+does afterwards takes it back; it is also kept in a flag the candidate cannot catch away
+(it may swallow the exception, not the record).
 """
 
 from __future__ import annotations
@@ -52,9 +56,10 @@ class Tripped(BaseException):
 
 
 class Guards:
-    def __init__(self, torch, forbidden: list[str], reference: types.ModuleType | None):
+    def __init__(self, torch, forbidden: list[str], reference: types.ModuleType | None, report=None):
         self.torch = torch
         self.violation: tuple[str, str] | None = None
+        self._report = report
         bases = aten_bases(torch, forbidden)
         self._aten = _by_base(bases)
         # The Python-name guard only for names the ATen guard cannot see (no ATen op
@@ -64,13 +69,17 @@ class Guards:
         # to a forbidden ATen op is caught below, aliases included.
         self._ops = _resolve([name for name, found in bases.items() if not found])
         self._mode = _op_mode(torch, self) if self._ops else None
-        self._dispatch_mode = _aten_mode(torch, self) if self._aten else None
-        # The timed calls rely on the trap alone where it covers every forbidden op: the
-        # mode costs every op of a call a round trip through Python (the fp8 campaign's
-        # best wrapper: 168 us a call on the H200 host under it, 111 us bare), the trap
-        # costs the ops it does not watch nothing.
-        self._trap_whole = _trap(torch, self._aten) if self._aten else True
-        self._trap_kernels = _trap_kernels(torch, [q for q, base in _trapped.items() if base in self._aten])
+        # The trap costs the ops it does not watch nothing (a fallthrough), unlike a
+        # TorchDispatchMode, which sent every op of a call through Python (the fp8
+        # campaign's best wrapper: 168 us a call on the H200 host under it, 111 us bare).
+        self._key = trap_key(torch) if self._aten else None
+        if self._aten and not _trap(torch, self._aten, self._key):
+            self._key = None  # an op that could not be trapped: the mode-free guard is incomplete
+            self._ops = {**self._ops, **_resolve(list(bases))}
+            self._mode = _op_mode(torch, self)
+        _current[0] = self
+        self._trap_kernels = _trap_kernels(torch, [q for q, base in _trapped.items() if base in self._aten],
+                                           self._key)
         self._threads = set()
         self._stream = None
         self._tripwire = _Tripwire(reference, self) if reference is not None else None
@@ -80,21 +89,24 @@ class Guards:
             _hook_installed[0] = True
 
     def trip(self, rule: str, detail: str):
+        self.record(rule, detail)
+        raise Tripped(rule)
+
+    def record(self, rule: str, detail: str):
+        """Keep the first violation, and tell the judge at once."""
         if self.violation is None:
             self.violation = (rule, detail)
-        raise Tripped(rule)
+            if self._report is not None:
+                self._report(rule, detail)
 
     def snapshot_threads(self):
         """Threads alive now are the harness's; any later one is the candidate's."""
         self._threads = {t.ident for t in threading.enumerate()}
 
-    def armed(self, timed: bool = False):
-        """Context manager: the guards that watch a candidate call (or its import).
-
-        `timed`: the ATen trap without the dispatch mode (where the trap covers every
-        forbidden op), so the guard adds no host time to the ops the kernel may use.
-        """
-        return _Armed(self, timed)
+    def armed(self):
+        """Context manager: the guards that watch a candidate call (or its import); the same
+        for every kind of call, so nothing in them tells a timed call from a checked one."""
+        return _Armed(self)
 
     def reference_call(self, fn, *args, **kwargs):
         """Run a reference function with its real code; tripwires everywhere else."""
@@ -118,16 +130,16 @@ class Guards:
         """The checks too slow to run inside a timed call: new threads, a switched stream,
         and (`trap`; ~0.1 ms, so not after each back-to-back batch) the ATen trap in place."""
         if trap and self.violation is None and self._trap_kernels and \
-                _trap_kernels(self.torch, {q for q, _key in self._trap_kernels}) != self._trap_kernels:
-            self.violation = ("op guard removed", "the kernel replaced the harness's kernels of the forbidden ATen ops")
+                _trap_kernels(self.torch, set(self._trap_kernels), self._key) != self._trap_kernels:
+            self.record("op guard removed", "the kernel replaced the harness's kernels of the forbidden ATen ops")
         new = [t for t in threading.enumerate() if t.ident not in self._threads and t.is_alive()]
         if new and self.violation is None:
-            self.violation = ("threads started by the kernel",
-                              f"the kernel left {len(new)} thread(s) running: {', '.join(t.name for t in new)[:200]}")
+            self.record("threads started by the kernel",
+                        f"the kernel left {len(new)} thread(s) running: {', '.join(t.name for t in new)[:200]}")
         if self._stream is not None and self.violation is None:
             now = self.torch.cuda.current_stream()
             if now != self._stream:
-                self.violation = ("side streams", "the kernel switched the current CUDA stream and did not restore it")
+                self.record("side streams", "the kernel switched the current CUDA stream and did not restore it")
 
 
 def _guard_thread_start():
@@ -148,41 +160,38 @@ def _guard_thread_start():
 
 
 class _Armed:
-    def __init__(self, guards, timed: bool):
+    def __init__(self, guards):
         self.g = guards
-        self.timed = timed
 
     def __enter__(self):
         g = self.g
         if g.torch.cuda.is_available():
             g._stream = g.torch.cuda.current_stream()
-        for mode, _kind, _depth, _at in self._modes():
-            mode.__enter__()
+        if g._key is not None:
+            _include(g.torch, g._key, True)
+        if g._mode is not None:
+            g._mode.__enter__()
         _armed[0] = g
         return g
 
     def __exit__(self, *exc):
         g = self.g
         _armed[0] = None
-        # Innermost first. A candidate that popped a mode off its stack has disabled
-        # the op guard for the rest of the armed block: a violation.
-        for mode, kind, depth, at in reversed(self._modes()):
-            n = depth()
-            if n > 0 and at(n - 1) is mode:
-                mode.__exit__(*exc)
-            elif g.violation is None:
-                g.violation = ("op guard removed", f"the kernel removed the harness's {kind}")
-        return False
-
-    def _modes(self):
-        """(mode, its kind, its stack's depth, the mode at an index) for each mode armed, outermost first."""
-        g, C = self.g, self.g.torch._C
-        found = []
         if g._mode is not None:
-            found.append((g._mode, "TorchFunctionMode", C._len_torch_function_stack, C._get_function_stack_at))
-        if g._dispatch_mode is not None and not (self.timed and g._trap_whole):
-            found.append((g._dispatch_mode, "TorchDispatchMode", C._len_torch_dispatch_stack, C._get_dispatch_stack_at))
-        return found
+            C = g.torch._C
+            n = C._len_torch_function_stack()
+            if n > 0 and C._get_function_stack_at(n - 1) is g._mode:
+                g._mode.__exit__(*exc)
+            elif g.violation is None:
+                g.record("op guard removed", "the kernel removed the harness's TorchFunctionMode")
+        if g._key is not None:
+            C = g.torch._C
+            intact = C._dispatch_tls_is_dispatch_key_included(g._key) and \
+                not C._dispatch_tls_is_dispatch_key_excluded(g._key)
+            _include(g.torch, g._key, False)
+            if not intact and g.violation is None:
+                g.record("op guard removed", "the kernel took the harness's dispatch key off its thread")
+        return False
 
 
 class _ReferenceProxy:
@@ -344,48 +353,55 @@ def _takes_tensors(torch, name: str) -> bool:
     return head == "torch" and hasattr(torch._C._VariableFunctions, last)
 
 
-def _aten_mode(torch, guards):
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    ops = guards._aten
-    # OpOverload -> the forbidden name it stands for, or None: reading an op's schema
-    # name costs more than the rest of the dispatch, and a call repeats the same ops.
-    seen: dict = {}
-
-    @_without_dynamo_import
-    class ForbiddenAtenOps(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            try:
-                name = seen[func]
-            except KeyError:
-                name = seen[func] = ops.get(aten_base(func))
-            if name is not None:
-                guards.trip(f"forbidden by the problem: {name}",
-                            f"the kernel reached {name} at run time, as the ATen op {func._schema.name}")
-            return func(*args, **(kwargs or {}))
-
-    return ForbiddenAtenOps()
-
-
-# The process's ATen trap: one registration per op, shared by every Guards (the tests
-# build several in one process); a trapped op asks the armed Guards whether it is forbidden.
-_TRAP_KEYS = ("AutogradCPU", "AutogradCUDA")  # ROCm builds dispatch HIP tensors on the CUDA keys
+# The process's ATen trap: one registration per op, shared by every Guards (the tests build
+# several in one process), reporting to the newest.
 _trapped: dict = {}  # "aten::mm.out" -> the forbidden base it belongs to
 _trap_lib = []
+_current = [None]  # the Guards the trap reports to
+# Dispatch keys the trap may sit at, in order of preference: each is passed by every dispatch
+# of a thread that includes it, above autograd, and sees no use in the runner otherwise.
+# AutocastPrivateUse1 is autocast's key for an out-of-tree backend (none is loaded);
+# PreDispatch is export's pre-dispatch tracing key.
+_KEY_CHOICES = ("AutocastPrivateUse1", "PreDispatch")
 
 
-def _trap(torch, bases: dict) -> bool:
-    """Wrap the autograd kernels of these ATen bases' ops; False if one could not be wrapped.
+def trap_key(torch):
+    """The dispatch key the trap sits at: the first of _KEY_CHOICES with no kernels of its own,
+    given a fallthrough for every op so that an included key costs the other ops nothing."""
+    C = torch._C
+    for name in _KEY_CHOICES:
+        key = getattr(C.DispatchKey, name, None)
+        if key is None:
+            continue
+        mine = set(_trapped)
+        if set(C._dispatch_get_registrations_for_dispatch_key(name)) - mine:
+            continue
+        if not C._dispatch_has_backend_fallback(key):
+            lib = torch.library.Library("_", "IMPL")
+            lib.fallback(torch.library.fallthrough_kernel, name)
+            _trap_lib.append(lib)
+        return key
+    raise RuntimeError("no dispatch key for the op trap: this torch has none of " + ", ".join(_KEY_CHOICES))
 
-    An ordinary tensor's dispatch passes its autograd key whatever the Python name or
-    alias that reached the op, so the trap sees `torch.ops.aten.mm` as it sees `a @ b`;
-    below the trap the op runs as it would have, without autograd (the runner never
-    differentiates). Inference mode and tensor subclasses skip these keys: the untimed
-    calls keep the dispatch mode for them.
+
+def _include(torch, key, on: bool):
+    C = torch._C
+    C._dispatch_tls_set_dispatch_key_included(key, on)
+    if on:
+        C._dispatch_tls_set_dispatch_key_excluded(key, False)
+
+
+def _trap(torch, bases: dict, key) -> bool:
+    """Register the trap for these ATen bases' ops at `key`; False if one could not be registered.
+
+    Every dispatch passes the key while the runner includes it for the thread, whatever the
+    Python name or alias that reached the op and whatever runs below it; the trap reports
+    and raises, so a forbidden op never runs inside a call. Outside the calls the key is not
+    included and the ops run as they always do.
     """
-    if not _trap_lib:
-        _trap_lib.append(torch.library.Library("aten", "IMPL"))
-    lib = _trap_lib[0]
+    lib = torch.library.Library("aten", "IMPL")
+    _trap_lib.append(lib)
+    name = torch._C._dispatch_key_name(key)
     whole = True
     for base in bases:
         for packet_name in (base, base + "_"):
@@ -400,9 +416,8 @@ def _trap(torch, bases: dict) -> bool:
                 op = getattr(packet, overload)
                 try:
                     with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
-                        for key in _TRAP_KEYS:
-                            lib.impl(qual, _trap_kernel(torch, op, base), key)
+                        warnings.simplefilter("ignore")
+                        lib.impl(qual, _trap_kernel(torch, op, base, key), name, with_keyset=True)
                 except (RuntimeError, ValueError):
                     whole = False
                     continue
@@ -410,30 +425,28 @@ def _trap(torch, bases: dict) -> bool:
     return whole
 
 
-def _trap_kernel(torch, op, base):
-    below_autograd = torch._C._AutoDispatchBelowAutograd
+def _trap_kernel(torch, op, base, key):
     schema = op._schema.name
+    below = torch._C._dispatch_keyset_full_after(key)
 
-    def kernel(*args, **kwargs):
-        guards = _armed[0]
-        if guards is not None:
-            name = guards._aten.get(base)
-            if name is not None:
-                guards.trip(f"forbidden by the problem: {name}",
-                            f"the kernel reached {name} at run time, as the ATen op {schema}")
-        with below_autograd():
-            return op(*args, **kwargs)
+    def kernel(keyset, *args, **kwargs):
+        guards = _current[0]
+        name = guards._aten.get(base) if guards is not None else None
+        if name is not None:
+            guards.trip(f"forbidden by the problem: {name}",
+                        f"the kernel reached {name} at run time, as the ATen op {schema}")
+        # An op the newest Guards does not forbid (another problem's, in one test process).
+        return op.redispatch(keyset & below, *args, **kwargs)
 
     return kernel
 
 
-def _trap_kernels(torch, quals) -> dict:
-    """{(op, key): what the dispatcher runs there}, to see that no one registered over the trap."""
+def _trap_kernels(torch, quals, key) -> dict:
+    """{op: what the dispatcher runs at the trap's key}, to see that no one registered over the trap."""
     lookup = getattr(torch._C, "_dispatch_get_computed_kernel_for_dispatch_key", None)
-    if lookup is None:
+    if lookup is None or key is None:
         return {}
-    keys = [getattr(torch._C.DispatchKey, key) for key in _TRAP_KEYS]
-    return {(qual, key): str(lookup(qual, key)) for qual in quals for key in keys}
+    return {qual: str(lookup(qual, key)) for qual in quals}
 
 
 def _hashable(obj) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -27,7 +28,7 @@ import traceback
 from pathlib import Path
 
 from kgit_harness import (channel, checking, confine, factcache, kernelsplit, needs, peaks, phases, pidone, policy,
-                          portable, problem, racing, shared, timing)
+                          portable, problem, racing, reported, shared, timing)
 from kgit_harness import result as result_mod
 
 _clock = time.perf_counter
@@ -36,6 +37,8 @@ PHASES = phases.PHASES
 DEADLINE_MARGIN_S = 5.0
 # Statuses a runner may report for itself; anything else it sends is a protocol breach.
 RUNNER_STATUSES = ("compile-error", "runtime-error")
+# Requests after whose `done` the runner sends its own checks of the candidate's call.
+CHECKED_OPS = ("call", "batch", "kernels")
 
 
 class Verdict(Exception):
@@ -57,6 +60,7 @@ class Runner:
         # The deadline is set when the candidate arrives (`begin`): a runner started ahead
         # of need waits for it without a clock running.
         self.deadline, self.timeout_s, self.timed_out, self.ready = deadline, timeout_s, False, False
+        self.violated: Verdict | None = None
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         life_r, self._life_w = os.pipe()
         argv = [sys.executable, "-I", "-B", "-m", "kgit_harness", "runner",
@@ -81,8 +85,15 @@ class Runner:
         self.deadline, self.timeout_s = deadline, timeout_s
 
     def send(self, message: dict, fds=()):
+        """Send a request under a new id no runner can guess: every message about it must carry it."""
+        if self.violated is not None:
+            # After a guard tripped the runner is the candidate's: it is asked nothing more.
+            raise self.violated
+        self.drain()
+        self.rid = secrets.randbits(62)
+        self.checks_due = message.get("op") in CHECKED_OPS
         try:
-            channel.send(self.sock, message, fds)
+            channel.send(self.sock, {**message, "rid": self.rid}, fds)
         except OSError:
             raise self._gone() from None
 
@@ -97,6 +108,10 @@ class Runner:
             raise self._gone() from None
         except channel.ChannelError as e:
             raise Verdict("rejected", f"the runner sent {e}", reason="broken channel protocol") from None
+        if message.get("rid") != getattr(self, "rid", None):
+            raise Verdict("rejected", f"the runner sent a {message['op']!r} message that answers no request the "
+                          "judge made (a reply sent ahead of its request, or one request answered twice)",
+                          reason="broken channel protocol")
         return message
 
     def ask(self, message: dict, fds=()) -> dict:
@@ -104,15 +119,31 @@ class Runner:
         self.send(message, fds)
         return self.answer()
 
+    def drain(self):
+        """Read the runner's own checks of the last call (sent after its reply, outside any
+        clock): `checked`, or the violation they found as a Verdict."""
+        if not getattr(self, "check_pending", False):
+            return
+        self.check_pending = False
+        message = self.receive()
+        if message["op"] != "checked":
+            self._failure(message)
+
     def answer(self) -> dict:
         reply = self.receive()
         op = reply["op"]
         if op == "done":
+            self.check_pending = self.checks_due
             return reply
+        self._failure(reply)
+
+    def _failure(self, reply: dict):
+        op = reply["op"]
         if op == "error" and reply.get("status") in RUNNER_STATUSES:
             raise Verdict(reply["status"], channel.text(reply, "error"))
         if op == "violation":
-            raise Verdict("rejected", channel.text(reply, "detail"), reason=channel.text(reply, "rule", 200))
+            self.violated = Verdict("rejected", channel.text(reply, "detail"), reason=channel.text(reply, "rule", 200))
+            raise self.violated
         raise Verdict("rejected", f"the runner sent a {op!r} message where a reply was due",
                       reason="broken channel protocol")
 
@@ -136,7 +167,7 @@ class Runner:
         # may still be importing torch: killed at once rather than waited for.
         if not self.timed_out and self.ready:
             try:
-                channel.send(self.sock, {"op": "bye"})
+                channel.send(self.sock, {"op": "bye", "rid": None})
                 self.proc.wait(timeout=2)
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -198,15 +229,21 @@ class Slots:
         copy = checking.clone(out if out is not None else problem.pick_output(data, self.task.output))
         return copy
 
-    def call(self, slot: int, *, timed: bool, empty: bool = False) -> dict:
-        reply = self.runner.ask({"op": "call", "id": self.id, "slot": slot, "timed": timed, "empty": empty})
+    def call(self, slot: int, *, clock: str | None = None, flush: bool = True, empty: bool = False) -> dict:
+        """One call of the slot: untimed, or timed by the runner's `clock` (events or wall)."""
+        reply = self.runner.ask({"op": "call", "id": self.id, "slot": slot, "clock": clock, "flush": flush,
+                                 "empty": empty})
         reply["us"] = channel.number(reply, "us")
         reply["host_us"] = channel.number(reply, "host_us")
         reply["output"] = channel.text(reply, "output", 2000, optional=True)
         return reply
 
-    def batch(self, slots: list[int], *, empty: bool = False) -> dict:
-        reply = self.runner.ask({"op": "batch", "id": self.id, "slots": slots, "empty": empty})
+    def drain(self):
+        """The runner's own checks of the last call, read outside any clock (Runner.drain)."""
+        self.runner.drain()
+
+    def batch(self, slots: list[int], *, empty: bool = False, timed: bool = False) -> dict:
+        reply = self.runner.ask({"op": "batch", "id": self.id, "slots": slots, "empty": empty, "timed": timed})
         reply["output"] = channel.text(reply, "output", 2000, optional=True)
         reply["host_us"] = channel.number(reply, "host_us")
         for key in ("launch_us", "span_us", "served_us"):  # diagnostics, see runner.op_batch
@@ -298,7 +335,8 @@ def run_started(spec: dict, runner: Runner, torch, on_gpu: bool) -> dict:
         doc["device"] = torch.cuda.get_device_name() if on_gpu else "cpu"
         doc["timing"] = "events" if on_gpu else "interpreter"
         doc["versions"] = timing.versions(torch)
-        refused = _static_policy(spec, task)
+        sources = _sources(spec, task)
+        refused = _static_policy(sources, task, bool(spec.get("computed_names")))
         if refused is not None:
             raise refused
         # The problem's own code runs first: what fails there is the machine's lack, not the kernel's.
@@ -315,7 +353,7 @@ def run_started(spec: dict, runner: Runner, torch, on_gpu: bool) -> dict:
         runner.ready = True
         PHASES.runner_marks(ready.get("marks"))
         PHASES.mark("runner ready")
-        doc["confine"] = ready.get("confine") if isinstance(ready.get("confine"), dict) else None
+        doc["confine"] = reported.clean_confine(ready.get("confine"))
         if ready.get("on_gpu") is not on_gpu:
             raise Verdict("crash", f"the runner sees {'a' if ready.get('on_gpu') else 'no'} GPU and the judge "
                           f"{'does' if on_gpu else 'does not'}: check CUDA_VISIBLE_DEVICES and the sandbox")
@@ -329,8 +367,11 @@ def run_started(spec: dict, runner: Runner, torch, on_gpu: bool) -> dict:
     except Verdict as v:
         # Every rejection names its rule; one without is a harness bug, said as such.
         reason = v.reason or ("unexplained (a harness bug: the rule was not recorded)" if v.status == "rejected" else None)
-        lack = needs.candidate_lack(v.error, on_gpu) if v.status in RUNNER_STATUSES else None
-        doc.update(status="unsupported" if lack else v.status, error=v.error, reason=lack or reason)
+        doc.update(status=v.status, error=v.error, reason=reason)
+        if v.status in RUNNER_STATUSES:
+            lacks = needs.machine_lacks(on_gpu)
+            if lacks:
+                doc["lacks"] = lacks
     except channel.ChannelError as e:
         doc.update(status="rejected", error=f"the runner sent {e}", reason="broken channel protocol")
     except checking.InputFailed as e:
@@ -377,8 +418,13 @@ def _targets_finish(runner, doc):
         _keep_facts(runner, doc, facts)
 
 
-def _keep_facts(runner, doc, facts: dict):
-    """Build facts into doc["targets"], and into the judge's cache where this evaluation may store them."""
+def _keep_facts(runner, doc, facts):
+    """Build facts into doc["targets"], and into the judge's cache where this evaluation may store them.
+
+    The runner's report is held to the facts' schema first (harness/reported.py): only the
+    targets the judge asked for, only kernels the candidate's source defines."""
+    names, sources = getattr(runner, "facts_rules", (None, None))
+    facts = reported.clean_targets(facts, names, sources)
     doc["targets"] = facts
     cache = getattr(runner, "targets_cache", None)
     if cache is not None:
@@ -393,7 +439,7 @@ def _targets_collect(runner) -> dict | None:
         facts = runner.ask({"op": "targets_collect"}).get("targets")
     except (Verdict, channel.ChannelError):
         return None
-    return facts if isinstance(facts, dict) else None
+    return facts
 
 
 def _input_sizes(spec, on_gpu, torch) -> needs.Sizes:
@@ -451,14 +497,21 @@ def _runner_sandbox(spec) -> dict:
     return settings
 
 
-def _static_policy(spec, task) -> Verdict | None:
-    """The candidate's editable files read as text: the verdict that ends it now, or None."""
+def _sources(spec, task) -> dict[str, str]:
+    """The candidate's editable files as text (the judge reads them; it never imports them)."""
     candidate_dir = Path(spec["candidate_dir"])
-    sources = {f: (candidate_dir / f).read_text(encoding="utf-8", errors="replace")
-               for f in task.files if (candidate_dir / f).is_file()}
+    return {f: (candidate_dir / f).read_text(encoding="utf-8", errors="replace")
+            for f in task.files if (candidate_dir / f).is_file()}
+
+
+def _static_policy(sources: dict[str, str], task, computed_names: bool = False) -> Verdict | None:
+    """The candidate's editable files read as text: the verdict that ends it now, or None.
+
+    `computed_names` (spec key, never set by kgit for a real evaluation): attribute names
+    built at run time pass, so that the harness's tests can reach the defences behind."""
     if not sources:
         return Verdict("compile-error", f"none of the editable files {task.files} exist in the candidate")
-    violation = policy.check(sources, task.forbidden)
+    violation = policy.check(sources, task.forbidden, computed_names)
     if violation:
         rule, detail = violation
         return Verdict("rejected", detail, reason=rule)
@@ -473,6 +526,7 @@ def _evaluate(spec, task, reference, runner, on_gpu, torch, doc, calibration) ->
     # Facts of byte-identical code measured before are served from the judge's cache
     # (harness/factcache.py): no capture, no compile.
     names = task.targets if spec.get("targets") is None else spec["targets"]
+    runner.facts_rules = (list(names or []), _sources(spec, task))
     cache = factcache.Cache(spec.get("targets_cache"), factcache.key(spec, task, names, doc)) if names else None
     if cache is not None and (hit := cache.read()) is not None:
         doc["targets"], names = hit, []
@@ -508,6 +562,9 @@ def _evaluate(spec, task, reference, runner, on_gpu, torch, doc, calibration) ->
                               calibration)
         entry = {"key": problem.shape_key(shape), "shape": {k: v for k, v in shape.items() if k != "seed"}, **runs}
         shapes.append(entry)
+        if entry.get("refused"):
+            doc.update(tests=tests, shapes=shapes)
+            raise Verdict("rejected", f"{entry['key']}: {entry['error']}", reason=entry["refused"])
         if entry.get("error"):
             return {"status": "incorrect", "tests": tests, "shapes": shapes,
                     "error": f"{entry['key']}: {entry['error']}"[:4000]}
@@ -575,7 +632,7 @@ def _dry_targets(task, reference, runner, torch, doc):
     finally:
         runner.deadline = saved
         runner.timed_out = False  # a dry run that overran is killed with the runner, not reported as a timeout
-    if isinstance(reply.get("targets"), dict):
+    if reply.get("targets") is not None:
         _keep_facts(runner, doc, reply["targets"])
 
 
@@ -658,7 +715,7 @@ def _check_shape(task, reference, slots: Slots, shape, seed) -> dict:
         slots.fill(0, private)
     # The first call of a shape compiles the candidate's kernels (JIT) where it runs on a GPU.
     with PHASES.span("checks: candidate calls"):
-        reply = slots.call(0, timed=False)
+        reply = slots.call(0)
     out = slots.take(0)
     if reply["output"]:
         return {"key": key, "seed": seed, "ok": False, "message": reply["output"]}

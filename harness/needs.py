@@ -14,6 +14,7 @@ import hashlib
 import importlib.util
 import json
 import resource
+import os
 import traceback
 from pathlib import Path
 
@@ -148,29 +149,18 @@ def reason(exc: BaseException, on_gpu: bool) -> str:
     return f"the problem's own code failed here: {line[:300]}"
 
 
-# What a candidate's failure says the machine lacks, as opposed to a fault of the kernel:
-# torch's extension builder without a toolkit (a KernelBench kernel is often one).
-_NO_TOOLKIT = (("CUDA_HOME environment variable is not set", "needs the CUDA toolkit (nvcc; CUDA_HOME is not set)"),
-               ("ROCM_HOME environment variable is not set", "needs the ROCm toolkit (hipcc; ROCM_HOME is not set)"),
-               ("No such file or directory: 'nvcc'", "needs the CUDA toolkit (nvcc)"),
-               ("No such file or directory: 'hipcc'", "needs the ROCm toolkit (hipcc)"))
+def machine_lacks(on_gpu: bool) -> list[str]:
+    """What this machine lacks that kernels often need, by the judge's own probes: no GPU, no
+    toolkit to build an extension with. Never read from anything a candidate wrote, so a
+    kernel's failure keeps its own status: a "no driver" message the kernel prints cannot
+    turn a wrong kernel into "unsupported here". The result carries it as `lacks`."""
+    import shutil
 
-
-def candidate_lack(error: str | None, on_gpu: bool) -> str | None:
-    """`needs ...` when a candidate's compile or run error is the machine's lack (no GPU, no
-    toolkit to build its extension), else None. Read from text the candidate can write: it
-    only ever turns a failure into another status that ranks nothing."""
-    text = error or ""
-    for marker, why in _NO_TOOLKIT:
-        if marker in text:
-            return why
-    if not on_gpu and any(marker in text for marker in _NO_GPU):
-        return "needs a GPU"
-    if not on_gpu and "InterpreterError" in text and "fake tensor" in text:
-        # torch.compile traced a Triton kernel that Triton's interpreter runs: the kernel's
-        # loads meet dynamo's fake tensors (GPU MODE's vectorsum submission, seen on the CPU).
-        return "needs a GPU (torch.compile cannot trace a Triton kernel in Triton's CPU interpreter)"
-    return None
+    lacks = [] if on_gpu else ["no GPU (kernels run in Triton's CPU interpreter)"]
+    if not (os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or shutil.which("nvcc")):
+        if not (os.environ.get("ROCM_PATH") or os.environ.get("ROCM_HOME") or shutil.which("hipcc")):
+            lacks.append("no CUDA or ROCm toolkit (nvcc, hipcc) to build an extension with")
+    return lacks
 
 
 def _has_arch(arch: str, on_gpu: bool, torch) -> bool:

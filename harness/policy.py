@@ -7,6 +7,7 @@ pointless. A violation returns the rule's name, which becomes `rejected (<rule>)
 from __future__ import annotations
 
 import ast
+import re
 
 # Modules a kernel has no business importing: process spawning, networking, raw
 # memory, introspection of the harness's objects, and the timing functions.
@@ -38,7 +39,16 @@ FORBIDDEN_ATTRS = {
     "DisableTorchFunction": "disabling the op guard", "DisableTorchFunctionSubclass": "disabling the op guard",
     "_pop_torch_function_stack": "disabling the op guard", "_push_on_torch_function_stack": "disabling the op guard",
     "_set_torch_function_mode": "disabling the op guard",
+    "__getattribute__": "dynamic attribute access", "attrgetter": "dynamic attribute access",
+    "methodcaller": "dynamic attribute access", "load_library": "loading native code",
 }
+# Attribute names that reach the dispatcher's per-thread state, its registrations or its mode
+# stacks: the routes by which code in the runner could take the op trap off a call
+# (harness/guards.py). No kernel needs them; torch's own code that uses them is not the
+# candidate's source and is not read here.
+DISPATCH_STATE = re.compile(r"(?i)dispatch|torch_function|_pop_mode|_push_mode|_set_mode|autocast_enabled|"
+                            r"_ExcludeDispatch|_IncludeDispatch|_ForceDispatch|_PreserveDispatch|_DisableTorch|"
+                            r"_EnablePreDispatch|_dispatch_|_unset_.*mode|_set_.*mode")
 # Library entry points no kernel needs and every cheat of a family uses: work moved
 # off the timed stream or thread, and switching off the runtime op guard.
 FORBIDDEN_NAMES = {
@@ -47,7 +57,13 @@ FORBIDDEN_NAMES = {
     "torch.jit.fork": "deferred work", "torch.futures": "deferred work",
     "torch.multiprocessing": "process spawning", "torch.overrides": "disabling the op guard",
     "torch.utils._python_dispatch": "disabling the op guard",
+    "torch.library": "registering kernels", "torch._library": "registering kernels",
+    "torch._ops": "registering kernels", "torch._C._dispatch_library": "registering kernels",
+    "torch.utils.cpp_extension": "native code",
 }
+# Native code runs where neither the op trap nor this policy can see what it calls: refused
+# for problems that forbid library ops, allowed for the rest (KernelBench's CUDA extensions).
+NATIVE_CODE = ("torch.utils.cpp_extension",)
 # Documented torch.backends switches a kernel may set, each to the values that only make
 # its own math stricter or change which algorithm runs, never how exact the reference
 # is: reduced precision switched off, cuDNN's autotuner or determinism chosen. The
@@ -65,18 +81,53 @@ REACHED_MODULES = {"gc", "sys", "threading", "_thread", "importlib", "time", "os
                    "inspect", "builtins", "multiprocessing", "concurrent", "socket", "pickle", "signal"}
 
 
-def check(sources: dict[str, str], forbidden: list[str]) -> tuple[str, str] | None:
-    """Return (rule, detail) for the first violation in any source, else None."""
+def check(sources: dict[str, str], forbidden: list[str], computed_names: bool = False) -> tuple[str, str] | None:
+    """Return (rule, detail) for the first violation in any source, else None.
+
+    A problem that forbids library ops (`forbidden`) also refuses native code and every
+    route to the dispatcher's state; the others only the routes that undo a guard.
+    `computed_names`: let attribute names built at run time through (only the harness's own
+    tests of the defences behind this policy ask for it, through the judge's spec)."""
     for name, text in sources.items():
         try:
             tree = ast.parse(text, filename=name)
         except SyntaxError:
             continue  # reported as a compile error when the harness imports it; check the rest
-        violation = _check_tree(tree, forbidden)
+        violation = _check_tree(tree, forbidden, computed_names)
         if violation:
             rule, node = violation
             return rule, f"{name}:{getattr(node, 'lineno', '?')}: {ast.unparse(node)[:160]}"
     return None
+
+
+def _dynamic_getattr(node, parents) -> ast.AST | None:
+    """`getattr` reached other than as a call with a literal name: the node, else None.
+
+    A name built at run time (`getattr(torch, "_" + "C")`) is the one way past a read of
+    the source, so it is refused outright: `getattr(obj, "name")` and `getattr(obj, "name",
+    default)` stay allowed, as does hasattr."""
+    if not (isinstance(node, ast.Name) and node.id == "getattr"):
+        return None
+    call = parents.get(id(node))
+    if isinstance(call, ast.Call) and call.func is node and len(call.args) >= 2 \
+            and isinstance(call.args[1], ast.Constant) and isinstance(call.args[1].value, str):
+        return None
+    return call if isinstance(call, ast.Call) else node
+
+
+def _banned_name(full: str, forbidden) -> str | None:
+    """The rule a dotted name (an import's, or a use's) breaks among FORBIDDEN_NAMES, or None."""
+    for banned, why in FORBIDDEN_NAMES.items():
+        if banned in NATIVE_CODE and not forbidden:
+            continue
+        if full == banned or full.startswith(banned + "."):
+            return f"forbidden call: {banned} ({why})"
+    return None
+
+
+def _names_torch(text: str) -> bool:
+    """A string that spells a torch name (`"_dispatch_tls_..."`, `"torch._C..."`), not prose."""
+    return bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", text))
 
 
 def _dotted(node) -> str | None:
@@ -106,7 +157,7 @@ def _backend_switch(node, aliases) -> bool:
     return True
 
 
-def _check_tree(tree, forbidden):
+def _check_tree(tree, forbidden, computed_names=False):
     aliases = {}  # local name -> full dotted module path, from imports
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -115,6 +166,9 @@ def _check_tree(tree, forbidden):
                 if top in FORBIDDEN_MODULES:
                     return f"forbidden import: {alias.name} ({FORBIDDEN_MODULES[top]})", node
                 aliases[alias.asname or top] = alias.name if alias.asname else top
+                banned = _banned_name(alias.name, forbidden)
+                if banned:
+                    return banned, node
         elif isinstance(node, ast.ImportFrom):
             module = node.module or ""
             top = module.split(".")[0]
@@ -123,12 +177,26 @@ def _check_tree(tree, forbidden):
                 return f"forbidden import: {'.' * node.level}{module} ({why})", node
             for alias in node.names:
                 aliases[alias.asname or alias.name] = f"{module}.{alias.name}"
+                banned = _banned_name(f"{module}.{alias.name}", forbidden)
+                if banned:
+                    return banned, node
     allowed_stores = {id(t) for node in ast.walk(tree) if _backend_switch(node, aliases) for t in node.targets}
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     for node in ast.walk(tree):
         if id(node) in allowed_stores or (isinstance(node, ast.Assign) and all(id(t) in allowed_stores for t in node.targets)):
             continue
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in FORBIDDEN_CALLS:
             return f"forbidden call: {node.func.id} ({FORBIDDEN_CALLS[node.func.id]})", node
+        dynamic = None if computed_names else _dynamic_getattr(node, parents)
+        if dynamic is not None:
+            return "forbidden call: getattr with a computed name (dynamic attribute access)", dynamic
+        if isinstance(node, ast.Name) and node.id == "__builtins__" and not computed_names:
+            return "forbidden name: __builtins__ (dynamic attribute access)", node
+        if isinstance(node, ast.Attribute) and DISPATCH_STATE.search(node.attr):
+            return f"forbidden attribute: {node.attr} (the dispatcher's state, which holds the op guard)", node
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and DISPATCH_STATE.search(node.value) \
+                and forbidden and _names_torch(node.value):
+            return f"forbidden name: {node.value[:60]!r} (the dispatcher's state, which holds the op guard)", node
         if isinstance(node, ast.Attribute) and FORBIDDEN_ATTRS.get(node.attr):
             return f"forbidden attribute: {node.attr} ({FORBIDDEN_ATTRS[node.attr]})", node
         if isinstance(node, (ast.Attribute, ast.Name)):
@@ -139,9 +207,9 @@ def _check_tree(tree, forbidden):
                 for banned in forbidden:
                     if full == banned or full.startswith(banned + "."):
                         return f"forbidden by the problem: {banned}", node
-                for banned, why in FORBIDDEN_NAMES.items():
-                    if full == banned or full.startswith(banned + "."):
-                        return f"forbidden call: {banned} ({why})", node
+                banned = _banned_name(full, forbidden)
+                if banned:
+                    return banned, node
                 hidden = [p for p in full.split(".")[1:] if p in REACHED_MODULES]
                 if hidden and head in aliases:
                     return f"forbidden import: {hidden[0]} ({FORBIDDEN_MODULES[hidden[0]]}, reached through {head})", node

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from kgit_harness import kernelsplit
+from kgit_harness import kernelsplit, reported
 
 SCHEMA = "kgit.result/1"
 # "stopped": correct, but racing (harness/racing.py) ended its timing once it was clearly
@@ -67,6 +67,12 @@ class Result:
                 raise ValueError("each entry of 'shapes' needs 'key' and a number in 'mean_us'")
             if "kernels" in shape:  # (+) the runner's per-kernel split of one call, candidate-reported
                 kernelsplit.check_entry(shape["kernels"])
+        # Candidate-reported parts, held to their schemas (harness/reported.py): a malformed
+        # part is dropped with a note, never the whole document.
+        if self.targets is not None:
+            self.targets = reported.clean_targets(self.targets)
+        if self.confine is not None:
+            self.confine = reported.clean_confine(self.confine)
         if self.eval_s is not None and not _number(self.eval_s):
             raise ValueError(f"'eval_s' must be a number or null, not {self.eval_s!r}")
         if self.status == "ok":

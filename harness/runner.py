@@ -102,15 +102,12 @@ class Candidate:
         self.kernel, self.guards, self.clock = kernel, guards, clock
 
     @contextlib.contextmanager
-    def guarded(self, timed: bool = False):
-        """Runtime guards armed around the block; a failure inside becomes a Verdict.
-
-        Timing enters it before the start event and leaves it after the end event, so
-        the guards' own Python never sits between the events. `timed`: the guards that
-        add no host time to the ops a call makes (guards.Guards.armed).
-        """
+    def guarded(self):
+        """Runtime guards armed around the block, the same for every call; a failure inside
+        becomes a Verdict. Timing enters it before the start event (or clock) and leaves it
+        after the end, so the guards' own Python never sits between the two."""
         try:
-            with self.guards.armed(timed=timed):
+            with self.guards.armed():
                 yield
         except Verdict:
             raise
@@ -177,8 +174,13 @@ class Session:
         self.sock, self.setup, self.torch, self.on_gpu = sock, setup, torch, on_gpu
         self.output = setup.get("output")
         self.shapes: dict = {}
+        # Arenas kept mapped after the judge forgets them, on the CPU only: an address once
+        # handed to the kernel is then never handed out again in this evaluation.
+        self.retired: list = []
         self.candidate: Candidate | None = None
         self.split: kernelsplit.Session | None = None
+        self.rid = None  # the request being served: every message about it carries its id
+        self.after = None  # checks to run once the reply is sent (see serve)
 
     def serve(self) -> int:
         while True:
@@ -189,11 +191,31 @@ class Session:
             op = message["op"]
             if op == "bye":
                 return 0
+            self.rid, self.after = message.get("rid"), None
             try:
                 reply = getattr(self, "op_" + op)(message, fds)
             except Verdict as v:
                 reply = v.message()
-            channel.send(self.sock, reply)
+                self.after = None
+            self.tell(reply)
+            if self.after is not None:
+                # The runner's own checks of a call (guards, timers, threads), after its
+                # reply: outside whatever the judge's clock measures, so skipping them
+                # would gain a runner nothing. The judge reads this second message before
+                # its next request.
+                try:
+                    self.after()
+                    second = {"op": "checked"}
+                except Verdict as v:
+                    second = v.message()
+                self.tell(second)
+
+    def tell(self, message: dict):
+        channel.send(self.sock, {**message, "rid": self.rid})
+
+    def report(self, rule: str, detail: str):
+        """A guard tripped: the judge hears it now, before the candidate can do anything more."""
+        self.tell({"op": "violation", "rule": rule, "detail": detail[:4000]})
 
     # -- requests ------------------------------------------------------------------
     def op_load(self, message, fds) -> dict:
@@ -202,7 +224,7 @@ class Session:
         self.output = self.setup.get("output")
         torch, setup = self.torch, self.setup
         candidate_dir = Path(setup["candidate_dir"])
-        guards = Guards(torch, list(setup.get("forbidden") or []), None)
+        guards = Guards(torch, list(setup.get("forbidden") or []), None, report=self.report)
         clock = timing.Clock(torch, self.on_gpu)
         guards.snapshot_threads()
         # The backend settings the reference ran under (TF32 off, deterministic algorithms):
@@ -241,64 +263,76 @@ class Session:
         return {"op": "done"}
 
     def op_forget(self, message, fds) -> dict:
-        self.shapes.pop(message["id"], None)
+        gone = self.shapes.pop(message["id"], None)
+        if gone is not None and not self.on_gpu:
+            self.retired.append(gone[2])
         return {"op": "done"}
 
     def _target(self, data, out):
         return out if out is not None else problem.pick_output(data, self.output)
 
     def op_call(self, message, fds) -> dict:
-        """One call; timed with events (GPU) or the host clock (CPU) when asked."""
+        """One call: untimed, or timed by the clock the judge names (`clock`: events or wall)."""
         slots = self.shapes[message["id"]][0]
         data, out_buffer = slots[int(message["slot"])]
         cand = self.candidate
+        self.after = cand.verify
         if message.get("empty"):
             # The judge's measure of its own round trip: everything but the kernel.
             self._sync()
             return {"op": "done", "us": 0.0, "host_us": 0.0, "output": None}
-        if message.get("timed"):
-            out, us, host_us = cand.clock.time_call(lambda: cand.kernel(data), cand.guarded(timed=True))
+        clock = message.get("clock")
+        if clock in ("events", "wall"):
+            out, us, host_us = cand.clock.time_call(lambda: cand.kernel(data), cand.guarded(), clock=clock,
+                                                    flush=bool(message.get("flush", True)))
         else:
             with cand.guarded():
                 out = cand.kernel(data)
             us = host_us = 0.0
-        cand.verify()
         copied = cand.clock.perf_counter()
         why = deliver(self.torch, out, self._target(data, out_buffer), out_buffer is None)
-        if message.get("timed"):
+        if clock:
             # Back-to-back calls pay for the copy-out too: part of the host time the judge allows.
             host_us += (cand.clock.perf_counter() - copied) * 1e6
         self._sync()
-        cand.verify()
         return {"op": "done", "us": us, "host_us": host_us, "output": why}
 
     def op_batch(self, message, fds) -> dict:
-        """Back-to-back calls without flushes, ended by a device-wide synchronize."""
+        """Back-to-back calls ended by a device-wide synchronize; `timed`: after an L2 flush,
+        between one pair of events, the figure a call being the pair's time over the calls."""
         slots = self.shapes[message["id"]][0]
         chosen = [slots[int(i)] for i in message["slots"]]
         cand = self.candidate
         clock = cand.clock
+        self.after = lambda: cand.verify(trap=False)
         results = []
+        timed = bool(message.get("timed")) and self.on_gpu
+        if timed:
+            self._sync()
+            clock.flush.zero_()
+            clock.hold_gpu()
         started = clock.perf_counter()
         if self.on_gpu:
             clock.start.record()
         if not message.get("empty"):
-            with cand.guarded(timed=True):
+            with cand.guarded():
                 for data, _ in chosen:
                     results.append(cand.kernel(data))
-            cand.verify(trap=False)
         launched = clock.perf_counter()
+        if timed:
+            clock.end.record()
         whys = [deliver(self.torch, out, self._target(data, buf), buf is None)
                 for out, (data, buf) in zip(results, chosen)]
-        if self.on_gpu:
+        if self.on_gpu and not timed:
             clock.end.record()
         # Host time of the launches and copy-outs, before the wait: work the GPU still has
         # to do after them (a side stream, escaped work) is not in it.
         delivered = clock.perf_counter()
         self._sync()
-        cand.verify(trap=False)
-        # Diagnostics only (benchmarks/harness_fidelity.py prints them; nothing ranks on them):
-        # where the runner's share of the judge's clock went.
+        if timed:
+            clock.host_us = (launched - started) * 1e6
+        # Diagnostics (benchmarks/harness_fidelity.py prints them; nothing ranks on them) and,
+        # `timed`, the events over the calls alone.
         span_us = clock.start.elapsed_time(clock.end) * 1e3 if self.on_gpu else 0.0
         return {"op": "done", "output": next((w for w in whys if w), None), "host_us": (delivered - started) * 1e6,
                 "launch_us": (launched - started) * 1e6, "span_us": span_us,
@@ -324,11 +358,11 @@ class Session:
         cand = self.candidate
 
         def call():
-            with cand.guarded(timed=True):
+            with cand.guarded():
                 cand.kernel(data)
 
         self.split.call(call)
-        cand.verify()
+        self.after = cand.verify
         return {"op": "done"}
 
     def op_kernels_stop(self, message, fds) -> dict:
@@ -436,7 +470,7 @@ def main(argv=None) -> int:
     if on_gpu:
         torch.empty(1, device="cuda")  # the device context, before the candidate arrives
     marks["runner ready"] = time.monotonic()
-    channel.send(sock, {"op": "ready", "confine": report, "on_gpu": on_gpu, "marks": marks})
+    channel.send(sock, {"op": "ready", "confine": report, "on_gpu": on_gpu, "marks": marks, "rid": setup.get("rid")})
     code = Session(sock, setup, torch, on_gpu).serve()
     # Interpreter shutdown with torch and triton loaded takes up to seconds, and nothing
     # here needs it: the judge has every answer already.

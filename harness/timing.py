@@ -57,22 +57,36 @@ CALIBRATION_BYTES = {True: 64 << 20, False: 64 << 10}  # on a GPU, on the CPU
 class Calibration:
     """What the judge measured before the candidate was imported (no candidate code had run).
 
-    The caps on the two judge-clock figures the runner could inflate later: an empty
-    request's round trip, and the judge's copy of the outputs.
+    The caps on the judge-clock figures the runner could inflate later: an empty request's
+    round trip, the judge's copy of the outputs and its fill of a slot; and the floor no
+    honest call can go below: the fastest empty round trip.
     """
 
     ping_us: float
     copy_fixed_us: float
     copy_us_per_byte: float
+    ping_min_us: float = 0.0
 
     def copy_us(self, data) -> float:
         """The judge's copy of `data` (a tensor or a tree of them), by its pre-candidate model."""
         found = shared.tensors(data)
         return len(found) * self.copy_fixed_us + sum(t.numel() * t.element_size() for t in found) * self.copy_us_per_byte
 
+    def fill_us(self, private, out) -> float:
+        """The judge's fill of a slot: its inputs copied in and its output poisoned (about a copy)."""
+        return self.copy_us(private) + self.copy_us(out)
+
+    def floor_us(self, out) -> float:
+        """The least any call can take on the judge's clock: the fastest empty request, with its output copied."""
+        return self.ping_min_us + self.copy_us(out)
+
 
 # For in-process tests of measure's logic, where no runner exists to calibrate against.
 UNCAPPED = Calibration(math.inf, math.inf, 0.0)
+# A shape whose calls take, by the judge's clock (median), less than this share of the empty
+# round trip measured before the candidate arrived is refused: no work is that cheap.
+FLOOR_RATIO = 0.5
+FLOOR_REASON = "faster than an empty request"
 
 
 def calibrate(ping, torch, on_gpu: bool, repeats: int = 5) -> Calibration:
@@ -97,7 +111,51 @@ def calibrate(ping, torch, on_gpu: bool, repeats: int = 5) -> Calibration:
         return min(times)
 
     fixed = copy_us(small)
-    return Calibration(statistics.median(pings), fixed, max(copy_us(big) - fixed, 0.0) / size)
+    return Calibration(statistics.median(pings), fixed, max(copy_us(big) - fixed, 0.0) / size, min(pings))
+
+
+@dataclass
+class Timed:
+    """One call as the judge's clock saw it (see `timed_call`)."""
+
+    reply: dict
+    out: object  # the judge's private copy of the output
+    fill_us: float  # the fill's time, subtracted (at most its calibrated cap)
+    call_us: float  # the rest: request sent to output copied
+
+
+def timed_call(slots, slot: int, private, calibration: Calibration, **request) -> Timed:
+    """Fill `slot` with `private`, call it, take the output: the judge's clock around all three.
+
+    The clock starts before the first byte of the input is where the runner can see it, so
+    no work on the inputs can happen before it. The fill (the judge's own work) is
+    subtracted as measured, at most CAP_RATIO x its pre-candidate model: a runner that
+    slows it down only makes its own figure worse. The runner's own checks of the call
+    arrive after this, outside the clock (`drain`).
+    """
+    clock = time.perf_counter
+    t0 = clock()
+    slots.fill(slot, private)
+    t1 = clock()
+    reply = slots.call(slot, **request)
+    out = slots.take(slot)
+    t2 = clock()
+    slots.drain()
+    fill = min((t1 - t0) * 1e6, CAP_RATIO * calibration.fill_us(private, out))
+    return Timed(reply, out, fill, (t2 - t0) * 1e6 - fill)
+
+
+def floor_verdict(call_us: list[float], calibration: Calibration, out) -> str | None:
+    """Why a shape's calls are refused as cheaper than an empty request, or None."""
+    if not call_us or calibration.ping_min_us <= 0:
+        return None
+    median, floor = statistics.median(call_us), FLOOR_RATIO * calibration.floor_us(out)
+    if median < floor:
+        return (f"calls took {median:.1f} us by the judge's clock (median, from the fill of the inputs to the "
+                f"output copied), less than {FLOOR_RATIO:g} x the fastest empty request measured before the "
+                f"kernel was loaded ({calibration.floor_us(out):.1f} us): the work was done before the judge "
+                "asked for it")
+    return None
 
 
 
@@ -153,11 +211,16 @@ class Clock:
     def tampered(self) -> list[str]:
         return [name for name, (owner, attr, value) in self.originals.items() if getattr(owner, attr, None) is not value]
 
-    def time_call(self, call, region):
-        """(output, device-or-host microseconds, host microseconds spent inside the call).
+    def time_call(self, call, region, clock: str = "events", flush: bool = True):
+        """(output, the call's microseconds by `clock`, host microseconds spent inside the call).
 
-        `region` (the runtime guards) is entered before the start event and left after
-        the end event, so only the call itself lies between the two.
+        `region` (the runtime guards) is entered before the clock starts and left after it
+        stops, so only the call itself lies between the two. On a GPU, `clock`:
+        - events: device events around the call; with `flush`, after an L2 flush and a GPU
+          hold (see hold_gpu), else on an idle GPU, launch latency included;
+        - wall: the host's clock from a synchronized GPU to the synchronize after the call,
+          as GPU MODE's AMD leaderboard times a submission.
+        In the CPU interpreter every clock is the host's, around the call.
         """
         if not self.on_gpu:
             with region:
@@ -165,13 +228,23 @@ class Clock:
                 out = call()
                 t1 = self.perf_counter()
             return out, (t1 - t0) * 1e6, (t1 - t0) * 1e6
+        if clock == "wall":
+            with region:
+                self.synchronize()
+                t0 = self.perf_counter()
+                out = call()
+                h1 = self.perf_counter()
+                self.synchronize()
+                t1 = self.perf_counter()
+            return out, (t1 - t0) * 1e6, (h1 - t0) * 1e6
         self.synchronize()
-        # The flush runs ahead of the start event with no synchronize in between, as in
-        # triton.testing.do_bench: the host launches the call while the flush still runs,
-        # so launch latency is not counted when the GPU is the bottleneck.
-        self.flush.zero_()
-        self.hold_gpu()
         entered = self.perf_counter()
+        if flush:
+            # The flush runs ahead of the start event with no synchronize in between, as in
+            # triton.testing.do_bench: the host launches the call while the flush still runs,
+            # so launch latency is not counted when the GPU is the bottleneck.
+            self.flush.zero_()
+            self.hold_gpu()
         with region:
             self.start.record()
             h0 = self.perf_counter()
@@ -231,24 +304,22 @@ def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
     clock = time.perf_counter
     for i in range(warmup):
         slots.fill(0, checking.make_input(reference, shape, seed(1000 + i)))
-        slots.call(0, timed=False)
+        slots.call(0)
     round_trip = _round_trip_us(slots, clock, calibration)
 
     kept = Reservoir(RECHECKED, random.Random(rng_seed))
-    times, judge_times, host_call = [], [], []
+    times, judge_times, host_call, call_us = [], [], [], []
     spent_start = clock()
     i = 0
     while True:
         with PHASES.span("timing: inputs"):
             private = first if i == 0 else checking.make_input(reference, shape, seed(i))
-            slots.fill(0, private)
-        t0 = clock()
-        reply = slots.call(0, timed=True)
-        out = slots.take(0)
-        raw_us = (clock() - t0) * 1e6
+        timed = timed_call(slots, 0, private, calibration, clock="events")
+        reply, out = timed.reply, timed.out
+        call_us.append(timed.call_us)
         # A call cheaper than the round trip's noise (a torch kernel on a tiny CPU shape, on
         # a loaded host) would go to zero or below: a hundredth of the raw figure is the floor.
-        judge_us = max(raw_us - round_trip, raw_us / 100)
+        judge_us = max(timed.call_us - round_trip, timed.call_us / 100)
         if reply["output"]:
             return {"error": f"timed repetition {i}: {reply['output']}", **_stats(times or [0.0])}
         ok, message = checking.inputs_unchanged(private, slots.data(0), task.output)
@@ -269,6 +340,9 @@ def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
     if all(k[0] != last[0] for k in kept):
         kept.append(last)  # a kernel that decays over time is caught by its last call
 
+    floor = floor_verdict(call_us, calibration, out)
+    if floor:
+        return {"error": floor, "refused": FLOOR_REASON, **_stats(times)}
     stats = _stats(times)
     stats["clock"] = "events" if on_gpu else "judge"
     stats["judge_call_us"] = statistics.fmean(judge_times)
@@ -294,11 +368,12 @@ def _round_trip_us(slots, clock, calibration: Calibration, repeats: int = 5) -> 
     requests, copies = [], []
     for _ in range(repeats):
         t0 = clock()
-        slots.call(0, timed=False, empty=True)
+        slots.call(0, empty=True)
         t1 = clock()
         out = slots.take(0)
         checking.sync(slots.torch)
         t2 = clock()
+        slots.drain()
         requests.append((t1 - t0) * 1e6)
         copies.append((t2 - t1) * 1e6)
     return (min(statistics.median(requests), CAP_RATIO * calibration.ping_us)
@@ -324,6 +399,7 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
         outs = [slots.take(j) for j in chosen]
         checking.sync(slots.torch)
         t2 = clock()
+        slots.drain()
         requests.append((t1 - t0) * 1e6)
         copies.append((t2 - t1) * 1e6)
     request = min(statistics.median(requests), CAP_RATIO * calibration.ping_us)
@@ -336,18 +412,24 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
     # allowing its size anyway let a side-stream cheat's 256 MB vector_add pass as launch-bound.
     stats["copy_out_us"] = stats["copy_us"] if task.output is None else 0.0
     samples, runner_host, diagnostics = [], [], {"launch_us": [], "span_us": [], "served_us": []}
+    spans = []  # per call: fill start to outputs copied, the fill subtracted (the floor's figure)
     for r in range(BATCH_SAMPLES_MAX):
-        inputs = []
         with PHASES.span("timing: batch inputs"):
-            for j in chosen:
-                private = checking.make_input(reference, shape, seed(2000 + r * BATCH_MAX + j))
-                slots.fill(j, private)
-                inputs.append(private)
+            inputs = [checking.make_input(reference, shape, seed(2000 + r * BATCH_MAX + j)) for j in chosen]
+        # The clock starts before the inputs are where the runner can see them (timed_call).
         t0 = clock()
+        for j, private in zip(chosen, inputs):
+            slots.fill(j, private)
+        t_filled = clock()
         reply = slots.batch(chosen)
         outs = [slots.take(j) for j in chosen]
         checking.sync(slots.torch)
-        samples.append(max((clock() - t0) * 1e6 - request - copy, 0.0) / len(chosen))
+        t2 = clock()
+        slots.drain()
+        fill = min((t_filled - t0) * 1e6, CAP_RATIO * sum(calibration.fill_us(p, o) for p, o in zip(inputs, outs)))
+        total = (t2 - t0) * 1e6 - fill
+        spans.append(total / len(chosen))
+        samples.append(max(total - request - copy, 0.0) / len(chosen))
         runner_host.append(reply["host_us"] / len(chosen))
         for key, values in diagnostics.items():
             if reply.get(key) is not None:
@@ -366,6 +448,10 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
         if len(samples) >= BATCH_SAMPLES_MIN and (statistics.median(samples) <= events_bound(stats)
                                                   or _rse(samples) < target_rse):
             break
+    floor = floor_verdict([(span * len(chosen)) for span in spans], calibration, outs[0] if len(outs) == 1 else outs)
+    if floor:
+        stats["refused"] = FLOOR_REASON
+        return f"back-to-back {floor}"
     stats["judge_batch"] = _stats(samples)
     stats["host_batch_us"] = statistics.median(samples)
     stats["runner_batch_host_us"] = statistics.median(runner_host)

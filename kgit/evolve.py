@@ -451,7 +451,10 @@ def _feedback(result: Evaluation) -> str:
             "unsupported": "The kernel cannot run on this machine"}.get(status, status)
     reason = f" ({result.reason})" if result.reason else ""
     error = context_mod.candidate_error(result.error or "").strip()
-    return f"{head}{reason}.\n\n{error[-ERROR_CHARS:]}"
+    lacks = result.result.extra.get("lacks")
+    machine = (f"\n\nThis machine, by the harness's own probe: {'; '.join(map(str, lacks))}."
+               if isinstance(lacks, list) and lacks else "")
+    return f"{head}{reason}.\n\n{error[-ERROR_CHARS:]}{machine}"
 
 
 # -- entry points --------------------------------------------------------------------

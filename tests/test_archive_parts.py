@@ -160,7 +160,7 @@ def _from_raw_trailers(a: Attempt) -> dict:
                 out[t.attr] = None
         elif t.kind == "family":
             out[t.attr] = {t.decode(k[len(t.key):]): v[-1] for k, v in a.trailers.items()
-                           if k.startswith(t.key) and len(k) > len(t.key)}  # a family key names something
+                           if k.startswith(t.key) and t.decode(k[len(t.key):]) in t.names}  # names in its table
         else:
             times = {}
             for value in values or []:
@@ -170,7 +170,24 @@ def _from_raw_trailers(a: Attempt) -> dict:
                 except ValueError:
                     continue
             out[t.attr] = times
+    # A key written twice (a shape twice) cannot be kgit's own: the attempt is refused.
+    counts = {k: len(v) for k, v in a.trailers.items()}
+    shapes = [value.rpartition(" ")[0] for value in a.trailers.get("Kgit-Time-us", [])
+              if _is_float(value.rpartition(" ")[2])]
+    twice = [k for k, n in counts.items() if n > 1 and (k in tr.BY_KEY and tr.BY_KEY[k].kind != "times"
+                                                         or tr.family_of(k))]
+    if twice or len(shapes) != len(set(shapes)):
+        out.update(status="refused", reason="malformed trailers", geomean=None, speedup=None, speedup_baseline=None,
+                   times={})
     return out
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 LINE_KEYS = st.sampled_from(["Kgit-Experiment", "Kgit-Attempt", "Kgit-Time-us", "Kgit-Geomean-us", "Kgit-Status",
@@ -186,4 +203,7 @@ def test_typed_attributes_agree_with_the_raw_trailers(lines):
     a = Attempt("s" * 40, [], "", "", "", 0, "", block)
     expected = _from_raw_trailers(a)
     got = {t.attr: getattr(a, t.attr) for t in tr.SCHEMA}
+    if got["status"] == "refused":
+        assert got["reason"].startswith("malformed trailers: ")
+        got["reason"] = "malformed trailers"
     assert repr(sorted(got.items())) == repr(sorted(expected.items()))  # repr: nan equals nan

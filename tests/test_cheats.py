@@ -7,6 +7,8 @@ Cheats run the harness in a child process (see tests/cheats/__init__.py); the
 from __future__ import annotations
 
 import importlib.util
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -135,11 +137,19 @@ def test_a_forged_result_through_the_real_child_is_not_the_verdict(kernel_repo, 
     assert '"status": "ok"' in doc["stdout"]  # the forgery was written; kgit never parses stdout
 
 
-@pytest.mark.parametrize("name", ["patched_checker", "patched_torch", "lying_mode"])
-def test_nan_outputs_fail_whatever_the_candidate_patches_in_its_own_process(tmp_path, name):
-    doc = run_harness(tmp_path, name)
+def test_nan_outputs_fail_whatever_the_candidate_patches_in_its_own_process(tmp_path):
+    doc = run_harness(tmp_path, "lying_mode")
     assert doc["status"] == "incorrect", _last_error(doc)
     assert "NaN or Inf" in doc["error"]
+
+
+@pytest.mark.parametrize("name", ["patched_checker", "patched_torch"])
+def test_patching_through_a_computed_attribute_name_is_refused_before_it_runs(tmp_path, name):
+    # Both reach __setattr__ through getattr with a name built at run time, the one route past
+    # a read of the source; behind that line the judge's own checker decides (lying_mode above).
+    doc = run_harness(tmp_path, name)
+    assert (doc["status"], doc["reason"]) == ("rejected", "forbidden call: getattr with a computed name "
+                                              "(dynamic attribute access)"), _last_error(doc)
 
 
 def test_a_patched_clock_on_the_stack_does_not_change_the_judges_figure(tmp_path):
@@ -305,3 +315,51 @@ def test_gpu_l2_is_flushed_between_timed_calls(tmp_path):
     warm = sorted(warm_times)[len(warm_times) // 2]
     assert harness >= 0.9 * cold, (harness, cold, warm)
     assert harness > 1.1 * warm, (harness, cold, warm)
+
+
+# ---- what a hostile runner reports, and when (issue: nothing the runner says reaches the archive unchecked) ----
+
+@pytest.mark.parametrize("name", ["timed_only_inference", "guard_flag_cleared"])
+def test_a_forbidden_op_in_timed_calls_only_is_caught_whatever_it_skips(tmp_path, name):
+    # Inference mode skips autograd's keys, and the trap no longer asks a flag the kernel can
+    # clear: the same guard sits at a key every call's dispatch passes.
+    doc = run_harness(tmp_path, name)
+    assert (doc["status"], doc["reason"]) == ("rejected", "forbidden by the problem: torch.softmax"), _last_error(doc)
+
+
+def test_every_computed_name_cheat_is_refused_first(tmp_path):
+    # Under the whole policy, as kgit evaluates: the names built at run time never run.
+    for name in ("timed_only_inference", "guard_flag_cleared", "patched_clock", "gc_reference"):
+        doc = run_harness(tmp_path / name, name, computed_names=False)
+        assert doc["status"] == "rejected" and "computed name" in doc["reason"], (name, doc["reason"])
+
+
+def _hostile(mode: str) -> list[str]:
+    return [sys.executable, str(Path(__file__).with_name("hostile_runner.py")), mode, "--"]
+
+
+def test_forged_build_facts_keep_only_the_targets_asked_for_and_the_kernels_the_source_defines(tmp_path):
+    doc = run_harness(tmp_path, problem="vector_add", code=baseline("vector_add"), targets=["gfx942", "sm_90a"],
+                      runner_prefix=_hostile("forge-targets"))
+    assert doc["status"] == "ok", _last_error(doc)
+    facts = doc["targets"]
+    assert set(facts["results"]) == {"gfx942", "sm_90a"} and facts["reported_by"] == "candidate"
+    assert facts["results"]["gfx942"]["kernels"] == [] and facts["results"]["gfx942"]["builds"] is None
+    assert len(facts["results"]["gfx942"]["error"]) <= 300
+    dropped = " ".join(facts["dropped"])
+    assert "not asked for" in dropped and "_kernel_the_source_lacks" in dropped and "notes" in dropped
+
+
+def test_a_reply_sent_ahead_of_its_request_is_a_broken_protocol(tmp_path):
+    doc = run_harness(tmp_path, problem="vector_add", code=baseline("vector_add"),
+                      runner_prefix=_hostile("reply-ahead"))
+    assert (doc["status"], doc["reason"]) == ("rejected", "broken channel protocol"), _last_error(doc)
+
+
+def test_the_runners_own_checks_are_outside_the_judges_clock(tmp_path):
+    # Each call's checks take 100 ms in this runner; the judge's figure of a call of a few ms
+    # must not hold them, so an honest runner's checks cost its figure nothing.
+    doc = run_harness(tmp_path, problem="vector_add", code=baseline("vector_add"),
+                      runner_prefix=_hostile("slow-checks"))
+    assert doc["status"] == "ok", _last_error(doc)
+    assert all(s["mean_us"] < 80_000 for s in doc["shapes"]), [s["mean_us"] for s in doc["shapes"]]

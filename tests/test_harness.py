@@ -111,33 +111,53 @@ def test_op_guard_trips_on_forbidden_ops_however_reached():
     assert guards.violation is None
 
 
-def test_timed_calls_catch_forbidden_ops_with_no_mode_on_the_dispatch_stack():
-    # The timed guard adds nothing to the ops a call is allowed: no TorchDispatchMode is
-    # armed, yet aliases of a forbidden op still trip it, through its autograd kernels.
+def test_every_call_has_the_same_op_guard_and_it_catches_what_skips_autograd():
+    # One policy for every call, with nothing on the dispatch stack a kernel could read to tell
+    # a timed call from a checked one; the trap sits at a key every dispatch of the thread
+    # passes, so inference mode, a dispatch below autograd and a custom op's body meet it.
     guards = Guards(torch, ["torch.matmul", "torch.softmax"], None)
     guards.snapshot_threads()
     a = torch.ones(4, 4)
+    torch.library.define("kgit_test::smx", "(Tensor x) -> Tensor")
+    torch.library.impl("kgit_test::smx", "CPU")(lambda x: torch.softmax(x, -1))
+
+    def inference():
+        with torch.inference_mode():
+            torch.ones(4, 4) @ torch.ones(4, 4)
+
+    def below_autograd():
+        with torch._C._AutoDispatchBelowAutograd():
+            torch.softmax(a, -1)
+
     for call in (lambda: a @ a, lambda: torch.ops.aten.mm.default(a, a), lambda: torch.linalg.matmul(a, a),
-                 lambda: torch.mm(a, a, out=torch.empty(4, 4)), lambda: torch._softmax(a, -1, False)):
+                 lambda: torch.mm(a, a, out=torch.empty(4, 4)), lambda: torch._softmax(a, -1, False),
+                 inference, below_autograd, lambda: torch.ops.kgit_test.smx(a)):
         guards.violation = None
         with pytest.raises(Tripped):
-            with guards.armed(timed=True):
+            with guards.armed():
                 assert torch._C._len_torch_dispatch_stack() == 0
                 call()
-        assert guards.violation[0].startswith("forbidden by the problem: torch.")
+        assert guards.violation[0].startswith("forbidden by the problem: torch."), call
     guards.violation = None
-    with guards.armed(timed=True):
+    with guards.armed():
         b = (a * 2).exp()
     assert guards.violation is None and torch.equal(a @ a, torch.full((4, 4), 4.0)) and b[0, 0] > 7
-    # Inference mode skips the autograd keys: the untimed calls' mode still sees it.
-    with torch.inference_mode():
-        c = torch.ones(4, 4)
-        with guards.armed(timed=True):
-            c @ c
-        assert guards.violation is None
-        with pytest.raises(Tripped):
-            with guards.armed():
-                c @ c
+
+
+def test_a_trip_is_reported_at_once_and_taking_the_key_off_is_a_violation():
+    told = []
+    guards = Guards(torch, ["torch.softmax"], None, report=lambda rule, detail: told.append(rule))
+    with guards.armed():
+        try:
+            torch.softmax(torch.ones(3), 0)
+        except BaseException:  # noqa: BLE001 - what a cheat would write
+            pass
+        guards.violation = None  # a cheat that could reach the record: the judge heard already
+    assert told == ["forbidden by the problem: torch.softmax"]
+    guards = Guards(torch, ["torch.softmax"], None)
+    with guards.armed():
+        torch._C._dispatch_tls_set_dispatch_key_included(guards._key, False)
+    assert guards.violation == ("op guard removed", "the kernel took the harness's dispatch key off its thread")
 
 
 _REGISTER_OVER_THE_TRAP = """
@@ -150,7 +170,7 @@ assert guards.violation is None, guards.violation
 lib = torch.library.Library("aten", "IMPL")
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    lib.impl("bmm", lambda *args: torch.zeros(1), "AutogradCPU")  # what a cheat could register
+    lib.impl("bmm", lambda *args: torch.zeros(1), torch._C._dispatch_key_name(guards._key))  # what a cheat could register
 guards.after_call(trap=False)
 print("after a batch:", guards.violation)
 guards.after_call()
@@ -236,16 +256,16 @@ def test_gc_hunting_trips_the_audit_hook():
 
 
 def test_a_removed_op_guard_is_a_violation():
-    from torch.utils._python_dispatch import _pop_mode
-
     guards = Guards(torch, ["torch.add"], None)
     with guards.armed():
-        _pop_mode()  # what a cheat reaching torch's dispatch stack could do
-    assert guards.violation == ("op guard removed", "the kernel removed the harness's TorchDispatchMode")
+        # What a cheat reaching torch's dispatch-key state could do (the static policy forbids the name).
+        torch._C._dispatch_tls_set_dispatch_key_excluded(guards._key, True)
+    torch._C._dispatch_tls_set_dispatch_key_excluded(guards._key, False)
+    assert guards.violation == ("op guard removed", "the kernel took the harness's dispatch key off its thread")
 
     # A name with no ATen op found for it keeps the Python-name guard, checked the same way.
     guards = Guards(torch, ["torch.cuda.set_sync_debug_mode"], None)
-    assert guards._mode is not None and guards._dispatch_mode is None
+    assert guards._mode is not None and guards._key is None
     with guards.armed():
         torch._C._pop_torch_function_stack()
     assert guards.violation == ("op guard removed", "the kernel removed the harness's TorchFunctionMode")
@@ -257,7 +277,7 @@ def test_names_the_aten_guard_covers_get_no_python_name_guard():
     for name in ("vector_add", "softmax", "fp8_blockscale_gemm"):
         forbidden = problem.load_task(problem.shipped()[name]).forbidden
         guards = Guards(torch, list(forbidden), None)
-        assert guards._mode is None and guards._dispatch_mode is not None, name
+        assert guards._mode is None and guards._key is not None, name
         assert set(guards._aten.values()) <= set(forbidden)
     guards = Guards(torch, ["torch.softmax", "torch.nn.functional.softmax"], None)
     for call in (lambda x: torch.softmax(x, -1), lambda x: torch.nn.functional.softmax(x, -1),
@@ -414,12 +434,15 @@ class _InProcessSlots:
     def _tensors(data):
         return [t for t in data if isinstance(t, torch.Tensor)]
 
-    def call(self, slot, *, timed, empty=False):
+    def call(self, slot, *, clock=None, flush=True, empty=False):
         if not empty:
             self.fn(self.slots[slot])
         return {"us": 1.0, "host_us": 1.0, "output": None}
 
-    def batch(self, slots, *, empty=False):
+    def drain(self):
+        pass
+
+    def batch(self, slots, *, empty=False, timed=False):
         if not empty:
             for s in slots:
                 self.fn(self.slots[s])
@@ -637,7 +660,7 @@ class _ReportingSlots(_InProcessSlots):
         super().__init__(fn, sample, count, output)
         self.us, self.host_us, self.empty_s = us, host_us, empty_s
 
-    def call(self, slot, *, timed, empty=False):
+    def call(self, slot, *, clock=None, flush=True, empty=False):
         t0 = time.perf_counter()
         if empty:
             time.sleep(self.empty_s)
@@ -647,7 +670,7 @@ class _ReportingSlots(_InProcessSlots):
         return {"us": honest if self.us is None else self.us,
                 "host_us": honest if self.host_us is None else self.host_us, "output": None}
 
-    def batch(self, slots, *, empty=False):
+    def batch(self, slots, *, empty=False, timed=False):
         t0 = time.perf_counter()
         if empty:
             time.sleep(self.empty_s)

@@ -221,11 +221,11 @@ def test_target_names_are_checked_in_task_and_config(tmp_path):
 
 
 def _doc(status="ok", amd_builds=True):
-    amd = ({"builds": True, "error": None, "kernels": [{"vgpr": 128, "agpr": 0, "lds_bytes": 65536,
+    amd = ({"builds": True, "error": None, "kernels": [{"kernel": "_k", "vgpr": 128, "agpr": 0, "lds_bytes": 65536,
                                                        "scratch_bytes": 0, "vgpr_spill": 0, "occupancy": 2}]}
            if amd_builds else {"builds": False, "error": "RuntimeError: boom", "kernels": []})
-    nv = {"builds": True, "error": None, "kernels": [{"registers": 96, "shared_bytes": 1536, "spill_bytes": 8,
-                                                      "occupancy": 4}]}
+    nv = {"builds": True, "error": None, "kernels": [{"kernel": "_k", "registers": 96, "shared_bytes": 1536,
+                                                      "spill_bytes": 8, "occupancy": 4}]}
     return Result(status=status, error=None, reason=None, geomean_us=1.0,
                   targets={"triton": "3.9.0", "results": {"gfx942": amd, "sm_90a": nv}})
 

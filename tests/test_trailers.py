@@ -75,7 +75,7 @@ def test_parse_log_skips_non_kgit_commits():
 
 # -- the build-target family: written by both commit sites, read back by `kgit log --json` ------
 TARGET_FACTS = {"triton": "3.9.0", "results": {
-    "gfx942": {"builds": True, "error": None, "kernels": [{"vgpr": 128, "agpr": 0, "lds_bytes": 65536,
+    "gfx942": {"builds": True, "error": None, "kernels": [{"kernel": "_k", "vgpr": 128, "agpr": 0, "lds_bytes": 65536,
                                                           "scratch_bytes": 0, "vgpr_spill": 0, "occupancy": 2}]},
     "sm_90a": {"builds": False, "error": "RuntimeError: boom", "kernels": []}}}
 TARGET_LINES = {"gfx942": "builds; vgpr 128, lds 64 KiB, spill 0, occupancy 2", "sm_90a": "fails: RuntimeError: boom"}

@@ -22,6 +22,9 @@ from kgit.archive import trailers as tr
 FIELDS = ["%H", "%P", "%T", "%an", "%ae", "%at", "%B"]
 LOG_FORMAT = "%x1f".join(FIELDS)
 _TRAILER_LINE = re.compile(r"^(Kgit-[A-Za-z0-9-]+): ?(.*)$", re.M)
+# Kept at the end of an attempt's trailer block in memory (never in git: a message cannot hold
+# NUL) when lines of its body read as kgit trailers, which kgit's writer never leaves there.
+BODY_TRAILERS = "\x00kgit: trailers in the body"
 
 
 @dataclass
@@ -54,18 +57,27 @@ class Attempt:
         last: dict[str, str] = {}
         repeated: dict[str, list[str]] = {}
         families: dict[str, dict[str, str]] = {}
+        refused = None  # why this commit's trailers cannot be kgit's own
         for line in self.block.split("\n"):
+            if line == BODY_TRAILERS:
+                refused = "lines of its message body read as kgit trailers"
+                continue
             key, sep, value = line.partition(":")
             if not sep:
                 continue
             if key in _REPEATED:
                 repeated.setdefault(key, []).append(value)
             elif key in tr.BY_KEY:
+                if key in last:
+                    refused = f"{key} appears more than once"
                 last[key] = value
             elif key.startswith(_FAMILY_PREFIXES):
                 found = tr.family_of(key)
                 if found:
-                    families.setdefault(found[0].attr, {})[found[1]] = value.strip()
+                    named = families.setdefault(found[0].attr, {})
+                    if found[1] in named:
+                        refused = f"{key} appears more than once"
+                    named[found[1]] = value.strip()
         # Kind by kind rather than a converter call per row: this runs 100,000 times.
         out = {}
         for key, attr, default in _TEXT:
@@ -90,9 +102,17 @@ class Attempt:
                 except ValueError:
                     out[attr] = None
         for key, attr in _TIMES:
-            out[attr] = _times(repeated.get(key))
+            out[attr], twice = _times(repeated.get(key))
+            if twice:
+                refused = f"{key} names a shape more than once"
         for attr in _FAMILY_ATTRS:
             out[attr] = families.get(attr, {})
+        if refused is not None:
+            # A forged or hand-made trailer block: kept in the log, never ranked or trusted.
+            out.update(status="refused", reason=f"malformed trailers: {refused}", geomean=None, speedup=None,
+                       speedup_baseline=None)
+            for _key, attr in _TIMES:
+                out[attr] = {}
         return out
 
     @functools.cached_property
@@ -130,16 +150,18 @@ class Attempt:
         return out
 
 
-def _times(raws: list[str] | None) -> dict[str, float]:
-    """{shape: us} from the repeated `<shape> <us>` lines."""
-    out = {}
+def _times(raws: list[str] | None) -> tuple[dict[str, float], bool]:
+    """{shape: us} from the repeated `<shape> <us>` lines, and whether a shape came twice."""
+    out, twice = {}, False
     for value in raws or ():
         key, _, number = value.strip().rpartition(" ")
         try:
-            out[key] = float(number)
+            us = float(number)
         except ValueError:
             continue
-    return out
+        twice = twice or key in out
+        out[key] = us
+    return out, twice
 
 
 _TEXT = [(t.key, t.attr, t.default) for t in tr.SCHEMA if t.kind == "text"]
@@ -175,6 +197,8 @@ def parse_records(records, notes: dict | None = None) -> list[Attempt]:
         # Only kgit's commits carry the experiment trailer; the rest is the user's history.
         if "Kgit-Experiment:" not in block:
             continue
+        if cut >= 0 and tr.TRAILER_LIKE.search(end, 0, cut):
+            block += "\n" + BODY_TRAILERS
         sha = sha.lstrip("\n")
         subject = message.lstrip("\n").split("\n", 1)[0]
         attempts.append(Attempt(sha, parents.split(), tree, author, email, int(when or 0),

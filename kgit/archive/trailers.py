@@ -82,10 +82,21 @@ class Message:
         clean = (lambda t: _CONTROL.sub(" ", t)) if ok else scrub
         # git stops looking for trailers at a line starting with "---" (a patch separator),
         # so quoted diffs and tracebacks get those lines indented.
-        body = [re.sub(r"(?m)^---", " ---", clean(p).strip()) for p in self.paragraphs if p and p.strip()]
+        body = [_quote_trailer_lines(re.sub(r"(?m)^---", " ---", clean(p).strip()))
+                for p in self.paragraphs if p and p.strip()]
         lines = [f"{k}: {one_line(clean(str(v)))}" for k, v in self.trailers]
         parts = [clean(self.subject).strip()] + body + ["\n".join(lines)] if lines else [clean(self.subject)] + body
         return "\n\n".join(parts).rstrip() + "\n"
+
+
+# A line that reads as one of kgit's trailers. kgit writes such lines only in its own trailer
+# block: quoted text (a hypothesis, a model's notes, an error excerpt) gets them indented, and
+# the reader refuses a commit whose body holds one (kgit.archive.attempt).
+TRAILER_LIKE = re.compile(r"(?im)^kgit-[a-z0-9-]*\s*:")
+
+
+def _quote_trailer_lines(text: str) -> str:
+    return TRAILER_LIKE.sub(lambda m: "  " + m.group(0), text)
 
 
 def parse(block: str) -> dict[str, list[str]]:
@@ -124,6 +135,7 @@ class Trailer:
     json: str | None = None  # its key in `Attempt.to_json()` (`kgit log --json`)
     encode: object = None  # a family's name -> the key's tail (git trailer keys allow letters, digits, "-")
     decode: object = None  # and back
+    names: tuple = ()  # a family's names: the only ones it writes or reads
 
 
 # In the order kgit writes them.
@@ -154,7 +166,7 @@ SCHEMA = (
     Trailer("Kgit-Squash-Of", "squash_of"),
     # Build facts (issue 14): one trailer per declared target, then which Triton made them.
     Trailer("Kgit-Target-", "targets", "family", default={}, json="targets",
-            encode=harness_targets.key_of_name, decode=harness_targets.name_of_key),
+            encode=harness_targets.key_of_name, decode=harness_targets.name_of_key, names=harness_targets.KNOWN),
     Trailer("Kgit-Targets-Compiler", "targets_compiler"),
 )
 BY_ATTR = {t.attr: t for t in SCHEMA}
@@ -167,7 +179,8 @@ def family_of(key: str) -> tuple[Trailer, str] | None:
     """(the family row, the name) of a trailer key such as `Kgit-Target-sm-90a`, or None."""
     for t in FAMILIES:
         if key.startswith(t.key) and _FAMILY_TAIL.fullmatch(key, len(t.key)):
-            return t, t.decode(key[len(t.key):])
+            name = t.decode(key[len(t.key):])
+            return (t, name) if name in t.names else None
     return None
 
 
@@ -184,7 +197,8 @@ def lines(values: dict) -> list[tuple[str, str]]:
         if t.kind == "times":
             out += [(t.key, f"{shape} {t.fmt.format(us)}") for shape, us in value.items()]
         elif t.kind == "family":
-            out += [(t.key + t.encode(name), text) for name, text in value.items()]
+            # Keys come from kgit's fixed table of names, never from reported text.
+            out += [(t.key + t.encode(name), text) for name, text in value.items() if name in t.names]
         elif isinstance(value, str):
             out.append((t.key, value))
         else:

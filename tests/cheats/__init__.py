@@ -59,8 +59,13 @@ def run_harness(tmp_path: Path, name: str | None = None, timing: dict | None = N
     if name is not None:
         problem, code = problem_of(name), source(name)
     problem_dir, candidate = stage(tmp_path, problem, code)
+    # Most cheats reach their target through names built at run time, which the static policy
+    # refuses outright (test_every_computed_name_cheat_is_refused_first): here they pass it,
+    # so that each test shows the defence behind the policy holding. `computed_names=False`
+    # runs a cheat under the whole policy, as kgit does.
     spec = {"problem_dir": str(problem_dir), "candidate_dir": str(candidate),
-            "timing": dict(timing or FAST_TIMING), "secret_seed": secrets.randbelow(2**31), **spec_extra}
+            "timing": dict(timing or FAST_TIMING), "secret_seed": secrets.randbelow(2**31),
+            "computed_names": True, **spec_extra}
     import torch
 
     if torch.cuda.is_available():
