@@ -28,7 +28,7 @@ import traceback
 from pathlib import Path
 
 from kgit_harness import (channel, checking, confine, factcache, kernelsplit, needs, peaks, phases, pidone, policy,
-                          portable, problem, racing, reported, shared, timing)
+                          portable, problem, protocols, racing, reported, shared, timing, upstream_timing)
 from kgit_harness import result as result_mod
 
 _clock = time.perf_counter
@@ -186,16 +186,13 @@ class Slots:
 
     _ids = iter(range(1 << 30))
 
-    def __init__(self, torch, runner: Runner, task, reference, sample, count: int, on_gpu: bool):
+    def __init__(self, torch, runner: Runner, task, reference, sample, count: int, on_gpu: bool, like=None):
         self.torch, self.runner, self.task, self.on_gpu = torch, runner, task, on_gpu
         self.id = next(self._ids)
         self.sample = sample
         planner = shared.Planner()
-        like = None
-        if task.output is None:
-            # The output buffer is shaped like the expected output, computed on a private copy.
-            expected = reference.ref_kernel(checking.clone(sample))
-            like = _contiguous_like(torch, expected)
+        if like is None:
+            like = output_like(torch, task, reference, sample)
         layouts = [{"input": planner.tree(sample), "output": planner.tree(like) if like is not None else None}
                    for _ in range(count)]
         self.arena = shared.new_arena(torch, planner.size, on_gpu)
@@ -254,6 +251,57 @@ class Slots:
         self.runner.ask({"op": "forget", "id": self.id})
         self.views = []
         self.arena.close()
+
+
+def output_like(torch, task, reference, sample):
+    """The output buffer of a problem without `output:`, shaped like the expected output (computed
+    on a private copy); None where the kernel fills part of its input."""
+    if task.output is not None:
+        return None
+    return _contiguous_like(torch, reference.ref_kernel(checking.clone(sample)))
+
+
+def slot_bytes(torch, task, sample, like) -> int:
+    """One slot's bytes in an arena: its input and its output buffer, as the planner lays them out."""
+    planner = shared.Planner()
+    planner.tree(sample)
+    if like is not None:
+        planner.tree(like)
+    return planner.size
+
+
+class TimingContext:
+    """What a protocol's timed loop needs of the judge (harness/upstream_timing.py)."""
+
+    def __init__(self, spec, task, reference, runner, on_gpu, torch, calibration):
+        self.task, self.reference, self.on_gpu, self.torch, self.calibration = task, reference, on_gpu, torch, calibration
+        self.runner = runner
+        self.secret = int(spec.get("secret_seed", 0))
+        self.settings = spec["timing"]
+        self._likes: dict = {}  # id(sample) -> its output layout, so that one shape computes it once
+        self._held: list = []
+
+    def slot_bytes(self, sample) -> int:
+        like = self._likes.setdefault(id(sample), output_like(self.torch, self.task, self.reference, sample))
+        return slot_bytes(self.torch, self.task, sample, like)
+
+    def new_slots(self, sample, count: int) -> "Slots":
+        like = self._likes.pop(id(sample), None)
+        return Slots(self.torch, self.runner, self.task, self.reference, sample, count, self.on_gpu, like=like)
+
+    def free_bytes(self) -> int | None:
+        return timing.free_bytes(self.torch)
+
+    def retire(self, slots):
+        """A shape's arena is done: closed once the next one exists, so that no two arenas one
+        after the other can lie at the same addresses."""
+        for old in self._held:
+            old.close()
+        self._held = [slots]
+
+    def close(self):
+        self.retire(None)
+        self._held = []
 
 
 def _contiguous_like(torch, expected):
@@ -331,7 +379,10 @@ def run_started(spec: dict, runner: Runner, torch, on_gpu: bool) -> dict:
     runner.begin(deadline, timeout_s)
     try:
         task = problem.load_task(Path(spec["problem_dir"]))
-        doc["ranking"] = task.ranking
+        protocol = _protocol(spec, task)
+        doc["protocol"] = protocol.name
+        doc["harness"] = result_mod.harness_id(protocol.name)
+        doc["ranking"] = task.ranking if protocol.statistic == "task" else protocol.statistic
         doc["device"] = torch.cuda.get_device_name() if on_gpu else "cpu"
         doc["timing"] = "events" if on_gpu else "interpreter"
         doc["versions"] = timing.versions(torch)
@@ -556,10 +607,58 @@ def _evaluate(spec, task, reference, runner, on_gpu, torch, doc, calibration) ->
 
     shapes = []
     benchmarks = task.shapes("benchmarks", on_gpu)
-    for shape in benchmarks:
-        runs = timing.measure(task, reference, shape, secret, spec["timing"], on_gpu, torch,
-                              lambda sample, count: Slots(torch, runner, task, reference, sample, count, on_gpu),
-                              calibration)
+    protocol = _protocol(spec, task)
+    stat = doc["ranking"] + "_us"
+    ctx = TimingContext(spec, task, reference, runner, on_gpu, torch, calibration)
+    try:
+        outcome = _time_shapes(spec, task, reference, runner, on_gpu, torch, doc, calibration, protocol, ctx,
+                               tests, shapes, benchmarks, stat)
+    finally:
+        ctx.close()
+    if outcome is not None:
+        return outcome
+    sol = _speed_of_light(spec, task, shapes, on_gpu, torch)
+    if sol.pop("verdict", None):
+        doc.update(tests=tests, shapes=shapes, speed_of_light=sol)
+        raise Verdict("rejected", sol["why"], reason="faster than physically possible")
+    geo = result_mod.geomean(s[stat] for s in shapes)
+    if geo is None:
+        raise Verdict("runtime-error", "a benchmark shape timed at zero or less; the timer saw no work, "
+                      "so there is no geometric mean to rank by")
+    PHASES.mark("benchmarks timed")
+    if on_gpu and spec.get("kernel_split", True):
+        _kernel_splits(task, reference, runner, torch, benchmarks, shapes, on_gpu)
+        PHASES.mark("kernels split")
+    elif names and spec.get("targets_gpu_shapes"):
+        _dry_targets(task, reference, runner, torch, doc)  # [kgit targets, issue 18]
+        PHASES.mark("gpu shapes captured")
+    return {"status": "ok", "tests": tests, "shapes": shapes, "geomean_us": geo, "speed_of_light": sol}
+
+
+def _protocol(spec, task) -> protocols.Protocol:
+    """The timing protocol: kgit's choice in the spec (`.kgit.yaml`'s timing.protocol), else the problem's."""
+    try:
+        return protocols.get(spec.get("protocol") or (spec.get("timing") or {}).get("protocol") or task.protocol)
+    except ValueError as e:
+        raise problem.ProblemError(str(e)) from None
+
+
+def _time_shapes(spec, task, reference, runner, on_gpu, torch, doc, calibration, protocol, ctx, tests, shapes,
+                 benchmarks, stat) -> dict | None:
+    """Time every benchmark shape under `protocol` into `shapes`; an early result (incorrect,
+    stopped) or None when every shape was timed."""
+    secret = int(spec.get("secret_seed", 0))
+    for index, shape in enumerate(benchmarks):
+        if protocol.name == protocols.DEFAULT:
+            runs = timing.measure(task, reference, shape, secret, spec["timing"], on_gpu, torch, ctx.new_slots,
+                                  calibration)
+            if on_gpu:  # beside the ranking figure: the flushed device time and the host's, a call
+                runs.update(device_us=runs.get("events_mean_us"), host_us=runs.get("host_call_us"))
+        else:
+            try:
+                runs = upstream_timing.measure(protocol, ctx, shape, first_shape=index == 0)
+            except upstream_timing.NoRoom as e:
+                raise Verdict("unsupported", f"{problem.shape_key(shape)}: {e}", reason=str(e)) from None
         entry = {"key": problem.shape_key(shape), "shape": {k: v for k, v in shape.items() if k != "seed"}, **runs}
         shapes.append(entry)
         if entry.get("refused"):
@@ -572,29 +671,14 @@ def _evaluate(spec, task, reference, runner, on_gpu, torch, doc, calibration) ->
         if why:
             doc.update(tests=tests, shapes=shapes)
             raise Verdict("rejected", f"{entry['key']}: {why}", reason=timing.DISAGREE_REASON)
-        race = racing.decide(spec.get("race"), shapes, len(benchmarks), on_gpu, task.ranking + "_us")
+        race = racing.decide(spec.get("race"), shapes, len(benchmarks), on_gpu, stat)
         if race:
             # Correct on every test, but no ranking on partial data: no geomean, a status of its own.
             return {"status": "stopped", "tests": tests, "shapes": shapes, "race": race,
                     "error": f"stopped timing after {race['timed']} of {race['total']} shapes: "
                              f"{race['slower']:.3f}x the time of {race['incumbent']} on the shapes compared "
                              f"(at least {race['bound']:.3f}x beyond the noise)"}
-    sol = _speed_of_light(spec, task, shapes, on_gpu, torch)
-    if sol.pop("verdict", None):
-        doc.update(tests=tests, shapes=shapes, speed_of_light=sol)
-        raise Verdict("rejected", sol["why"], reason="faster than physically possible")
-    geo = result_mod.geomean(s[task.ranking + "_us"] for s in shapes)
-    if geo is None:
-        raise Verdict("runtime-error", "a benchmark shape timed at zero or less; the timer saw no work, "
-                      "so there is no geometric mean to rank by")
-    PHASES.mark("benchmarks timed")
-    if on_gpu and spec.get("kernel_split", True):
-        _kernel_splits(task, reference, runner, torch, benchmarks, shapes, on_gpu)
-        PHASES.mark("kernels split")
-    elif names and spec.get("targets_gpu_shapes"):
-        _dry_targets(task, reference, runner, torch, doc)  # [kgit targets, issue 18]
-        PHASES.mark("gpu shapes captured")
-    return {"status": "ok", "tests": tests, "shapes": shapes, "geomean_us": geo, "speed_of_light": sol}
+    return None
 
 
 # A dry run's inputs are laid out, never filled: a GPU shape whose inputs span more is left out.

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from kgit_harness import protocols
 from kgit_harness.targets import DEFAULT as DEFAULT_TARGETS, check_names as check_target_names
 
 
@@ -32,7 +33,7 @@ class TaskError(ProblemError):
 
 TASK_KEYS = {
     "name", "summary", "description", "files", "output", "tests", "benchmarks", "cpu",
-    "ranking", "tolerance", "flops", "bytes", "forbidden", "references", "requires", "targets",
+    "ranking", "tolerance", "flops", "bytes", "forbidden", "references", "requires", "targets", "protocol",
 }
 REQUIRES_KEYS = {"gpus", "arch", "modules"}
 RANKINGS = ("mean", "median", "min")
@@ -67,6 +68,8 @@ class Task:
     references: dict = field(default_factory=dict)
     # GPUs every candidate is cross-compiled for (harness/targets.py); absent: MI300X and H100/H200.
     targets: list = field(default_factory=lambda: list(DEFAULT_TARGETS))
+    # How the benchmark shapes are timed: the protocol of the problem's real evaluator (harness/protocols.py).
+    protocol: str = protocols.DEFAULT
 
     def shapes(self, kind: str, on_gpu: bool) -> list:
         if on_gpu:
@@ -142,6 +145,13 @@ def load_task(problem_dir: Path) -> Task:
     ranking = data.get("ranking", "mean")
     if ranking not in RANKINGS:
         raise TaskError(f"{path}: ranking must be one of {', '.join(RANKINGS)}, not {ranking!r}.")
+    try:
+        protocol = protocols.get(data.get("protocol"))
+    except ValueError as e:
+        raise TaskError(f"{path}: protocol: {e}.") from None
+    if protocol.statistic != "task" and "ranking" in data and ranking != protocol.statistic:
+        raise TaskError(f"{path}: the {protocol.name} protocol ranks by its {protocol.statistic}; "
+                        f"remove `ranking: {ranking}` or choose protocol: kgit-adaptive.")
     tol = data.get("tolerance") or {}
     if set(tol) - {"rtol", "atol", "relative", "why"}:
         raise TaskError(f"{path}: tolerance may only hold rtol, atol, relative and why.")
@@ -167,7 +177,7 @@ def load_task(problem_dir: Path) -> Task:
         flops=data.get("flops"), bytes=data.get("bytes"),
         forbidden=[str(f) for f in data.get("forbidden") or []],
         references=_check_references(path, data.get("references") or {}),
-        targets=_check_targets(path, data.get("targets", list(DEFAULT_TARGETS))),
+        targets=_check_targets(path, data.get("targets", list(DEFAULT_TARGETS))), protocol=protocol.name,
     )
 
 

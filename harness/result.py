@@ -46,6 +46,9 @@ class Result:
     # Added within kgit.result/1: the candidate's kernels cross-compiled for the build
     # targets (harness/targets.py), candidate-reported; None when none were declared.
     targets: dict | None = None
+    # Added within kgit.result/1: the timing protocol the shapes were timed under
+    # (harness/protocols.py); absent in results from before protocols, which were kgit-adaptive.
+    protocol: str | None = None
     extra: dict = field(default_factory=dict)
     schema: str = SCHEMA
 
@@ -54,7 +57,7 @@ class Result:
             raise ValueError(f"unknown status {self.status!r}; one of {', '.join(STATUSES)}")
         if self.schema != SCHEMA:
             raise ValueError(f"not a {SCHEMA} document (schema={self.schema!r})")
-        for name in ("reason", "error", "device", "timing", "harness"):
+        for name in ("reason", "error", "device", "timing", "harness", "protocol"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"{name!r} must be a string or null, not {type(value).__name__}")
@@ -115,15 +118,16 @@ def geomean(values) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def harness_id() -> str:
-    """kgit's version and a hash of the harness sources: two results compare only when equal."""
+def harness_id(protocol: str | None = None) -> str:
+    """kgit's version, a hash of the harness sources and the timing protocol: two results
+    compare only when equal, so figures of different protocols are never ranked together."""
     from kgit_harness import __version__
 
     h = hashlib.sha256()
     for path in sorted(Path(__file__).parent.glob("*.py")):
         h.update(path.name.encode())
         h.update(path.read_bytes())
-    return f"kgit {__version__} harness {h.hexdigest()[:12]}"
+    return f"kgit {__version__} harness {h.hexdigest()[:12]}" + (f" protocol {protocol}" if protocol else "")
 
 
 def validate(doc) -> dict:

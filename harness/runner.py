@@ -174,8 +174,9 @@ class Session:
         self.sock, self.setup, self.torch, self.on_gpu = sock, setup, torch, on_gpu
         self.output = setup.get("output")
         self.shapes: dict = {}
-        # Arenas kept mapped after the judge forgets them, on the CPU only: an address once
-        # handed to the kernel is then never handed out again in this evaluation.
+        # Arenas kept mapped, with their views, after the judge forgets them, on the CPU only:
+        # an address or object once handed to the kernel is then never handed out again in
+        # this evaluation (a GPU's arenas are too large to keep; see docs/harness.md).
         self.retired: list = []
         self.candidate: Candidate | None = None
         self.split: kernelsplit.Session | None = None
@@ -265,7 +266,7 @@ class Session:
     def op_forget(self, message, fds) -> dict:
         gone = self.shapes.pop(message["id"], None)
         if gone is not None and not self.on_gpu:
-            self.retired.append(gone[2])
+            self.retired.append(gone)  # the views too: no later tensor takes one of their id()s
         return {"op": "done"}
 
     def _target(self, data, out):

@@ -79,6 +79,8 @@ class TimingConfig:
     max_time_s: float = 2.0
     min_reps: int = 10
     warmup: int = 3
+    # The timing protocol (harness/protocols.py); None: the problem's own (task.yml `protocol:`).
+    protocol: typing.Optional[str] = None
 
     def validate(self, where):
         _positive(where + ".target_rse", self.target_rse)
@@ -86,6 +88,15 @@ class TimingConfig:
         _positive(where + ".min_reps", self.min_reps)
         if self.warmup < 0:
             raise ConfigError(f"{where}.warmup must be 0 or more, not {self.warmup}.")
+        if self.protocol is not None:
+            from kgit_harness import protocols
+
+            if self.protocol not in protocols.PROTOCOLS:
+                close = _closest(self.protocol, protocols.PROTOCOLS)
+                raise ConfigError(f"{where}.protocol: unknown timing protocol {self.protocol!r}"
+                                  + (f" (did you mean {close!r}?)" if close else "")
+                                  + f"; one of {', '.join(protocols.PROTOCOLS)}, or null for the problem's own "
+                                  "(docs/problems.md, \"Timing protocols\").")
 
 
 @dataclass

@@ -120,7 +120,8 @@ class Run:
         # timings rank nothing: each shape is only screened (SCREENING_TIMING).
         env = self.ctx.environment
         self.screening = not env.on_gpu and env.ranked_on is not None
-        timed = dataclasses.replace(config, timing=SCREENING_TIMING) if self.screening else config
+        screening = dataclasses.replace(SCREENING_TIMING, protocol=config.timing.protocol)
+        timed = dataclasses.replace(config, timing=screening) if self.screening else config
         # One evaluator for the run: its device pool is what lets `jobs` hypotheses share the GPUs.
         self.evaluate = evaluate or backends.get_evaluator(repo, timed, warm=True)
 

@@ -756,13 +756,14 @@ def test_the_output_copy_is_allowed_for_only_where_the_runner_makes_one():
 def test_a_call_cheaper_than_the_round_trips_noise_still_gets_a_positive_figure(monkeypatch):
     # A loaded CPU: the empty request took longer than a timed request with its call.
     slow_empty = {"n": 0}
-    real = timing._round_trip_us
+    real = timing.round_trips
 
-    def inflated(slots, clock, calibration, repeats=5):
+    def inflated(slots, calibration, repeats=5):
         slow_empty["n"] += 1
-        return real(slots, clock, calibration, repeats) + 1e6  # a second, more than any call here
+        subtracted, measured = real(slots, calibration, repeats)
+        return subtracted + 1e6, measured + 1e6  # a second, more than any call here
 
-    monkeypatch.setattr(timing, "_round_trip_us", inflated)
+    monkeypatch.setattr(timing, "round_trips", inflated)
     stats = _measure_in_process(lambda data: data[2].copy_(data[0] + data[1]),
                                 {"warmup": 0, "min_reps": 3, "target_rse": 0.5, "max_time_s": 0.0})
     assert slow_empty["n"] == 1 and stats["min_us"] > 0 and stats["mean_us"] > 0, stats

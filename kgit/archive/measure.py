@@ -30,7 +30,7 @@ def latest_on(attempt, device: str) -> dict | None:
 def note_record(result: Result, tag: str | None = None) -> dict:
     """A measurement as stored in refs/notes/kgit (see docs/archive.md)."""
     return {
-        "device": result.device, "harness": result.harness, "timing": result.timing,
+        "device": result.device, "harness": result.harness, "timing": result.timing, "protocol": result.protocol,
         "status": result.status, "geomean_us": result.geomean_us,
         "times": result_times(result), "tag": tag, "when": int(time.time()),
         "versions": result.versions,

@@ -1,0 +1,310 @@
+"""The judge's timed loops for the protocols that follow other evaluators (harness/protocols.py).
+
+Each loop times one benchmark shape the way its evaluator does, on the judge's side of the
+judge/runner split: the judge makes every input (from seeds it alone holds), places it
+where the runner can see it only once its clock runs (timing.timed_call), asks the runner
+to call the kernel and time the call with the protocol's clock, copies the output before
+anything else happens, checks it as the protocol says, and bounds the runner's figure by
+its own clock (timing.settle).
+
+- fresh (gpumode-leaderboard-wall, gpumode-leaderboard-events): every timed call gets its
+  own slot of one arena, a slot never handed out before in this evaluation, so no call
+  sees a tensor object or a storage address it has seen before, and new values from a new
+  seed; every output is checked. The arena holds the protocol's most calls where memory
+  allows, fewer (said in the shape's `note`) where it does not.
+- batch (gpumode-batch): `batch` distinct tuples made once; each timed sample calls them
+  all back to back between one pair of events after an L2 flush; every output of every
+  sample is checked (each sample's outputs poisoned first, which upstream does not do).
+- fixed (kernelbench-events): one tuple made once, every call on it; a sample re-checked.
+
+In the CPU interpreter each keeps its structure but stops at `.kgit.yaml`'s timing limits:
+interpreter figures rank nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+
+from kgit_harness import checking, timing
+from kgit_harness.phases import PHASES
+
+# The largest arena of fresh inputs one shape may take: on a GPU at most this and a quarter
+# of the free memory, on the CPU this.
+FRESH_BYTES = {True: 16 << 30, False: 1 << 30}
+# Flushed, event-timed calls after a GPU shape's timing, for its device time (`device_us`).
+DEVICE_CALLS = 5
+
+
+class NoRoom(Exception):
+    """Not even the protocol's fewest calls fit in the memory a shape may take."""
+
+
+def measure(protocol, ctx, shape: dict, first_shape: bool) -> dict:
+    """Time one shape under `protocol`; its statistics, plus `error` when a check failed.
+
+    `ctx` (judge.TimingContext): task, reference, secret, settings, on_gpu, torch, new_slots,
+    slot_bytes, free_bytes, calibration, retire."""
+    loop = {"fresh": _fresh, "batch": _batch, "fixed": _fixed}[protocol.inputs]
+    return loop(protocol, ctx, shape, first_shape)
+
+
+# -- shared pieces --------------------------------------------------------------------------
+
+def _seeder(ctx, shape):
+    base = int(shape.get("seed", 0))
+    return lambda i: checking.mix_seed(base, ctx.secret, i)
+
+
+def _capacity(ctx, first, wanted: int, least: int) -> int:
+    """Slots of `first`'s layout an arena may hold: `wanted`, or as many as memory allows."""
+    size = max(ctx.slot_bytes(first), 1)
+    free = ctx.free_bytes()
+    budget = FRESH_BYTES[ctx.on_gpu] if free is None else min(FRESH_BYTES[ctx.on_gpu], free // 4)
+    fits = budget // size
+    if fits < least:
+        raise NoRoom(f"needs {math.ceil(least * size / (1 << 30) * 4)} GiB of free "
+                     f"{'GPU ' if ctx.on_gpu else ''}memory for the timing's fresh inputs ({least} calls of "
+                     f"{size / (1 << 20):.0f} MiB)")
+    return min(wanted, fits)
+
+
+def _stop(protocol, ctx, times: list, spent: float) -> bool:
+    """The protocol's stopping rule after len(times) calls, `spent` seconds into the shape."""
+    n = len(times)
+    if not ctx.on_gpu:
+        # The interpreter: .kgit.yaml's limits, since these figures rank nothing.
+        return n >= max(1, int(ctx.settings["min_reps"])) and spent > float(ctx.settings["max_time_s"])
+    if protocol.max_calls is not None and n >= protocol.max_calls:
+        return True
+    if n < protocol.min_calls or spent < protocol.min_total_s:
+        return False
+    mean = statistics.fmean(times)
+    return ((protocol.target_rse is not None and timing.rse(times) < protocol.target_rse)
+            or mean * n * 1e-6 > protocol.max_time_s or spent > protocol.max_total_s)
+
+
+def _warmup_calls(protocol, ctx, first_shape: bool) -> tuple[int, float]:
+    """(most untimed calls, least seconds of them) before this shape's timing."""
+    if not ctx.on_gpu:
+        return int(ctx.settings.get("warmup", 0)), 0.0
+    if protocol.warmup == "first" and not first_shape:
+        return 0, 0.0
+    return protocol.warmup_calls, protocol.warmup_s
+
+
+def _warm(protocol, ctx, slots, slot: int, data, first_shape: bool):
+    """Untimed calls on one input, as the evaluator warms up (its timing rules on the calls' time)."""
+    most, seconds = _warmup_calls(protocol, ctx, first_shape)
+    spent, n = 0.0, 0
+    while n < most and (n < 3 or spent < seconds):
+        t0 = time.perf_counter()
+        slots.fill(slot, data)
+        slots.call(slot)
+        spent += time.perf_counter() - t0
+        n += 1
+
+
+def _check(ctx, private, data, out) -> str | None:
+    ok, message = checking.inputs_unchanged(private, data, ctx.task.output)
+    if ok:
+        ok, message = checking.compare(ctx.task, ctx.reference, private, out)
+    return None if ok else message
+
+
+def _first_check(ctx, slots, slot: int, first) -> str | None:
+    """The evaluator's obligatory correctness call on the shape's first input, before timing."""
+    slots.fill(slot, first)
+    reply = slots.call(slot)
+    out = slots.take(slot)
+    if reply["output"]:
+        return reply["output"]
+    return _check(ctx, first, slots.data(slot), out)
+
+
+def _finish(protocol, ctx, times, judge_times, host, call_us, out, round_trip, measured_rt) -> dict:
+    stats = timing.stats(times)
+    stats["clock"] = protocol.clock if ctx.on_gpu else "judge"
+    stats["judge_call_us"] = statistics.fmean(judge_times)
+    stats["host_call_us"] = statistics.fmean(host)
+    stats["host_us"] = stats["host_call_us"] if ctx.on_gpu else None
+    stats["judge_batch"] = timing.stats(judge_times)
+    stats["load_us"] = max(0.0, measured_rt - round_trip)
+    if ctx.on_gpu:
+        stats["bound"] = "calls"  # timing.settle bounds the runner's figure by the judge's over each call
+        # A fresh output is copied into the judge's buffer by the runner, inside the judge's clock.
+        stats["copy_out_us"] = ctx.calibration.copy_us(out) if ctx.task.output is None else 0.0
+    floor = timing.floor_verdict(call_us, ctx.calibration, out)
+    if floor:
+        stats.update(error=floor, refused=timing.FLOOR_REASON)
+    return stats
+
+
+def _device_time(ctx, slots, slots_free: list[int], make) -> float | None:
+    """Median device time of a few flushed, event-timed calls (GPU only; informative)."""
+    if not ctx.on_gpu or not slots_free:
+        return None
+    figures = []
+    for slot in slots_free:
+        private = make()
+        timed = timing.timed_call(slots, slot, private, ctx.calibration, clock="events", flush=True)
+        if timed.reply["output"] or _check(ctx, private, slots.data(slot), timed.out):
+            return None  # the figures would not be the kernel's: leave it out (its timed calls were right)
+        figures.append(timed.reply["us"])
+    return statistics.median(figures)
+
+
+# -- the loops ------------------------------------------------------------------------------
+
+def _fresh(protocol, ctx, shape, first_shape) -> dict:
+    seed = _seeder(ctx, shape)
+    first = checking.make_input(ctx.reference, shape, seed(0))
+    wanted = protocol.max_calls or 100
+    if not ctx.on_gpu:
+        wanted = min(wanted, max(int(ctx.settings["min_reps"]), 3) * 4)
+    device = DEVICE_CALLS if ctx.on_gpu else 0
+    # Slot 0 for the first check, warm-up and round trips; one slot a timed call; the device figure's.
+    capacity = _capacity(ctx, first, 1 + wanted + device, 1 + min(protocol.min_calls, wanted))
+    calls = min(wanted, capacity - 1)
+    device_slots = list(range(1 + calls, capacity))
+    with PHASES.span("timing: arenas"):
+        slots = ctx.new_slots(first, capacity)
+    try:
+        error = _first_check(ctx, slots, 0, first)
+        if error:
+            return {"error": f"the first call: {error}", **timing.stats([0.0])}
+        _warm(protocol, ctx, slots, 0, first, first_shape)
+        round_trip, measured_rt = timing.round_trips(slots, ctx.calibration)
+        times, judge_times, host, call_us = [], [], [], []
+        started = time.perf_counter()
+        for i in range(calls):
+            with PHASES.span("timing: inputs"):
+                private = checking.make_input(ctx.reference, shape, seed(1 + i))
+            timed = timing.timed_call(slots, 1 + i, private, ctx.calibration, clock=protocol.clock,
+                                      flush=protocol.flush)
+            if timed.reply["output"]:
+                return {"error": f"timed call {i}: {timed.reply['output']}", **timing.stats(times or [0.0])}
+            with PHASES.span("timing: re-checks"):
+                why = _check(ctx, private, slots.data(1 + i), timed.out)
+            if why:
+                return {"error": f"timed call {i} gave a wrong result: {why}", **timing.stats(times or [0.0])}
+            judge_us = max(timed.call_us - round_trip, timed.call_us / 100)
+            times.append(timed.reply["us"] if ctx.on_gpu else judge_us)
+            judge_times.append(judge_us)
+            host.append(timed.reply["host_us"])
+            call_us.append(timed.call_us)
+            if _stop(protocol, ctx, times, time.perf_counter() - started):
+                break
+        stats = _finish(protocol, ctx, times, judge_times, host, call_us, timed.out, round_trip, measured_rt)
+        stats["rechecked"] = len(times)
+        if len(times) < (protocol.max_calls or 0) and calls < wanted:
+            stats["note"] = (f"{calls} fresh calls fit in the memory a shape may take "
+                             f"({capacity} slots of its inputs); the protocol allows {wanted}")
+        stats["device_us"] = _device_time(ctx, slots, device_slots,
+                                          lambda: checking.make_input(ctx.reference, shape, seed(10_000)))
+        return stats
+    finally:
+        ctx.retire(slots)
+
+
+def _batch(protocol, ctx, shape, first_shape) -> dict:
+    seed = _seeder(ctx, shape)
+    first = checking.make_input(ctx.reference, shape, seed(0))
+    count = _capacity(ctx, first, protocol.batch, 1)
+    with PHASES.span("timing: inputs"):
+        inputs = [first] + [checking.make_input(ctx.reference, shape, seed(j)) for j in range(1, count)]
+    with PHASES.span("timing: arenas"):
+        slots = ctx.new_slots(first, count)
+    chosen = list(range(count))
+    try:
+        for j, private in enumerate(inputs):
+            error = _first_check(ctx, slots, j, private)
+            if error:
+                return {"error": f"the first calls: {error}", **timing.stats([0.0])}
+        _warm(protocol, ctx, slots, 0, first, first_shape)
+        round_trip, measured_rt = timing.round_trips(slots, ctx.calibration)
+        clock = time.perf_counter
+        times, judge_times, host, call_us = [], [], [], []
+        started = clock()
+        outs = []
+        while True:
+            t0 = clock()
+            for j, private in zip(chosen, inputs):
+                slots.fill(j, private)
+            filled = clock()
+            reply = slots.batch(chosen, timed=True)
+            outs = [slots.take(j) for j in chosen]
+            checking.sync(slots.torch)
+            t2 = clock()
+            slots.drain()
+            fill = min((filled - t0) * 1e6, timing.CAP_RATIO * sum(ctx.calibration.fill_us(p, o)
+                                                                   for p, o in zip(inputs, outs)))
+            if reply["output"]:
+                return {"error": f"a timed batch: {reply['output']}", **timing.stats(times or [0.0])}
+            with PHASES.span("timing: re-checks"):
+                for j, private, out in zip(chosen, inputs, outs):
+                    why = _check(ctx, private, slots.data(j), out)
+                    if why:
+                        return {"error": f"a timed batch gave a wrong result: {why}", **timing.stats(times or [0.0])}
+            total = (t2 - t0) * 1e6 - fill
+            judge_us = max(total - round_trip, total / 100) / count
+            times.append(reply["span_us"] / count if ctx.on_gpu else judge_us)
+            judge_times.append(judge_us)
+            host.append(reply["host_us"] / count)
+            call_us.append(total)
+            if _stop(protocol, ctx, times, clock() - started):
+                break
+        stats = _finish(protocol, ctx, times, judge_times, host, call_us, outs, round_trip, measured_rt)
+        if "copy_out_us" in stats:
+            stats["copy_out_us"] /= count  # the copies of every output of a sample, by the call
+        stats["rechecked"] = len(times) * count
+        stats["batch_calls"] = count
+        stats["device_us"] = stats["mean_us"] if ctx.on_gpu else None
+        return stats
+    finally:
+        ctx.retire(slots)
+
+
+def _fixed(protocol, ctx, shape, first_shape) -> dict:
+    seed = _seeder(ctx, shape)
+    first = checking.make_input(ctx.reference, shape, seed(0))
+    with PHASES.span("timing: arenas"):
+        slots = ctx.new_slots(first, 1)
+    try:
+        error = _first_check(ctx, slots, 0, first)
+        if error:
+            return {"error": f"the first call: {error}", **timing.stats([0.0])}
+        _warm(protocol, ctx, slots, 0, first, first_shape)
+        round_trip, measured_rt = timing.round_trips(slots, ctx.calibration)
+        kept = timing.Reservoir(timing.RECHECKED, random.Random(ctx.secret ^ int(shape.get("seed", 0))))
+        times, judge_times, host, call_us = [], [], [], []
+        started = time.perf_counter()
+        last = None
+        while True:
+            # The same tuple every call (KernelBench's protocol); its output poisoned each time.
+            timed = timing.timed_call(slots, 0, first, ctx.calibration, clock=protocol.clock, flush=protocol.flush)
+            if timed.reply["output"]:
+                return {"error": f"timed call {len(times)}: {timed.reply['output']}", **timing.stats(times or [0.0])}
+            judge_us = max(timed.call_us - round_trip, timed.call_us / 100)
+            times.append(timed.reply["us"] if ctx.on_gpu else judge_us)
+            judge_times.append(judge_us)
+            host.append(timed.reply["host_us"])
+            call_us.append(timed.call_us)
+            last = (len(times) - 1, timed.out)
+            kept.offer(lambda: last)
+            if _stop(protocol, ctx, times, time.perf_counter() - started):
+                break
+        checked = kept.items if any(k[0] == last[0] for k in kept.items) else kept.items + [last]
+        with PHASES.span("timing: re-checks"):
+            for rep, out in checked:
+                why = _check(ctx, first, slots.data(0), out)
+                if why:
+                    return {"error": f"timed call {rep} gave a wrong result: {why}", **timing.stats(times)}
+        stats = _finish(protocol, ctx, times, judge_times, host, call_us, last[1], round_trip, measured_rt)
+        stats["rechecked"] = len(checked)
+        stats["device_us"] = _device_time(ctx, slots, [0] * DEVICE_CALLS, lambda: first)
+        return stats
+    finally:
+        ctx.retire(slots)

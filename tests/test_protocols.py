@@ -1,0 +1,107 @@
+"""Timing protocols (harness/protocols.py, harness/upstream_timing.py): each times a shape the
+way its evaluator does; under the fresh ones no call is handed an object or address twice."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from cheats import baseline, run_harness
+from kgit_harness import problem, protocols, upstream_timing
+
+# Every call's input tuple as the kernel sees it: the tuple's id(), its tensors' id()s and
+# their storage addresses, printed for the test to read.
+_PROBE = '''
+
+_honest = custom_kernel
+
+
+def custom_kernel(data):
+    print("KGIT-SEEN", json.dumps([id(data)] + [id(t) for t in data] + [t.data_ptr() for t in data]), flush=True)
+    return _honest(data)
+'''
+
+
+def _probe_code() -> str:
+    return "import json\n" + baseline("vector_add") + _PROBE
+
+
+def _seen(capfd) -> list[tuple]:
+    return [tuple(json.loads(line.split(" ", 1)[1])) for line in capfd.readouterr().out.splitlines()
+            if line.startswith("KGIT-SEEN ")]
+
+
+@pytest.mark.parametrize("name", ["gpumode-leaderboard-wall", "gpumode-leaderboard-events"])
+def test_under_a_fresh_protocol_no_call_is_handed_an_object_or_address_twice(tmp_path, capfd, name):
+    doc = run_harness(tmp_path, problem="vector_add", code=_probe_code(), protocol=name, computed_names=False)
+    assert doc["status"] == "ok" and doc["protocol"] == name, doc.get("error")
+    assert doc["harness"].endswith(f"protocol {name}")
+    calls = _seen(capfd)
+    checks = 2 * len(problem.load_task(problem.shipped()["vector_add"]).shapes("tests", False))
+    timed = sum(s["n"] for s in doc["shapes"])
+    assert len(calls) == checks + len(doc["shapes"]) + timed  # the checks, each shape's first check, the timed calls
+    # The checks call a test shape's slot twice (published and secret seed); after them every
+    # call, timed or not, gets an object and an address no earlier call was handed.
+    for i in range(checks, len(calls)):
+        earlier = {value for call in calls[:i] for value in call}
+        assert not earlier & set(calls[i]), (i, calls[i])
+    assert all(s["rechecked"] == s["n"] for s in doc["shapes"])  # every timed output checked
+
+
+def test_under_kgits_own_protocol_the_timed_calls_reuse_their_buffers(tmp_path, capfd):
+    # The control: kgit-adaptive refills the same slot with new values, as documented.
+    doc = run_harness(tmp_path, problem="vector_add", code=_probe_code(), protocol="kgit-adaptive")
+    assert doc["status"] == "ok" and doc["protocol"] == "kgit-adaptive"
+    calls = _seen(capfd)
+    assert len(set(calls)) < len(calls)
+
+
+@pytest.mark.parametrize("name", ["gpumode-batch", "kernelbench-events"])
+def test_the_batch_and_fixed_protocols_time_and_check_on_the_cpu(tmp_path, name):
+    doc = run_harness(tmp_path, problem="vector_add", code=baseline("vector_add"), protocol=name)
+    assert doc["status"] == "ok" and doc["protocol"] == name, doc.get("error")
+    assert all(s["n"] >= 1 and s["mean_us"] > 0 and s["rechecked"] >= 1 for s in doc["shapes"])
+
+
+def test_a_kernel_wrong_on_one_fresh_call_is_caught(tmp_path):
+    # Right on every check and on the first timed calls, wrong on the third timed call of a shape.
+    code = baseline("vector_add") + '''
+
+_honest = custom_kernel
+_calls = [0]
+
+
+def custom_kernel(data):
+    _calls[0] += 1
+    out = _honest(data)
+    if _calls[0] == 10:
+        out.zero_()
+    return out
+'''
+    doc = run_harness(tmp_path, problem="vector_add", code=code, protocol="gpumode-leaderboard-wall",
+                      timing={"target_rse": 0.5, "max_time_s": 1.0, "min_reps": 6, "warmup": 0})
+    assert doc["status"] == "incorrect" and "gave a wrong result" in doc["error"], doc.get("error")
+
+
+def test_a_shape_whose_fresh_inputs_do_not_fit_is_unsupported_here(tmp_path, monkeypatch):
+    monkeypatch.setattr(upstream_timing, "FRESH_BYTES", {True: 1 << 10, False: 1 << 10})
+    doc = run_harness(tmp_path, problem="vector_add", code=baseline("vector_add"), protocol="gpumode-leaderboard-wall")
+    assert doc["status"] == "unsupported" and "fresh inputs" in doc["reason"], doc.get("error")
+
+
+def test_task_yml_names_a_known_protocol_and_its_statistic(tmp_path):
+    folder = tmp_path / "p"
+    folder.mkdir()
+    task = {"name": "x", "tests": [{"n": 1}], "benchmarks": [{"n": 1}]}
+    (folder / "task.yml").write_text(yaml.safe_dump({**task, "protocol": "gpumode-leaderbord"}))
+    with pytest.raises(problem.TaskError, match="unknown timing protocol 'gpumode-leaderbord'"):
+        problem.load_task(folder)
+    (folder / "task.yml").write_text(yaml.safe_dump({**task, "protocol": "gpumode-leaderboard-wall",
+                                                     "ranking": "min"}))
+    with pytest.raises(problem.TaskError, match="ranks by its mean"):
+        problem.load_task(folder)
+    (folder / "task.yml").write_text(yaml.safe_dump(task))
+    assert problem.load_task(folder).protocol == protocols.DEFAULT
+    assert problem.load_task(problem.shipped()["fp8_blockscale_gemm"]).protocol == "gpumode-leaderboard-wall"
