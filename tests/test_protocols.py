@@ -105,3 +105,27 @@ def test_task_yml_names_a_known_protocol_and_its_statistic(tmp_path):
     (folder / "task.yml").write_text(yaml.safe_dump(task))
     assert problem.load_task(folder).protocol == protocols.DEFAULT
     assert problem.load_task(problem.shipped()["fp8_blockscale_gemm"]).protocol == "gpumode-leaderboard-wall"
+
+
+@pytest.mark.gpu
+def test_gpu_fresh_wall_protocol_times_every_call_on_new_inputs(tmp_path, capfd):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.fail("gpu tests need a CUDA or ROCm device (deselect them with -m 'not gpu')")
+    doc = run_harness(tmp_path, problem="vector_add", code=_probe_code(), protocol="gpumode-leaderboard-wall",
+                      computed_names=False)
+    assert doc["status"] == "ok", doc.get("error")
+    calls = _seen(capfd)
+    for shape in doc["shapes"]:
+        assert shape["clock"] in ("wall", "judge") and shape["device_us"] > 0 and shape["host_us"] > 0, shape
+        assert 3 <= shape["n"] <= 100 and shape["rechecked"] == shape["n"]
+    # Within a shape (one arena) no two calls share an address: the timed calls of each shape
+    # follow its first check; addresses differ from every earlier call of that shape.
+    checks = 2 * len(problem.load_task(problem.shipped()["vector_add"]).shapes("tests", True))
+    start = checks
+    for shape in doc["shapes"]:
+        block = calls[start:start + 1 + shape["n"]]
+        addresses = [call[-3:] for call in block]
+        assert len(set(addresses)) == len(addresses), shape["key"]
+        start += 1 + shape["n"] + upstream_timing.DEVICE_CALLS
