@@ -128,10 +128,10 @@ def timed_call(slots, slot: int, private, calibration: Calibration, **request) -
     """Fill `slot` with `private`, call it, take the output: the judge's clock around all three.
 
     The clock starts before the first byte of the input is where the runner can see it, so
-    no work on the inputs can happen before it. The fill (the judge's own work) is
-    subtracted as measured, at most CAP_RATIO x its pre-candidate model: a runner that
-    slows it down only makes its own figure worse. The runner's own checks of the call
-    arrive after this, outside the clock (`drain`).
+    no work on the inputs can happen before it. The fill (the judge's own work, done while
+    the runner waits for a request with its device synchronized) is subtracted as
+    measured. The runner's own checks of the call arrive after this, outside the clock
+    (`drain`).
     """
     clock = time.perf_counter
     t0 = clock()
@@ -141,7 +141,7 @@ def timed_call(slots, slot: int, private, calibration: Calibration, **request) -
     out = slots.take(slot)
     t2 = clock()
     slots.drain()
-    fill = min((t1 - t0) * 1e6, CAP_RATIO * calibration.fill_us(private, out))
+    fill = (t1 - t0) * 1e6
     return Timed(reply, out, fill, (t2 - t0) * 1e6 - fill)
 
 
@@ -384,10 +384,12 @@ def round_trips(slots, calibration: Calibration, repeats: int = 5) -> tuple[floa
         requests.append((t1 - t0) * 1e6)
         copies.append((t2 - t1) * 1e6)
     request, copy = statistics.median(requests), statistics.median(copies)
-    subtracted = min(request, CAP_RATIO * calibration.ping_us) + min(copy, CAP_RATIO * calibration.copy_us(out))
+    # The request's part is the runner's to answer, so it counts at most as the pre-candidate
+    # pings do; the copy is the judge's own work, measured.
+    request_cap = CAP_RATIO * calibration.ping_us
     if calibration.ping_min_us > 0:
-        subtracted = min(subtracted, calibration.floor_us(out))
-    return subtracted, request + copy
+        request_cap = min(request_cap, calibration.ping_min_us)
+    return min(request, request_cap) + copy, request + copy
 
 
 def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration, target_rse, stats) -> str | None:
@@ -436,8 +438,7 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
         checking.sync(slots.torch)
         t2 = clock()
         slots.drain()
-        fill = min((t_filled - t0) * 1e6, CAP_RATIO * sum(calibration.fill_us(p, o) for p, o in zip(inputs, outs)))
-        total = (t2 - t0) * 1e6 - fill
+        total = (t2 - t_filled) * 1e6
         spans.append(total / len(chosen))
         samples.append(max(total - request - copy, 0.0) / len(chosen))
         runner_host.append(reply["host_us"] / len(chosen))
@@ -507,7 +508,9 @@ def settle(stats: dict) -> str | None:
 
     The events rank the shape while back-to-back calls, by the judge's clock, take at most
     ESCAPE_RATIO x the event mean + the judge's output copy + ESCAPE_SLACK_US a call: a
-    bound of the judge's own figures, which nothing the runner reports can widen. Beyond
+    bound of the judge's own figures, which nothing the runner reports can widen. The
+    judge's fastest sample is what is held to the bound: a host busy with other work only
+    ever slows the judge's clock, and a forged figure leaves every sample too slow. Beyond
     it the judge's clock ranks the shape (`clock: judge`): it includes the launch, which a
     launch-bound honest kernel cannot hide, and a forged event figure gains nothing there.
     Rejected only when even the runner's own host figures cannot account for the judge's
@@ -520,17 +523,16 @@ def settle(stats: dict) -> str | None:
     batch = stats.get("judge_call_us") if stats.get("bound") == "calls" else stats.get("host_batch_us")
     if batch is None:
         return None  # the CPU interpreter: the judge's clock is the figure already
+    batch = min(batch, (stats.get("judge_batch") or {}).get("min_us", batch))
     events, copy = stats["mean_us"], stats.get("copy_out_us") or 0.0
     if batch <= events_bound(stats):
         stats["clock"] = "events"
         return None
     host = max(stats.get("host_call_us") or 0.0, stats.get("runner_batch_host_us") or 0.0)
-    # A host busy with other work (evaluations beside this one, busy cores) slows the judge's
-    # round trips now beyond what it subtracts: that much is excused from a rejection, never
-    # from the figure, which the judge's clock then gives.
-    explained = ESCAPE_RATIO * max(events, host) + copy + ESCAPE_SLACK_US + (stats.get("load_us") or 0.0)
+    explained = ESCAPE_RATIO * max(events, host) + copy + ESCAPE_SLACK_US
     if batch > explained:
-        return (f"back-to-back calls took {batch:.1f} us each by the judge's clock, but the runner's timing "
+        which = "timed calls" if stats.get("bound") == "calls" else "back-to-back calls"
+        return (f"{which} took {batch:.1f} us each by the judge's clock (its fastest sample), but the runner's timing "
                 f"events measured {events:.1f} us and its host {host:.1f} us a call (the bound is "
                 f"{ESCAPE_RATIO:g} x the larger + the runner's output copy, {copy:.1f} us by the judge's clock, + "
                 f"{ESCAPE_SLACK_US:g} us): work ran outside the timed stream, "
