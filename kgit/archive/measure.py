@@ -41,17 +41,18 @@ def note_record(result: Result, tag: str | None = None) -> dict:
         # runner's events, and the runner's host time a call, so the model can tell a slow
         # kernel from a slow launch (the figure in "times" includes the launch).
         "launch_bound": launch_bound(result) or None,
-    } | ({"kernels": splits} if (splits := kernel_splits(result)) else {})
+    } | ({"kernels": splits} if (splits := kernel_splits(result)) else {}) \
+      | ({"per_call": calls} if (calls := per_call(result)) else {})
 
 
 def kernels_record(result: Result) -> dict | None:
     """The note kept beside a commit whose own GPU result carried a per-kernel split (the
     commit's trailers hold its times; the split would not fit there), or None."""
-    splits = kernel_splits(result)
-    if not splits:
+    splits, calls = kernel_splits(result), per_call(result)
+    if not splits and not calls:
         return None
     return {"kind": "kernels", "device": result.device, "harness": result.harness, "timing": result.timing,
-            "kernels": splits, "when": int(time.time())}
+            "kernels": splits, "when": int(time.time())} | ({"per_call": calls} if calls else {})
 
 
 def targets_record(result: Result) -> dict | None:
@@ -97,6 +98,30 @@ def kernel_splits(result: Result) -> dict[str, list]:
         if rows:
             out[s["key"]] = [[r["name"], r["count"], round(r["us"], 1)] for r in rows]
     return out
+
+
+def per_call(result: Result) -> dict[str, dict]:
+    """{shape: {"device_us", "host_us"}}: beside each GPU shape's ranked figure, the kernel's device
+    time (events after an L2 flush) and the host time of a call, both as the runner reported them."""
+    found = {}
+    for s in result.shapes:
+        device, host = s.get("device_us"), s.get("host_us")
+        if isinstance(device, (int, float)) and isinstance(host, (int, float)):
+            found[s["key"]] = {"device_us": round(float(device), 2), "host_us": round(float(host), 2)}
+    return found
+
+
+def per_call_of(attempt, device: str, harness: str) -> dict[str, dict]:
+    """per_call of `attempt`'s measurement that `comparable` picks: its note's, or for the commit's
+    own, the `kernels` note beside it; {} if none kept them."""
+    found = comparable(attempt, device, harness)
+    if found is None:
+        return {}
+    if found.get("source") != "commit":
+        return found.get("per_call") or {}
+    beside = [n for n in attempt.notes if n.get("kind") == "kernels" and n.get("device") == device
+              and n.get("harness") == harness and n.get("per_call")]
+    return max(beside, key=lambda n: n.get("when", 0))["per_call"] if beside else {}
 
 
 def launch_bound(result: Result) -> dict[str, dict]:

@@ -89,15 +89,21 @@ def shape_table(result, before: dict | None = None) -> str:
     """Per-shape statistics of one harness `Result`, against `before` times (key -> us) when given."""
     ranking = result.ranking or "mean"
     rows = []
+    # Beside the ranked figure: the kernel's device time (flushed events) and the host time a call (GPU).
+    per_call = any(s.get("device_us") is not None for s in result.shapes)
     for s in result.shapes:
         row = [s["key"], _num(s.get("mean_us"), "{:.2f}"), _num(s.get("median_us"), "{:.2f}"),
                _num(s.get("min_us"), "{:.2f}"), _num(s.get("std_us"), "{:.2f}"), s.get("n")]
+        if per_call:
+            row += [_num(s.get("device_us"), "{:.2f}"), _num(s.get("host_us"), "{:.2f}")]
         if before is not None:
             b = before.get(s["key"])
             value = s.get(ranking + "_us")
             row += [_num(b, "{:.2f}"), _num(b / value if b and value else None, "{:.2f}x")]
         rows.append(row)
     headers = ["shape", "mean us", "median us", "min us", "std us", "n"]
+    if per_call:
+        headers += ["device us", "host us"]
     if before is not None:
         headers += ["base us", "speedup"]
     return tabulate(rows, headers=headers, tablefmt="simple")
@@ -107,7 +113,8 @@ def result_summary(judged) -> str:
     """One evaluation (kgit.evaluation.evaluated.Evaluation) for the terminal."""
     result = judged.result
     lines = [f"status: {result.status}" + (f" ({result.reason})" if result.reason else ""),
-             f"device: {result.device}  timing: {result.timing}  ranking: {result.ranking}"]
+             f"device: {result.device}  timing: {result.timing}  protocol: {result.protocol or 'kgit-adaptive'}  "
+             f"ranking: {result.ranking}"]
     if result.timing == "interpreter":
         lines.append("note: measured in the Triton CPU interpreter; the figures say nothing about GPU speed.")
     missing = (judged.sandbox or {}).get("missing")
@@ -154,7 +161,7 @@ def attempt_text(attempt, body: str, base_times: dict, diffstat: str) -> str:
         f"status:     {attempt.status}",
         f"hypothesis: {attempt.hypothesis}",
         f"base:       {attempt.base or '-'}",
-        f"device:     {attempt.device} ({attempt.timing})",
+        f"device:     {attempt.device} ({attempt.timing}, protocol {attempt.protocol or 'kgit-adaptive'})",
         f"geomean:    {_num(attempt.geomean, '{:.2f} us')}   vs base {_num(attempt.speedup, '{:.2f}x')}   "
         f"vs baseline {_num(attempt.speedup_baseline, '{:.2f}x')}",
         f"model:      {attempt.model}" + (f"   cost ${attempt.cost:.4f}" if attempt.cost is not None else
@@ -165,6 +172,7 @@ def attempt_text(attempt, body: str, base_times: dict, diffstat: str) -> str:
             continue  # a profile or a kernel split beside a measurement, not one
         figure = f"{note['geomean_us']:.2f} us" if note.get("geomean_us") else note.get("status") or "?"
         lines.append(f"remeasured: {note.get('device_tag') or note.get('device') or 'unknown'}: {figure}"
+                     + (f" under {note['protocol']}" if note.get("protocol") else "")
                      + (f" ({note['reason']})" if note.get("reason") else ""))
     from kgit.archive.measure import targets_of
 

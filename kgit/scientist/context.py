@@ -40,6 +40,7 @@ class Environment:
     ranked_on: str | None = None
     ranked_versions: dict = field(default_factory=dict)
     build_targets: str = ""  # where the target facts come from and what a failed build means (targets_text)
+    protocol: str = "kgit-adaptive"  # how the benchmark shapes are timed (harness/protocols.py)
 
     def text(self) -> str:
         if self.on_gpu:
@@ -60,8 +61,8 @@ class Environment:
                       f"- when timings arrive: {self.timings_arrive()}"]
         else:
             lines.append(f"- software: {_versions_text(self.versions)}")
-        if self.on_gpu or self.ranked_on:
-            lines.append(GPU_TIMING)
+        if self.on_gpu or self.ranked_on or self.protocol != "kgit-adaptive":
+            lines.append(protocol_text(self.protocol, gpu=bool(self.on_gpu or self.ranked_on)))
         lines.append(f"- evaluator: {self.target}")
         if self.build_targets:
             lines.append(f"- build targets: {self.build_targets}")
@@ -76,6 +77,22 @@ class Environment:
                 f"on {self.ranked_on}, after this run ends: within the run every new attempt reads \"not measured on "
                 f"{self.ranked_on}\", so later iterations build on untimed attempts, and only the attempts timed "
                 f"before the run started carry {self.ranked_on} figures")
+
+
+def protocol_text(name: str, gpu: bool) -> str:
+    """The timing protocol in a sentence or two, with what each shape's figures are."""
+    from kgit_harness import protocols
+
+    protocol = protocols.get(name)
+    if protocol.name == protocols.DEFAULT:
+        head = GPU_TIMING if gpu else f"- timing protocol: {protocol.name}: {protocol.sentence}"
+    else:
+        head = (f"- timing protocol: {protocol.name}, as {protocol.follows} times a submission: "
+                f"{protocol.sentence}. A kernel that keeps results, plans or CUDA graphs per input tuple gains "
+                "nothing here" + (" (every timed call gets tensors it has never seen)" if protocol.fresh else ""))
+    return head + ("; beside each shape's ranked figure the harness shows the kernel's device time (device events "
+                   "after an L2 flush) and the host time a call, so a launch-bound shape (host time above device "
+                   "time) shows as such" if gpu else "")
 
 
 GPU_TIMING = ("- GPU timing: each call is timed with device events after an L2 flush (the kernel's GPU time, "
@@ -188,8 +205,10 @@ def environment(config, attempts, host=None, task=None) -> Environment:
     ranked_on = group[0] if group is not None and group[0] != device else None
     ranked_versions = _note_versions(attempts, group[0], group[1]) if ranked_on else {}
     declared = config.targets if config.targets is not None else list(getattr(task, "targets", None) or [])
+    timing_config = getattr(config, "timing", None)
+    protocol = getattr(timing_config, "protocol", None) or getattr(task, "protocol", None) or "kgit-adaptive"
     return Environment(device, on_gpu, timing, versions, _target(config), ranked_on, ranked_versions,
-                       targets_text(declared, config.require_targets, on_gpu, config.targets_gpu_shapes))
+                       targets_text(declared, config.require_targets, on_gpu, config.targets_gpu_shapes), protocol)
 
 
 def check_text(task, problem_dir: Path) -> str:

@@ -110,6 +110,7 @@ def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES, tas
     order = sorted(times, key=times.get, reverse=True)
     splits = view.comparable_kernels(base)
     bound = view.launch_bound(base)
+    calls = view.per_call(base)
     lines = intro + [f"Mean time per benchmark shape on {view.device} (harness {view.harness}), slowest first"
                      + (", with the baseline's time and the speedup over it:" if before else ":")]
     rates = Rates(task, view.device)
@@ -125,7 +126,11 @@ def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES, tas
             line += f" = {kernelsplit.line(splits[key])}"
         if before.get(key):
             line += f" (baseline {before[key]:.1f} us, {before[key] / times[key]:.2f}x)"
-        if key in bound:
+        if key in calls:
+            device_us, host_us = calls[key]["device_us"], calls[key]["host_us"]
+            line += (f"; device {device_us:.1f} us, host {host_us:.1f} us a call"
+                     + (" (launch-bound)" if host_us > device_us else ""))
+        elif key in bound:
             line += (f"; launch-bound: the GPU took {bound[key]['gpu_us']:.1f} us, the call's host side "
                      f"{bound[key]['host_us']:.1f} us")
         if rates:

@@ -134,3 +134,7 @@ class ArchiveView:
     def launch_bound(self, a) -> dict:
         """{shape: {"gpu_us", "host_us"}} of the ranking measurement's launch-bound shapes."""
         return self._ranking_measurement(a).get("launch_bound") or {}
+
+    def per_call(self, a) -> dict:
+        """{shape: {"device_us", "host_us"}} beside the ranking measurement's figures, where kept."""
+        return measure.per_call_of(a, self.device, self.harness) if self.gpu else {}
