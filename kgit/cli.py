@@ -71,7 +71,11 @@ def problems():
               help="Import a GPU MODE problem folder (reference.py, task.yml, submission.py).")
 @click.option("--from-kernelbench", "kernelbench", type=click.Path(path_type=Path),
               help="Import a KernelBench problem file (Model, get_inputs, get_init_inputs).")
-def init(directory, problem, force, config_file, as_json, gpumode, kernelbench):
+@click.option("--protocol", metavar="NAME",
+              help="Timing protocol of an imported problem (default: the one its GPU MODE eval.py follows, or "
+                   "kernelbench-events for KernelBench): kgit-adaptive, gpumode-leaderboard-wall, "
+                   "gpumode-leaderboard-events, gpumode-batch, kernelbench-events.")
+def init(directory, problem, force, config_file, as_json, gpumode, kernelbench, protocol):
     """Make DIRECTORY (default: here) a kernel repository and commit its measured baseline.
 
     Copies the problem to problem/, the baseline kernel to kernel.py, writes .kgit.yaml,
@@ -87,10 +91,13 @@ def init(directory, problem, force, config_file, as_json, gpumode, kernelbench):
                                "--from-gpumode FOLDER or --from-kernelbench FILE.")
     text = config_file.read_text(encoding="utf-8") if config_file else None
     options = {"force": force, "config_text": text, "progress": _progress}
+    if protocol and not (gpumode or kernelbench):
+        raise click.UsageError("--protocol chooses how an imported problem is timed; a shipped problem names its "
+                               "own (set timing.protocol in .kgit.yaml to time it otherwise).")
     if gpumode:
-        outcome = importers.init_from_gpumode(directory, gpumode, **options)
+        outcome = importers.init_from_gpumode(directory, gpumode, protocol, **options)
     elif kernelbench:
-        outcome = importers.init_from_kernelbench(directory, kernelbench, **options)
+        outcome = importers.init_from_kernelbench(directory, kernelbench, protocol, **options)
     else:
         outcome = ex.init(directory, problem, **options)
     if as_json:

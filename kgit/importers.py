@@ -36,18 +36,85 @@ class ImportProblemError(KgitError):
     """A folder or file that is not the kind of problem it was given as."""
 
 
-def init_from_gpumode(directory: Path, source: Path, **init_options) -> experiments.Outcome:
+def init_from_gpumode(directory: Path, source: Path, protocol: str | None = None,
+                      **init_options) -> experiments.Outcome:
     """`kgit init DIRECTORY --from-gpumode SOURCE`: measure and commit the imported baseline."""
     with tempfile.TemporaryDirectory(prefix="kgit-import-") as scratch:
-        problem_dir, kernel = gpumode_problem(Path(source), Path(scratch) / "problem")
+        problem_dir, kernel = gpumode_problem(Path(source), Path(scratch) / "problem", protocol)
         return experiments.init(directory, problem_dir=problem_dir, kernel_source=kernel, **init_options)
 
 
-def init_from_kernelbench(directory: Path, source: Path, **init_options) -> experiments.Outcome:
+def init_from_kernelbench(directory: Path, source: Path, protocol: str | None = None,
+                          **init_options) -> experiments.Outcome:
     """`kgit init DIRECTORY --from-kernelbench SOURCE`: measure and commit the imported baseline."""
     with tempfile.TemporaryDirectory(prefix="kgit-import-") as scratch:
-        problem_dir, kernel = kernelbench_problem(Path(source), Path(scratch) / "problem")
+        problem_dir, kernel = kernelbench_problem(Path(source), Path(scratch) / "problem", protocol)
         return experiments.init(directory, problem_dir=problem_dir, kernel_source=kernel, **init_options)
+
+
+# -- timing protocols -----------------------------------------------------------------------
+# What each of GPU MODE's evaluators does in its timed loop, as read from its eval.py: the
+# markers of its leaderboard mode (harness/protocols.py names the protocols).
+_EVAL_MARKERS = (
+    ("gpumode-batch", ("NUM_ITERATIONS_PER_BENCHMARK", "elapsed_time", "custom_kernel(data)")),
+    ("gpumode-leaderboard-events", ("Event(enable_timing=True)", "clear_l2_cache()", "elapsed_time",
+                                    "custom_kernel(data)")),
+    ("gpumode-leaderboard-wall", ("perf_counter_ns()", "synchronize()", "custom_kernel(data)", "leaderboard")),
+)
+
+
+def _chosen_protocol(protocol: str | None) -> str | None:
+    if protocol is None:
+        return None
+    from kgit_harness import protocols
+
+    try:
+        return protocols.get(protocol).name
+    except ValueError as e:
+        raise ImportProblemError(f"--protocol: {e}.") from None
+
+
+def gpumode_eval(source: Path, spec: dict) -> Path | None:
+    """The eval.py that runs this GPU MODE problem: its own, the one task.yml's `files` names, or
+    the one beside it in a reference-kernels checkout (problems/amd/eval.py for problems/amd/fp8-mm)."""
+    for entry in spec.get("files") or []:
+        if isinstance(entry, dict) and entry.get("name") == "eval.py" and isinstance(entry.get("source"), str):
+            path = (source / entry["source"]).resolve()
+            if path.is_file():
+                return path
+    for path in (source / "eval.py", source.parent / "eval.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def recognise_eval(path: Path) -> str | None:
+    """The protocol of a GPU MODE eval.py's leaderboard mode, or None when it is none kgit knows."""
+    text = _read(path)
+    for name, markers in _EVAL_MARKERS:
+        if all(marker in text for marker in markers):
+            return name
+    return None
+
+
+def _gpumode_protocol(source: Path, spec: dict, protocol: str | None) -> tuple[str, str]:
+    """(the protocol, the sentence task.yml keeps about where it came from)."""
+    chosen = _chosen_protocol(protocol)
+    path = gpumode_eval(source, spec)
+    if chosen is not None:
+        return chosen, "chosen with --protocol" + (f" (the problem's evaluator is {path.name})" if path else "")
+    if path is None:
+        return "kgit-adaptive", ("no eval.py came with the problem (its own folder, task.yml's files, the folder "
+                                 "above), so kgit's own protocol; choose another with --protocol")
+    found = recognise_eval(path)
+    if found is None:
+        from kgit_harness import protocols
+
+        raise ImportProblemError(f"{path}: kgit does not recognise this eval.py's leaderboard timing, so it cannot "
+                                 "time the problem the way its evaluator does. Name the protocol that matches it: "
+                                 f"`kgit init ... --protocol NAME`, one of {', '.join(protocols.PROTOCOLS)} "
+                                 "(docs/problems.md, \"Timing protocols\").")
+    return found, f"recognised from {path.name}, the problem's evaluator"
 
 
 # -- GPU MODE ---------------------------------------------------------------------------------
@@ -55,8 +122,10 @@ GPUMODE_SHAPE = ("a GPU MODE problem folder holds reference.py (generate_input, 
                  "check_implementation), task.yml (tests, benchmarks) and submission.py (custom_kernel)")
 
 
-def gpumode_problem(source: Path, dest: Path) -> tuple[Path, str]:
-    """Write a kgit problem folder for the GPU MODE folder `source`; return it and the kernel source."""
+def gpumode_problem(source: Path, dest: Path, protocol: str | None = None) -> tuple[Path, str]:
+    """Write a kgit problem folder for the GPU MODE folder `source`; return it and the kernel source.
+
+    The timing protocol is `protocol`, else the one its eval.py's leaderboard mode follows."""
     if not source.is_dir():
         raise ImportProblemError(f"{source} is not a folder: {GPUMODE_SHAPE}.")
     missing = [name for name in ("reference.py", "task.yml") if not (source / name).is_file()]
@@ -68,7 +137,10 @@ def gpumode_problem(source: Path, dest: Path) -> tuple[Path, str]:
         raise ImportProblemError(f"{source} has no {' and no '.join(missing)}: {GPUMODE_SHAPE}.")
     reference_text = _read(source / "reference.py")
     if _is_forward_backward(reference_text, source):
-        return _forward_backward_problem(source, dest, spec, reference_text, submission)
+        # Its own eval.py times forward then backward, which no GPU MODE leaderboard protocol does.
+        return _forward_backward_problem(source, dest, spec, reference_text, submission,
+                                         _chosen_protocol(protocol) or "kgit-adaptive")
+    timed_by, timed_why = _gpumode_protocol(source, spec, protocol)
     _require_names(source / "reference.py", reference_text, ("generate_input", "ref_kernel"))
     kernel = _read(submission)
     _require_names(submission, kernel, ("custom_kernel",))
@@ -101,12 +173,13 @@ def gpumode_problem(source: Path, dest: Path) -> tuple[Path, str]:
         "name": _gpumode_name(source),
         "summary": _first_line(description) or f"GPU MODE problem {source.name}",
         "description": description + "\n\n(Imported from the GPU MODE problem folder " + source.name
-                       + "; its sources are in problem/gpumode/.)",
+                       + f"; its sources are in problem/gpumode/. Timed by {timed_by}: {timed_why}.)",
         "files": ["kernel.py"],
         "tests": spec["tests"],
         "benchmarks": spec["benchmarks"],
         "cpu": _gpumode_cpu_shapes(spec["tests"]),
         "ranking": "mean",
+        "protocol": timed_by,
         **({"output": output} if output is not None else {}),
         **({"requires": requires} if requires else {}),
         "tolerance": {"why": "The GPU MODE reference's check_implementation decides." if has_check
@@ -316,7 +389,7 @@ def _is_forward_backward(text: str, source: Path) -> bool:
 
 
 def _forward_backward_problem(source: Path, dest: Path, spec: dict, reference_text: str,
-                              submission: Path) -> tuple[Path, str]:
+                              submission: Path, protocol: str) -> tuple[Path, str]:
     """A forward-and-backward folder (princeton/cross_entropy_py) as one kgit problem.
 
     Its reference defines generate_inputs(batch, ..., seed=S), reference_forward and
@@ -398,6 +471,7 @@ def custom_kernel(data):
         "benchmarks": benchmarks,
         "cpu": _forward_backward_cpu(tests, fixed),
         "ranking": "mean",
+        "protocol": protocol,
         "tolerance": {"rtol": float(constants.get("RTOL", 1e-5)), "atol": float(constants.get("ATOL", 1e-6)),
                       "why": "The reference's own RTOL and ATOL, applied to the forward and the backward output "
                              "as its eval.py does (torch.allclose on each)." if "RTOL" in constants
@@ -545,8 +619,10 @@ KERNELBENCH_SHAPE = ("a KernelBench problem file defines class Model (an nn.Modu
                      "and get_init_inputs()")
 
 
-def kernelbench_problem(source: Path, dest: Path) -> tuple[Path, str]:
-    """Write a kgit problem folder for the KernelBench file `source`; return it and the kernel source."""
+def kernelbench_problem(source: Path, dest: Path, protocol: str | None = None) -> tuple[Path, str]:
+    """Write a kgit problem folder for the KernelBench file `source`; return it and the kernel source.
+
+    Timed as KernelBench times a kernel (kernelbench-events) unless `protocol` says otherwise."""
     if not source.is_file():
         raise ImportProblemError(f"{source} is not a file: {KERNELBENCH_SHAPE}.")
     text = _read(source)
@@ -582,6 +658,7 @@ def kernelbench_problem(source: Path, dest: Path) -> tuple[Path, str]:
         **({"cpu": {"tests": [{**cpu_shape, "seed": 1}, {**cpu_shape, "seed": 2}],
                     "benchmarks": [{**cpu_shape, "seed": 3}]}} if cpu_shape else {}),
         "ranking": "mean",
+        "protocol": _chosen_protocol(protocol) or "kernelbench-events",
         "tolerance": {"rtol": 1e-2, "atol": 1e-2, "relative": 1e-2,
                       "why": "KernelBench's own tolerance: fp32 outputs within 1e-2 absolute and relative; and, "
                              "as kgit adds, an error RMS within 1e-2 of the output's RMS, so outputs far "

@@ -219,3 +219,68 @@ def test_cli_errors(tmp_path, run_kgit):
     result = run_kgit(tmp_path, "init", "repo")
     assert result.exit_code == 2 and "--problem" in result.stderr and "--from-gpumode" in result.stderr
     assert not (tmp_path / "repo").exists()  # nothing was created on a usage error
+
+
+# -- the timing protocol of an imported problem -----------------------------------------------
+# Minimal evaluators with the shape of GPU MODE's leaderboard loops, written for these tests.
+_WALL_EVAL = '''
+def _run_single_benchmark(test, recheck, max_repeats, max_time_ns):
+    for i in range(max_repeats):
+        data = generate_input(**test.args)
+        torch.cuda.synchronize()
+        start = time.perf_counter_ns()
+        output = custom_kernel(data)
+        torch.cuda.synchronize()
+        end = time.perf_counter_ns()
+
+def main():
+    mode = "leaderboard"
+'''
+_EVENTS_EVAL = '''
+def _run_single_benchmark(test, recheck, max_repeats, max_time_ns):
+    for i in range(max_repeats):
+        data = generate_input(**test.args)
+        start_event = torch.cuda.Event(enable_timing=True)
+        end_event = torch.cuda.Event(enable_timing=True)
+        clear_l2_cache()
+        start_event.record()
+        output = custom_kernel(data)
+        end_event.record()
+        duration = start_event.elapsed_time(end_event)
+'''
+
+
+def _gpumode_with_eval(tmp_path, text: str | None, where: str = "beside") -> Path:
+    root = tmp_path / "problems"
+    shutil.copytree(GPUMODE.parent, root)  # the problem and the utils.py its task.yml takes from beside it
+    source = root / GPUMODE.name
+    if text is not None:
+        (root if where == "beside" else source).joinpath("eval.py").write_text(text)
+    return source
+
+
+@pytest.mark.parametrize("text, where, protocol", [
+    (_WALL_EVAL, "beside", "gpumode-leaderboard-wall"),  # problems/amd/eval.py beside problems/amd/fp8-mm
+    (_EVENTS_EVAL, "inside", "gpumode-leaderboard-events"),
+    (None, None, "kgit-adaptive"),
+])
+def test_an_imported_problem_is_timed_as_its_eval_py_times(tmp_path, text, where, protocol):
+    problem_dir, _ = importers.gpumode_problem(_gpumode_with_eval(tmp_path, text, where), tmp_path / "out")
+    task = yaml.safe_load((problem_dir / "task.yml").read_text())
+    assert task["protocol"] == protocol
+    assert f"Timed by {protocol}" in task["description"]
+
+
+def test_an_eval_py_kgit_does_not_recognise_is_named_with_the_way_out(tmp_path):
+    source = _gpumode_with_eval(tmp_path, "def main():\n    return 0\n")
+    with pytest.raises(importers.ImportProblemError, match=r"eval\.py: kgit does not recognise .* --protocol NAME"):
+        importers.gpumode_problem(source, tmp_path / "out")
+    problem_dir, _ = importers.gpumode_problem(source, tmp_path / "out2", "gpumode-batch")
+    assert yaml.safe_load((problem_dir / "task.yml").read_text())["protocol"] == "gpumode-batch"
+    with pytest.raises(importers.ImportProblemError, match="unknown timing protocol 'fastest'"):
+        importers.gpumode_problem(source, tmp_path / "out3", "fastest")
+
+
+def test_a_kernelbench_problem_is_timed_as_kernelbench_times_it(tmp_path):
+    problem_dir, _ = importers.kernelbench_problem(KERNELBENCH, tmp_path / "out")
+    assert yaml.safe_load((problem_dir / "task.yml").read_text())["protocol"] == "kernelbench-events"
