@@ -221,8 +221,10 @@ def log(as_json, per_device):
               "harness reports, e.g. \"NVIDIA H200\"); e.g. mi300x-box2.")
 @click.option("--repeat", default=1, show_default=True, help="Measure each revision this many times.")
 @click.option("--all", "every", is_flag=True, help="Every correct attempt, instead of REVS.")
+@click.option("--protocol", metavar="NAME", help="Time under this timing protocol instead of the configured one "
+              "(e.g. gpumode-leaderboard-wall); figures of different protocols are never ranked together.")
 @click.option("--json", "as_json", is_flag=True, help="Print the stored note records as JSON.")
-def remeasure(revs, device_tag, repeat, every, as_json):
+def remeasure(revs, device_tag, repeat, every, protocol, as_json):
     """Evaluate attempts again and keep the results as git notes (refs/notes/kgit).
 
     REVS default to the baseline and the best attempt; each is a sha, a branch or a tag,
@@ -234,7 +236,7 @@ def remeasure(revs, device_tag, repeat, every, as_json):
     from kgit import remeasure as rm
 
     repo, config = ex.load()
-    done = rm.remeasure(repo, config, revs, device_tag=device_tag, repeat=repeat, every=every,
+    done = rm.remeasure(repo, config, revs, device_tag=device_tag, repeat=repeat, every=every, protocol=protocol,
                         progress=None if as_json else _progress)
     if as_json:
         _emit_json([{"sha": d.sha, **d.record} for d in done])

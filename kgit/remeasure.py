@@ -7,6 +7,7 @@ fetches the remote's notes, merges them with ours line by line, and pushes the u
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -49,10 +50,21 @@ def targets(repo, attempts, revs: list[str], every: bool) -> list[str]:
 
 
 def remeasure(repo, config, revs=(), *, device_tag: str | None = None, repeat: int = 1, every: bool = False,
-              evaluator=None, progress=None) -> list[Remeasured]:
-    """Evaluate attempts again and append each result to its commit's note."""
+              protocol: str | None = None, evaluator=None, progress=None) -> list[Remeasured]:
+    """Evaluate attempts again and append each result to its commit's note.
+
+    `protocol`: time them under this timing protocol rather than the configured one; the
+    notes say which, and figures of different protocols are never ranked together."""
     if repeat < 1:
         raise KgitError(f"--repeat must be 1 or more, not {repeat}.")
+    if protocol is not None:
+        from kgit_harness import protocols
+
+        try:
+            protocols.get(protocol)
+        except ValueError as e:
+            raise KgitError(f"--protocol: {e}.") from None
+        config = dataclasses.replace(config, timing=dataclasses.replace(config.timing, protocol=protocol))
     with repo.lock("remeasure"):
         attempts = repo.read()
         if not attempts:
@@ -78,7 +90,8 @@ def remeasure(repo, config, revs=(), *, device_tag: str | None = None, repeat: i
                     progress(f"{item.sha[:10]}: {item.result.status}"
                              + (f" ({item.record['reason']})" if item.record.get("reason") else "")
                              + (f", {item.record['geomean_us']:.2f} us" if item.record.get("geomean_us") else "")
-                             + f" on {item.record.get('device_tag') or item.record.get('device')}")
+                             + f" on {item.record.get('device_tag') or item.record.get('device')}"
+                             + (f" under {item.record['protocol']}" if item.record.get("protocol") else ""))
                 done.append(item)
     return done
 

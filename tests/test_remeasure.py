@@ -169,3 +169,17 @@ def test_a_failed_remeasurement_keeps_its_reason_and_error_excerpt(kernel_repo):
     # A correct re-measurement carries neither.
     ok = rm.remeasure(repo, config, ["kgit/baseline"], evaluator=FakeEvaluator([9.0]))
     assert "reason" not in ok[0].record and "error_excerpt" not in ok[0].record
+
+
+def test_remeasure_under_another_protocol_is_noted_and_never_ranked_beside_the_first(kernel_repo, run_kgit):
+    result = run_kgit(kernel_repo, "remeasure", "kgit/baseline", "--protocol", "gpumode-leaderboard-wall", "--json")
+    assert result.exit_code == 0, result.output
+    [stored] = json.loads(result.stdout)
+    assert stored["protocol"] == "gpumode-leaderboard-wall" and stored["status"] == "ok"
+    assert stored["harness"].endswith("protocol gpumode-leaderboard-wall")
+    [baseline] = [a for a in Repo(kernel_repo).read() if a.is_baseline]
+    # The commit's own figure (kgit-adaptive) and the note's are of two protocols: never compared.
+    assert measure.comparable(baseline, baseline.device, baseline.harness)["source"] == "commit"
+    assert baseline.harness != stored["harness"]
+    bad = run_kgit(kernel_repo, "remeasure", "kgit/baseline", "--protocol", "fastest")
+    assert bad.exit_code == 1 and "unknown timing protocol 'fastest'" in bad.output
