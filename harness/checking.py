@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from kgit_harness import problem
+from kgit_harness import problem, shared
 
 # Keys the global RNG's seed for each generated input (see make_input); drawn per
 # process and never shown to the candidate.
@@ -74,6 +74,13 @@ def clone(data):
         return [clone(d) for d in data]
     if isinstance(data, dict):
         return {k: clone(v) for k, v in data.items()}
+    fields = shared.plain_fields(data)
+    if fields is not None and shared.tensors(data):
+        import copy
+
+        twin = copy.copy(data)
+        vars(twin).update({k: clone(v) for k, v in fields.items()})
+        return twin
     return data
 
 

@@ -190,12 +190,21 @@ class Slots:
         self.torch, self.runner, self.task, self.on_gpu = torch, runner, task, on_gpu
         self.id = next(self._ids)
         self.sample = sample
+        self.casts: dict = {}  # slot -> the dtypes its outputs were returned in, where narrower
         planner = shared.Planner()
         if like is None:
             like = output_like(torch, task, reference, sample)
         layouts = [{"input": planner.tree(sample), "output": planner.tree(like) if like is not None else None}
                    for _ in range(count)]
-        self.arena = shared.new_arena(torch, planner.size, on_gpu)
+        try:
+            self.arena = shared.new_arena(torch, planner.size, on_gpu)
+        except torch.OutOfMemoryError:
+            # Other evaluations on this GPU hold the memory: the machine's state, not the kernel's verdict.
+            free = timing.free_bytes(torch) or 0
+            need = f"{planner.size / (1 << 30):.1f} GiB"
+            raise Verdict("unsupported", f"the shape's inputs need {need} of GPU memory and {free / (1 << 30):.1f} GiB "
+                          "are free: other evaluations on this GPU hold the rest (evaluator.per_gpu)",
+                          reason=f"needs {need} of GPU memory free") from None
         self.views = [(shared.view(torch, self.arena.tensor, lay["input"]),
                        shared.view(torch, self.arena.tensor, lay["output"]) if lay["output"] else None)
                       for lay in layouts]
@@ -221,9 +230,14 @@ class Slots:
         return self.views[slot][0]
 
     def take(self, slot: int):
-        """The judge's private copy of what the runner left in the slot's output."""
+        """The judge's private copy of what the runner left in the slot's output, in the dtypes
+        the kernel returned it in (Slots._dtypes)."""
         data, out = self.views[slot]
         copy = checking.clone(out if out is not None else problem.pick_output(data, self.task.output))
+        cast = self.casts.get(slot)
+        if cast:
+            leaves = iter(cast)
+            copy = _narrowed(self.torch, copy, leaves)
         return copy
 
     def call(self, slot: int, *, clock: str | None = None, flush: bool = True, empty: bool = False) -> dict:
@@ -233,7 +247,20 @@ class Slots:
         reply["us"] = channel.number(reply, "us")
         reply["host_us"] = channel.number(reply, "host_us")
         reply["output"] = channel.text(reply, "output", 2000, optional=True)
+        self.casts[slot] = self._dtypes(reply.get("dtypes"))
         return reply
+
+    def _dtypes(self, value) -> list | None:
+        """The runner's report of outputs widened into the judge's buffer: dtype names only, one
+        for each output, each one a dtype the buffer's holds exactly; else a broken protocol."""
+        if value is None:
+            return None
+        wanted = len(shared.tensors(self.views[0][1])) if self.views and self.views[0][1] is not None else 0
+        if not isinstance(value, list) or len(value) != wanted or \
+                not all(v is None or (isinstance(v, str) and isinstance(getattr(self.torch, v, None), self.torch.dtype))
+                        for v in value):
+            raise channel.ChannelError("'done' message: 'dtypes' must name one dtype (or null) for each output")
+        return value
 
     def drain(self):
         """The runner's own checks of the last call, read outside any clock (Runner.drain)."""
@@ -241,6 +268,11 @@ class Slots:
 
     def batch(self, slots: list[int], *, empty: bool = False, timed: bool = False) -> dict:
         reply = self.runner.ask({"op": "batch", "id": self.id, "slots": slots, "empty": empty, "timed": timed})
+        casts = reply.get("dtypes")
+        if casts is not None and (not isinstance(casts, list) or len(casts) != len(slots)):
+            raise channel.ChannelError("'done' message: 'dtypes' must hold one entry for each slot of the batch")
+        for slot, cast in zip(slots, casts or [None] * len(slots)):
+            self.casts[slot] = self._dtypes(cast)
         reply["output"] = channel.text(reply, "output", 2000, optional=True)
         reply["host_us"] = channel.number(reply, "host_us")
         for key in ("launch_us", "span_us", "served_us"):  # diagnostics, see runner.op_batch
@@ -251,6 +283,16 @@ class Slots:
         self.runner.ask({"op": "forget", "id": self.id})
         self.views = []
         self.arena.close()
+
+
+def _narrowed(torch, data, leaves):
+    """`data` with each tensor cast to the next dtype name of `leaves` (None: kept)."""
+    if isinstance(data, torch.Tensor):
+        name = next(leaves, None)
+        return data.to(getattr(torch, name)) if name else data
+    if isinstance(data, (tuple, list)):
+        return type(data)(_narrowed(torch, d, leaves) for d in data)
+    return data
 
 
 def output_like(torch, task, reference, sample):

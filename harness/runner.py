@@ -132,19 +132,23 @@ class Candidate:
             raise Verdict("rejected", f"the candidate replaced {', '.join(changed)}", reason="patched timers")
 
 
-def deliver(torch, out, target, buffer_given: bool = False) -> str | None:
+def deliver(torch, out, target, buffer_given: bool = False, dtypes: list | None = None) -> str | None:
     """Copy what the kernel returned into the judge's buffer; why it cannot be, or None.
 
     `buffer_given`: the target is the problem's own preallocated output (task.yml's
     `output`), whose shape may differ from the reference's result by dimensions of size 1
     (GPU MODE's vectorsum gives a (1,) buffer and its reference returns a 0-d sum, so
     its baseline returns `output[0]`): a result that differs from it only so is copied in.
+    Where the buffer is the judge's, shaped like the reference's result, a result of a
+    narrower dtype (float32 where the reference returns float64: GPU MODE's prefixsum) is
+    widened into it exactly, and its dtype appended to `dtypes` (None where it matched), so
+    that the judge checks it as the kernel returned it, as upstream's check does.
     """
     if isinstance(target, (tuple, list)):
         if not isinstance(out, (tuple, list)) or len(out) != len(target):
             return f"expected a sequence of {len(target)} outputs, got {type(out).__name__}"
         for i, (o, t) in enumerate(zip(out, target)):
-            why = deliver(torch, o, t, buffer_given)
+            why = deliver(torch, o, t, buffer_given, dtypes)
             if why:
                 return f"output {i}: {why}"
         return None
@@ -157,14 +161,32 @@ def deliver(torch, out, target, buffer_given: bool = False) -> str | None:
         out = out.reshape(target.shape)
     if out.shape != target.shape:
         return f"shape {tuple(out.shape)} != expected {tuple(target.shape)}"
-    if out.dtype != target.dtype:
+    if out.dtype != target.dtype and (buffer_given or not widens(torch, out.dtype, target.dtype)):
         return f"dtype {out.dtype} != expected {target.dtype}"
     if out.device != target.device:
         return f"device {out.device} != expected {target.device}"
-    same = out.data_ptr() == target.data_ptr() and out.stride() == target.stride()
+    if dtypes is not None:
+        dtypes.append(str(out.dtype).removeprefix("torch.") if out.dtype != target.dtype else None)
+    same = out.data_ptr() == target.data_ptr() and out.stride() == target.stride() and out.dtype == target.dtype
     if not same:
         target.copy_(out)
     return None
+
+
+def widens(torch, narrow, wide) -> bool:
+    """Whether every value of dtype `narrow` is exactly a value of dtype `wide`."""
+    if narrow.is_floating_point and wide.is_floating_point:
+        a, b = torch.finfo(narrow), torch.finfo(wide)
+        return b.bits > a.bits and b.eps <= a.eps and b.max >= a.max
+    if not narrow.is_floating_point and not wide.is_floating_point and narrow != torch.bool and wide != torch.bool:
+        a, b = torch.iinfo(narrow), torch.iinfo(wide)
+        return b.min <= a.min and b.max >= a.max
+    return False
+
+
+def _cast(dtypes: list) -> list | None:
+    """The dtypes outputs were widened from (None for each that matched), or None when none was."""
+    return dtypes if any(dtypes) else None
 
 
 class Session:
@@ -291,12 +313,13 @@ class Session:
                 out = cand.kernel(data)
             us = host_us = 0.0
         copied = cand.clock.perf_counter()
-        why = deliver(self.torch, out, self._target(data, out_buffer), out_buffer is None)
+        dtypes = []
+        why = deliver(self.torch, out, self._target(data, out_buffer), out_buffer is None, dtypes)
         if clock:
             # Back-to-back calls pay for the copy-out too: part of the host time the judge allows.
             host_us += (cand.clock.perf_counter() - copied) * 1e6
         self._sync()
-        return {"op": "done", "us": us, "host_us": host_us, "output": why}
+        return {"op": "done", "us": us, "host_us": host_us, "output": why, "dtypes": _cast(dtypes)}
 
     def op_batch(self, message, fds) -> dict:
         """Back-to-back calls ended by a device-wide synchronize; `timed`: after an L2 flush,
@@ -322,8 +345,9 @@ class Session:
         launched = clock.perf_counter()
         if timed:
             clock.end.record()
-        whys = [deliver(self.torch, out, self._target(data, buf), buf is None)
-                for out, (data, buf) in zip(results, chosen)]
+        casts = [[] for _ in chosen]
+        whys = [deliver(self.torch, out, self._target(data, buf), buf is None, cast)
+                for out, (data, buf), cast in zip(results, chosen, casts)]
         if self.on_gpu and not timed:
             clock.end.record()
         # Host time of the launches and copy-outs, before the wait: work the GPU still has
@@ -335,7 +359,8 @@ class Session:
         # Diagnostics (benchmarks/harness_fidelity.py prints them; nothing ranks on them) and,
         # `timed`, the events over the calls alone.
         span_us = clock.start.elapsed_time(clock.end) * 1e3 if self.on_gpu else 0.0
-        return {"op": "done", "output": next((w for w in whys if w), None), "host_us": (delivered - started) * 1e6,
+        return {"op": "done", "output": next((w for w in whys if w), None), "dtypes": [_cast(c) for c in casts],
+                "host_us": (delivered - started) * 1e6,
                 "launch_us": (launched - started) * 1e6, "span_us": span_us,
                 "served_us": (clock.perf_counter() - started) * 1e6}
 

@@ -56,8 +56,13 @@ class Planner:
             return {"dict": [[str(k), self.tree(v)] for k, v in data.items()]}
         if data is None or isinstance(data, (bool, int, float, str)):
             return {"value": data}
+        fields = plain_fields(data)
+        if fields is not None:
+            # A configuration object beside the tensors (GPU MODE's mla-decode gives one): its
+            # fields travel, and the runner hands the kernel an object with the same attributes.
+            return {"object": {"name": type(data).__name__, "fields": [[k, self.tree(v)] for k, v in fields.items()]}}
         raise TypeError(f"generate_input returned a {type(data).__name__}; the harness shares tensors, tuples, "
-                        "lists, dicts and plain numbers or strings only")
+                        "lists, dicts, plain numbers or strings, and objects whose attributes are those")
 
 
 def view(torch, arena, node: dict):
@@ -76,7 +81,32 @@ def view(torch, arena, node: dict):
         return [view(torch, arena, n) for n in node["list"]]
     if "dict" in node:
         return {k: view(torch, arena, n) for k, n in node["dict"]}
+    if "object" in node:
+        spec = node["object"]
+        return _named(str(spec["name"]))(**{str(k): view(torch, arena, n) for k, n in spec["fields"]})
     return node["value"]
+
+
+def plain_fields(data) -> dict | None:
+    """The attributes of an instance of an ordinary class (a dataclass, a config object), or None."""
+    import types
+
+    if isinstance(data, (type, types.ModuleType, types.FunctionType, types.MethodType)) or not hasattr(data, "__dict__"):
+        return None
+    fields = vars(data)
+    return fields if all(isinstance(k, str) for k in fields) else None
+
+
+_NAMED: dict = {}
+
+
+def _named(name: str):
+    """A namespace class called `name`: the runner's stand-in for the judge's configuration object."""
+    import types
+
+    if name not in _NAMED:
+        _NAMED[name] = type(name if name.isidentifier() else "Config", (types.SimpleNamespace,), {})
+    return _NAMED[name]
 
 
 def tensors(data) -> list:
@@ -88,7 +118,8 @@ def tensors(data) -> list:
         return [t for d in data for t in tensors(d)]
     if isinstance(data, dict):
         return [t for d in data.values() for t in tensors(d)]
-    return []
+    fields = plain_fields(data)
+    return tensors(list(fields.values())) if fields else []
 
 
 def same_layout(a, b) -> bool:
@@ -102,6 +133,9 @@ def same_layout(a, b) -> bool:
         return type(a) is type(b) and len(a) == len(b) and all(same_layout(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):
         return isinstance(b, dict) and list(a) == list(b) and all(same_layout(a[k], b[k]) for k in a)
+    fields = plain_fields(a)
+    if fields is not None:
+        return type(a) is type(b) and same_layout(fields, plain_fields(b) or {})
     return a == b
 
 

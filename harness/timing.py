@@ -66,6 +66,7 @@ class Calibration:
     copy_fixed_us: float
     copy_us_per_byte: float
     ping_min_us: float = 0.0
+    host_us: float = 0.0  # the judge's own round trip between two of its threads (host_latency_us)
 
     def copy_us(self, data) -> float:
         """The judge's copy of `data` (a tensor or a tree of them), by its pre-candidate model."""
@@ -111,7 +112,53 @@ def calibrate(ping, torch, on_gpu: bool, repeats: int = 5) -> Calibration:
         return min(times)
 
     fixed = copy_us(small)
-    return Calibration(statistics.median(pings), fixed, max(copy_us(big) - fixed, 0.0) / size, min(pings))
+    return Calibration(statistics.median(pings), fixed, max(copy_us(big) - fixed, 0.0) / size, min(pings),
+                       host_latency_us())
+
+
+class _Echo:
+    """A thread of the judge's that answers each byte it reads with one: the judge's own round
+    trip through the host's scheduler, which nothing the runner does can shorten or lengthen
+    other than by loading the host it also runs on."""
+
+    def __init__(self):
+        import os
+        import threading
+
+        self.to_thread, self.from_judge = os.pipe()
+        self.from_thread, self.to_judge = os.pipe()
+        threading.Thread(target=self._serve, name="kgit-echo", daemon=True).start()
+
+    def _serve(self):
+        import os
+
+        while os.read(self.to_thread, 1):
+            os.write(self.to_judge, b".")
+
+    def round_trip_us(self) -> float:
+        import os
+
+        t0 = time.perf_counter()
+        os.write(self.from_judge, b".")
+        os.read(self.from_thread, 1)
+        return (time.perf_counter() - t0) * 1e6
+
+
+_echo: list = []
+
+
+def host_latency_us(repeats: int = 5) -> float:
+    """The judge's own round trip now (median): how loaded the host is, measured without the runner."""
+    if not _echo:
+        _echo.append(_Echo())
+    return statistics.median(_echo[0].round_trip_us() for _ in range(repeats))
+
+
+def load_factor(calibration: Calibration) -> float:
+    """How much slower the host answers now than when the calibration was taken (1 when not)."""
+    if calibration.host_us <= 0:
+        return 1.0
+    return max(1.0, host_latency_us() / calibration.host_us)
 
 
 @dataclass
@@ -145,16 +192,19 @@ def timed_call(slots, slot: int, private, calibration: Calibration, **request) -
     return Timed(reply, out, fill, (t2 - t0) * 1e6 - fill)
 
 
-def floor_verdict(call_us: list[float], calibration: Calibration, out) -> str | None:
-    """Why a shape's calls are refused as cheaper than an empty request, or None."""
+def floor_verdict(call_us: list[float], calibration: Calibration, out, fastest_now: float) -> str | None:
+    """Why a shape's calls are refused as cheaper than an empty request, or None.
+
+    The floor is the fastest empty request seen, before the candidate was loaded or just
+    before these calls (a busy host during the one must not fail an honest kernel in the other)."""
     if not call_us or calibration.ping_min_us <= 0:
         return None
-    median, floor = statistics.median(call_us), FLOOR_RATIO * calibration.floor_us(out)
-    if median < floor:
-        return (f"calls took {median:.1f} us by the judge's clock (median, from the fill of the inputs to the "
-                f"output copied), less than {FLOOR_RATIO:g} x the fastest empty request measured before the "
-                f"kernel was loaded ({calibration.floor_us(out):.1f} us): the work was done before the judge "
-                "asked for it")
+    empty = min(calibration.floor_us(out), fastest_now)
+    median = statistics.median(call_us)
+    if median < FLOOR_RATIO * empty:
+        return (f"calls took {median:.1f} us by the judge's clock (median, from the request to the output copied), "
+                f"less than {FLOOR_RATIO:g} x the fastest request with no call in it ({empty:.1f} us): the work was "
+                "done before the judge asked for it")
     return None
 
 
@@ -305,7 +355,7 @@ def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
     for i in range(warmup):
         slots.fill(0, checking.make_input(reference, shape, seed(1000 + i)))
         slots.call(0)
-    round_trip, measured_rt = round_trips(slots, calibration)
+    round_trip, fastest_empty = round_trips(slots, calibration)
 
     kept = Reservoir(RECHECKED, random.Random(rng_seed))
     times, judge_times, host_call, call_us = [], [], [], []
@@ -340,12 +390,11 @@ def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
     if all(k[0] != last[0] for k in kept):
         kept.append(last)  # a kernel that decays over time is caught by its last call
 
-    floor = floor_verdict(call_us, calibration, out)
+    floor = floor_verdict(call_us, calibration, out, fastest_empty)
     if floor:
         return {"error": floor, "refused": FLOOR_REASON, **_stats(times)}
     stats = _stats(times)
     stats["clock"] = "events" if on_gpu else "judge"
-    stats["load_us"] = max(0.0, measured_rt - round_trip)
     stats["judge_call_us"] = statistics.fmean(judge_times)
     stats["host_call_us"] = statistics.fmean(host_call)
     stats["rechecked"] = len(kept)
@@ -361,15 +410,14 @@ def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
 
 
 def round_trips(slots, calibration: Calibration, repeats: int = 5) -> tuple[float, float]:
-    """(what the judge subtracts from a call as its round trip, the round trip as measured now).
+    """(what the judge subtracts from a call as its round trip, the fastest empty round trip now).
 
-    The cost of one request with no kernel call: sent, answered, output copied. What is
-    subtracted is each part at most CAP_RATIO x its pre-candidate figure (a runner that
-    answers empty requests slowly, or slows the judge's copy, would otherwise shrink the
-    judge's figure) and never more than the fastest empty round trip seen before the
-    candidate (more would turn a call that took as long as an empty request into one that
-    took nothing). The second figure, uncapped, says how loaded the host is now: it may
-    excuse a disagreement between clocks from a rejection (`settle`), never shrink a figure.
+    The cost of one request with no kernel call: sent, answered, output copied. The
+    request's part is the runner's to answer, so it counts at most as the pre-candidate
+    pings do (a runner answering empty requests slowly would otherwise shrink the judge's
+    figure); the copy is the judge's own work, measured. The fastest empty round trip is
+    the floor of the shape's calls (floor_verdict): a runner can slow empty requests down,
+    never make them faster, so it can only raise its own floor.
     """
     clock = time.perf_counter
     requests, copies = [], []
@@ -384,12 +432,10 @@ def round_trips(slots, calibration: Calibration, repeats: int = 5) -> tuple[floa
         requests.append((t1 - t0) * 1e6)
         copies.append((t2 - t1) * 1e6)
     request, copy = statistics.median(requests), statistics.median(copies)
-    # The request's part is the runner's to answer, so it counts at most as the pre-candidate
-    # pings do; the copy is the judge's own work, measured.
-    request_cap = CAP_RATIO * calibration.ping_us
-    if calibration.ping_min_us > 0:
-        request_cap = min(request_cap, calibration.ping_min_us)
-    return min(request, request_cap) + copy, request + copy
+    # A busy host (other evaluations beside this one) slows every round trip now: the cap grows
+    # with the judge's own measure of that, never with anything the runner answers.
+    request_cap = CAP_RATIO * calibration.ping_us * load_factor(calibration)
+    return min(request, request_cap) + copy, min(r + c for r, c in zip(requests, copies))
 
 
 def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration, target_rse, stats) -> str | None:
@@ -414,7 +460,7 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
         slots.drain()
         requests.append((t1 - t0) * 1e6)
         copies.append((t2 - t1) * 1e6)
-    request = min(statistics.median(requests), CAP_RATIO * calibration.ping_us)
+    request = min(statistics.median(requests), CAP_RATIO * calibration.ping_us * load_factor(calibration))
     # The judge's own copy of the outputs: the runner's copy-out of each output into its
     # shared slot moves the same bytes on the device, after the calls, outside the events.
     copy = min(statistics.median(copies), CAP_RATIO * sum(calibration.copy_us(o) for o in outs))
@@ -459,7 +505,8 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
         if len(samples) >= BATCH_SAMPLES_MIN and (statistics.median(samples) <= events_bound(stats)
                                                   or _rse(samples) < target_rse):
             break
-    floor = floor_verdict([(span * len(chosen)) for span in spans], calibration, outs[0] if len(outs) == 1 else outs)
+    floor = floor_verdict([(span * len(chosen)) for span in spans], calibration, outs,
+                          min(r + c for r, c in zip(requests, copies)))
     if floor:
         stats["refused"] = FLOOR_REASON
         return f"back-to-back {floor}"

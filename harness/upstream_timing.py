@@ -124,19 +124,18 @@ def _first_check(ctx, slots, slot: int, first) -> str | None:
     return _check(ctx, first, slots.data(slot), out)
 
 
-def _finish(protocol, ctx, times, judge_times, host, call_us, out, round_trip, measured_rt) -> dict:
+def _finish(protocol, ctx, times, judge_times, host, call_us, out, fastest_empty) -> dict:
     stats = timing.stats(times)
     stats["clock"] = protocol.clock if ctx.on_gpu else "judge"
     stats["judge_call_us"] = statistics.fmean(judge_times)
     stats["host_call_us"] = statistics.fmean(host)
     stats["host_us"] = stats["host_call_us"] if ctx.on_gpu else None
     stats["judge_batch"] = timing.stats(judge_times)
-    stats["load_us"] = max(0.0, measured_rt - round_trip)
     if ctx.on_gpu:
         stats["bound"] = "calls"  # timing.settle bounds the runner's figure by the judge's over each call
         # A fresh output is copied into the judge's buffer by the runner, inside the judge's clock.
         stats["copy_out_us"] = ctx.calibration.copy_us(out) if ctx.task.output is None else 0.0
-    floor = timing.floor_verdict(call_us, ctx.calibration, out)
+    floor = timing.floor_verdict(call_us, ctx.calibration, out, fastest_empty)
     if floor:
         stats.update(error=floor, refused=timing.FLOOR_REASON)
     return stats
@@ -176,7 +175,7 @@ def _fresh(protocol, ctx, shape, first_shape) -> dict:
         if error:
             return {"error": f"the first call: {error}", **timing.stats([0.0])}
         _warm(protocol, ctx, slots, 0, first, first_shape)
-        round_trip, measured_rt = timing.round_trips(slots, ctx.calibration)
+        round_trip, fastest_empty = timing.round_trips(slots, ctx.calibration)
         times, judge_times, host, call_us = [], [], [], []
         started = time.perf_counter()
         for i in range(calls):
@@ -197,7 +196,7 @@ def _fresh(protocol, ctx, shape, first_shape) -> dict:
             call_us.append(timed.call_us)
             if _stop(protocol, ctx, times, time.perf_counter() - started):
                 break
-        stats = _finish(protocol, ctx, times, judge_times, host, call_us, timed.out, round_trip, measured_rt)
+        stats = _finish(protocol, ctx, times, judge_times, host, call_us, timed.out, fastest_empty)
         stats["rechecked"] = len(times)
         if len(times) < (protocol.max_calls or 0) and calls < wanted:
             stats["note"] = (f"{calls} fresh calls fit in the memory a shape may take "
@@ -224,7 +223,7 @@ def _batch(protocol, ctx, shape, first_shape) -> dict:
             if error:
                 return {"error": f"the first calls: {error}", **timing.stats([0.0])}
         _warm(protocol, ctx, slots, 0, first, first_shape)
-        round_trip, measured_rt = timing.round_trips(slots, ctx.calibration)
+        round_trip, fastest_empty = timing.round_trips(slots, ctx.calibration)
         clock = time.perf_counter
         times, judge_times, host, call_us = [], [], [], []
         started = clock()
@@ -254,7 +253,7 @@ def _batch(protocol, ctx, shape, first_shape) -> dict:
             call_us.append(total)
             if _stop(protocol, ctx, times, clock() - started):
                 break
-        stats = _finish(protocol, ctx, times, judge_times, host, call_us, outs, round_trip, measured_rt)
+        stats = _finish(protocol, ctx, times, judge_times, host, call_us, outs, fastest_empty)
         if "copy_out_us" in stats:
             stats["copy_out_us"] /= count  # the copies of every output of a sample, by the call
         stats["rechecked"] = len(times) * count
@@ -275,7 +274,7 @@ def _fixed(protocol, ctx, shape, first_shape) -> dict:
         if error:
             return {"error": f"the first call: {error}", **timing.stats([0.0])}
         _warm(protocol, ctx, slots, 0, first, first_shape)
-        round_trip, measured_rt = timing.round_trips(slots, ctx.calibration)
+        round_trip, fastest_empty = timing.round_trips(slots, ctx.calibration)
         kept = timing.Reservoir(timing.RECHECKED, random.Random(ctx.secret ^ int(shape.get("seed", 0))))
         times, judge_times, host, call_us = [], [], [], []
         started = time.perf_counter()
@@ -300,7 +299,7 @@ def _fixed(protocol, ctx, shape, first_shape) -> dict:
                 why = _check(ctx, first, slots.data(0), out)
                 if why:
                     return {"error": f"timed call {rep} gave a wrong result: {why}", **timing.stats(times)}
-        stats = _finish(protocol, ctx, times, judge_times, host, call_us, last[1], round_trip, measured_rt)
+        stats = _finish(protocol, ctx, times, judge_times, host, call_us, last[1], fastest_empty)
         stats["rechecked"] = len(checked)
         stats["device_us"] = _device_time(ctx, slots, [0] * DEVICE_CALLS, lambda: first)
         return stats

@@ -951,3 +951,63 @@ def test_on_the_gpu_a_cudnn_convolution_meets_a_tolerance_its_fp32_reference_set
     kernel = "import torch.nn.functional as F\n\n\ndef custom_kernel(data):\n    return F.conv2d(data[0], data[1])\n"
     doc = _evaluate(problem_dir, kernel, tmp_path)
     assert doc["status"] == "ok", (doc["status"], doc.get("error"))
+
+
+# -- what upstream accepts, kgit accepts ------------------------------------------------------
+_FP64_REFERENCE = '''
+import torch
+
+
+def generate_input(n, seed):
+    return (torch.rand(n, generator=torch.Generator().manual_seed(seed)),)
+
+
+def ref_kernel(data):
+    return torch.cumsum(data[0].double(), 0)
+
+
+def check_implementation(data, output):
+    expected = ref_kernel(data)
+    ok = output.dtype in (torch.float32, torch.float64) and torch.allclose(output.double(), expected, rtol=1e-5)
+    return ok, "" if ok else f"got {output.dtype}"
+'''
+
+
+def test_a_narrower_output_reaches_the_problems_check_as_the_kernel_returned_it(tmp_path):
+    # GPU MODE's prefixsum: the reference sums in float64, the baseline returns float32, and the
+    # problem's own check accepts both; the harness must not refuse the float32 result on its way.
+    problem_dir = _problem(tmp_path, _FP64_REFERENCE, SIMPLE_TASK)
+    kernel = "import torch\n\ndef custom_kernel(data):\n    return torch.cumsum(data[0], 0)\n"
+    doc = _evaluate(problem_dir, kernel, tmp_path)
+    assert doc["status"] == "ok", doc.get("error")
+    half = "import torch\n\ndef custom_kernel(data):\n    return torch.cumsum(data[0], 0).half()\n"
+    doc = _evaluate(problem_dir, half, tmp_path, "half")  # widened too, but the problem's check says no
+    assert doc["status"] == "incorrect" and "got torch.float16" in doc["error"], doc.get("error")
+
+
+def test_a_configuration_object_beside_the_tensors_reaches_the_kernel(tmp_path):
+    # GPU MODE's mla-decode: generate_input returns a config object with the tensors.
+    reference = '''
+    import torch
+    from dataclasses import dataclass
+
+
+    @dataclass
+    class Config:
+        scale: float
+        rows: int
+
+
+    def generate_input(n, seed):
+        x = torch.rand(n, generator=torch.Generator().manual_seed(seed))
+        return Config(scale=2.0, rows=n), x
+
+
+    def ref_kernel(data):
+        config, x = data
+        return x * config.scale
+    '''
+    problem_dir = _problem(tmp_path, reference, SIMPLE_TASK)
+    kernel = "def custom_kernel(data):\n    config, x = data\n    assert config.rows == x.numel()\n    return x * config.scale\n"
+    doc = _evaluate(problem_dir, kernel, tmp_path)
+    assert doc["status"] == "ok", doc.get("error")
