@@ -240,10 +240,12 @@ class Slots:
             copy = _narrowed(self.torch, copy, leaves)
         return copy
 
-    def call(self, slot: int, *, clock: str | None = None, flush: bool = True, empty: bool = False) -> dict:
-        """One call of the slot: untimed, or timed by the runner's `clock` (events or wall)."""
+    def call(self, slot: int, *, clock: str | None = None, flush: bool = True, empty: bool = False,
+             fresh: bool = False) -> dict:
+        """One call of the slot: untimed, or timed by the runner's `clock` (events or wall); `fresh`:
+        on new tensors the runner makes from the slot, never handed to the kernel before."""
         reply = self.runner.ask({"op": "call", "id": self.id, "slot": slot, "clock": clock, "flush": flush,
-                                 "empty": empty})
+                                 "empty": empty, "fresh": fresh})
         reply["us"] = channel.number(reply, "us")
         reply["host_us"] = channel.number(reply, "host_us")
         reply["output"] = channel.text(reply, "output", 2000, optional=True)

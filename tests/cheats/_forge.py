@@ -15,7 +15,7 @@ def _forge_clock(**methods):
 
 def _reporting(us, host_us):
     """A Clock.time_call that runs the call and reports `us` of events and `host_us` of host time."""
-    def time_call(call, region):
+    def time_call(call, region, **_):
         with region:
             out = call()
         return out, us, host_us
