@@ -56,7 +56,8 @@ START_ROWS = [
     ("runner: python + harness import", ("judge", "runner spawned"), ("runner", "runner up")),
     ("runner: confine (namespaces, mounts)", ("runner", "runner up"), ("runner", "runner confined")),
     ("runner: torch import", ("runner", "runner confined"), ("runner", "runner torch imported")),
-    ("runner: triton import + device context", ("runner", "runner torch imported"), ("runner", "runner ready")),
+    ("runner: triton import + device context", ("runner", "runner torch imported"), ("runner", "runner device ready")),
+    ("runner: profiler loaded (warm pairs, GPU)", ("runner", "runner device ready"), ("runner", "runner profiler ready")),
 ]
 EVAL_ROWS = [
     ("problem, reference, needs check", ("judge", "candidate arrived"), ("judge", "reference ready")),

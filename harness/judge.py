@@ -379,7 +379,8 @@ def start(spec: dict, ahead: bool = False) -> tuple[Runner, object, bool]:
     try:
         # Started before the judge imports torch: the two start-ups overlap.
         runner.send({"op": "setup", "candidate_dir": str(spec["candidate_dir"]), "sandbox": _runner_sandbox(spec),
-                     "helpers_dir": str(helpers), "problem_dir": str(spec["problem_dir"])})
+                     "helpers_dir": str(helpers), "problem_dir": str(spec["problem_dir"]),
+                     "warm_profiler": bool(ahead and spec.get("kernel_split", True))})
         PHASES.mark("runner spawned")
         import torch
 

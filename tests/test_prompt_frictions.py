@@ -99,7 +99,9 @@ def test_the_designer_sees_the_bases_per_shape_times_on_the_ranking_gpu_slowest_
     assert lines[1] == "- m=6144,n=4608: 1000.0 us (baseline 5000.0 us, 5.00x)"
     assert lines[2].startswith("- m=6144,n=512: 300.0 us") and lines[3].startswith("- m=1024,n=512: 100.0 us")
     cut = design.base_times(ArchiveView([baseline, base]), base.sha, limit=1)
-    assert cut.splitlines()[-1] == "- ... and 2 faster shapes"
+    assert cut.splitlines()[-2] == "- ... and 2 faster shapes"
+    # A measurement without a per-kernel split says so, rather than leaving the model to guess.
+    assert cut.splitlines()[-1].startswith("No per-kernel split was kept") and "kgit remeasure bbbbbbbbbb" in cut
     assert "not been timed" in design.base_times(ArchiveView([baseline, base, attempt("c", 2, 3)]), "c" * 40)
     assert "No GPU timings" in design.base_times(ArchiveView([attempt("c", 2, 3)]), "c" * 40)
 

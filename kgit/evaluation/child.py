@@ -166,8 +166,9 @@ class Pair:
             "runner_prefix": list(self.isolation.prefix), "runner_cwd": str(self.scratch),
             "parent_pid": os.getpid(),
             # Kept warm for a later candidate: the judge may import what a reference could
-            # use while it waits; a pair used at once skips that (harness/judge.py start).
-            "ahead": warm,
+            # use while it waits, and the runner load the profiler the split needs; a pair
+            # used at once skips both (harness/judge.py start).
+            "ahead": warm, "kernel_split": ev.kernel_split,
         }
         self.proc, self.used = None, False
         self._start(devices_env)

@@ -118,6 +118,7 @@ def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES, tas
         lines.append("After `=`: the device kernels of one extra, untimed call of the base per shape (torch.profiler, "
                      "as the candidate's process reported them), with launches and device time; kernel time only, "
                      "so it can sum below the timed mean.")
+
     if rates:
         lines.append(rates.header())
     for key in order[:limit]:
@@ -138,6 +139,10 @@ def base_times(view: ArchiveView, sha: str | None, limit: int = BASE_SHAPES, tas
         lines.append(line)
     if len(order) > limit:
         lines.append(f"- ... and {len(order) - limit} faster shapes")
+    if not splits:
+        # Said, not left out: the model must not read its absence as "no kernels ran".
+        lines.append(f"No per-kernel split was kept for this measurement of the base (evaluator.kernel_split was "
+                     f"off, or the split failed); `kgit remeasure {sha[:10]}` on {view.device} takes one.")
     if bound:
         lines.append(f"{len(bound)} shape(s) are launch-bound: their time is the harness's clock over back-to-back "
                      "calls, host work included (allocations, copies, descriptor set-up and launches in the "
