@@ -286,8 +286,10 @@ def config_(args, local, unset, as_json):
     commit carries. Everything else is part of the experiment: edit .kgit.yaml, and `kgit
     record` commits the change with the next attempt (and says so).
     """
+    from kgit import settings
+
     repo, _ = ex.load()
-    shown = ex.configure(repo, args, local=local, unset=unset)
+    shown = settings.configure(repo, args, local=local, unset=unset)
     if as_json:
         _emit_json(shown.to_json())
     else:

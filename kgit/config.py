@@ -357,12 +357,17 @@ def changed_keys(old_text: str | None, new_text: str | None) -> list[str]:
     old, new = flat(old_text), flat(new_text)
     if old is None or new is None:
         return ["the file (one side is not valid YAML)"]
-    show = lambda v: "(unset)" if v is _UNSET else yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("\n...")  # noqa: E731
+    show = lambda v: "(unset)" if v is _UNSET else show_value(v)  # noqa: E731
     return [f"{k}: {show(old.get(k, _UNSET))} -> {show(new.get(k, _UNSET))}"
             for k in sorted(set(old) | set(new)) if old.get(k, _UNSET) != new.get(k, _UNSET)]
 
 
 _UNSET = object()
+
+
+def show_value(value) -> str:
+    """A setting's value as YAML on one line: `[0, 1]`, `null`, `command`."""
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
 def default_text() -> str:
