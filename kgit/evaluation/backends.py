@@ -30,6 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from kgit import __version__
 from kgit.cleanup import remove_tree
 from kgit.evaluation import candidate, gpus as devices, child as evaluate
 from kgit import secrets
@@ -416,8 +417,6 @@ def parse_result(result_path: Path, stdout: str, stderr: str, code: int | None, 
     detail = "; ".join(problems) or "no JSON object found in the {result} file or on stdout"
     versions = ""
     if schemas - {result_mod.SCHEMA}:
-        from kgit import __version__
-
         versions = (f" The remote side speaks {', '.join(sorted(schemas))} and this kgit ({__version__}) reads "
                     f"{result_mod.SCHEMA}: install the same kgit version on both machines.")
     how = _by_hand(folder, command) if folder is not None else f"Run it by hand to see why: {command}"
