@@ -196,3 +196,8 @@ def test_the_remote_evaluation_ends_when_kgit_is_killed(kernel_repo, remote_tmp,
     # The local script and ssh, eval-candidate on the box, its judge and runner: all gone.
     _wait_for(lambda: not _processes_naming(str(remote_tmp)), 10, "everything of the evaluation ended")
     assert list(remote_tmp.iterdir()) == []
+
+
+def test_the_docs_quote_the_tested_script():
+    docs = (ROOT / "docs" / "evaluators.md").read_text()
+    assert f"```sh\n{SCRIPT.read_text()}```" in docs
