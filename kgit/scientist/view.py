@@ -73,9 +73,11 @@ class ArchiveView:
                     return (f"correct in the interpreter, but {other['status']} on {self.device} (re-measured)"
                             + (f": {why}" if why else ""))
                 if other is not None and other.get("geomean_us"):
-                    return (f"{other['geomean_us']:.1f} us on {self.device}, by another harness version or "
-                            f"evaluator ({other.get('harness') or 'unknown'}, {other.get('evaluator') or 'unknown'}): "
-                            "not comparable with the figures ranked here")
+                    other_setup = (f"by another harness version ({other.get('harness') or 'unknown'})"
+                                   if other.get("harness") != self.harness else
+                                   f"through another evaluator ({other.get('evaluator') or 'unknown'})")
+                    return (f"{other['geomean_us']:.1f} us on {self.device}, {other_setup}: not comparable with "
+                            "the figures ranked here")
                 return f"correct; not measured on {self.device}" + (
                     " (interpreter only)" if figures.is_interpreter(a.timing, a.device) else f" (timed on {a.device})")
             parts = [f"{us:.1f} us"]
