@@ -139,10 +139,10 @@ def per_call(result: Result) -> dict[str, dict]:
     return found
 
 
-def per_call_of(attempt, device: str, harness: str) -> dict[str, dict]:
+def per_call_of(attempt, device: str, harness: str, evaluator: str | None = None) -> dict[str, dict]:
     """per_call of `attempt`'s measurement that `comparable` picks: its note's, or for the commit's
     own, the `kernels` note beside it; {} if none kept them."""
-    found = comparable(attempt, device, harness)
+    found = comparable(attempt, device, harness, evaluator)
     if found is None:
         return {}
     if found.get("source") != "commit":

@@ -142,4 +142,4 @@ class ArchiveView:
 
     def per_call(self, a) -> dict:
         """{shape: {"device_us", "host_us"}} beside the ranking measurement's figures, where kept."""
-        return measure.per_call_of(a, self.device, self.harness) if self.gpu else {}
+        return measure.per_call_of(a, self.device, self.harness, self.evaluator) if self.gpu else {}
