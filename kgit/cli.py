@@ -120,7 +120,7 @@ def try_(hypothesis, base):
     in every attempt's commit. Then edit the kernel and run `kgit record`.
     """
     repo, _ = ex.load()
-    branch, base_sha = ex.start(repo, hypothesis, base)
+    branch, base_sha = ex.start(repo, hypothesis, base, progress=_progress)
     click.echo(f"on {branch} (base {base_sha[:10]}). Edit the kernel, then run `kgit record`.")
 
 
@@ -139,7 +139,8 @@ def record(notes, allow_unchanged, as_json):
     repo, config = ex.load()
     outcome = ex.record(repo, config, notes, allow_unchanged=allow_unchanged, progress=_progress)
     if as_json:
-        _emit_json({"sha": outcome.sha, "speedup": outcome.speedup, "result": outcome.result.to_document()})
+        _emit_json({"sha": outcome.sha, "speedup": outcome.speedup, "config_changes": outcome.config_changes,
+                    "result": outcome.result.to_document()})
     else:
         click.echo(report.shape_table(outcome.result.result, outcome.base_times) if outcome.result.result.shapes
                    else report.result_summary(outcome.result))
@@ -264,20 +265,63 @@ def sync(remote, as_json):
                    if summary["pushed"] else "nothing to push (no notes on either side)."))
 
 
+@cli.command("config")
+@click.argument("args", nargs=-1, metavar="[KEY [VALUE] ...]")
+@click.option("--local", "local", is_flag=True, help="Set (KEY VALUE ...) or, with --unset, remove (KEY ...) "
+              "settings of this clone alone, in .git/kgit/local.yaml.")
+@click.option("--unset", is_flag=True, help="With --local: remove the KEYs given.")
+@click.option("--json", "as_json", is_flag=True, help="Print the machine-local settings (and KEY's value) as JSON.")
+def config_(args, local, unset, as_json):
+    """Settings of this machine alone, over the committed .kgit.yaml.
+
+    \b
+    Where to evaluate is a property of the machine, not of the kernel's history:
+      kgit config --local evaluator.command './mi300-eval.sh {device}' evaluator.backend command
+      kgit config --local evaluator.devices '[0, 1, 2, 3]'
+      kgit config --local --unset evaluator.backend evaluator.command
+      kgit config evaluator.backend        (its value here, and where it comes from)
+      kgit config                          (the machine-local settings)
+    Values are read as YAML (900, [0, 1], null). Only evaluator.* keys can be local; they
+    live in .git/kgit/local.yaml, which try, record, eval, evolve and remeasure read and no
+    commit carries. Everything else is part of the experiment: edit .kgit.yaml, and `kgit
+    record` commits the change with the next attempt (and says so).
+    """
+    from kgit import settings
+
+    repo, _ = ex.load()
+    shown = settings.configure(repo, args, local=local, unset=unset)
+    if as_json:
+        _emit_json(shown.to_json())
+    else:
+        click.echo(shown.text())
+
+
 @cli.command("eval-candidate")
-@click.argument("folder", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("folder", type=click.Path(file_okay=False, allow_dash=True, path_type=Path))
 def eval_candidate(folder):
     """Evaluate a candidate folder here and print the result JSON on stdout.
 
     What a remote evaluator runs: the `command` backend and Ray hand it a folder with
-    kgit-candidate.json, problem/ and kernel/ (docs/evaluators.md). Exit code 3 when
-    the kernel did not pass.
+    kgit-candidate.json, problem/ and kernel/ (docs/evaluators.md). The result echoes the
+    folder's nonce and the digest of the files evaluated, so the sender can tell it
+    answers its own candidate. Exit code 3 when the kernel did not pass.
+
+    \b
+    FOLDER "-" reads the folder as a tar archive on stdin, as the command backend sends
+    it, into a temporary folder of its own that goes when the evaluation ends:
+      ssh box "kgit eval-candidate -"      (as an evaluator.command; docs/evaluators.md)
+      tar -C FOLDER -cf - . | ssh box "kgit eval-candidate -"      (by hand)
+    When the sender holds stdin open (kgit does) and it then closes, because kgit gave up
+    or ended or the connection broke, the evaluation stops at once (exit code 1).
     """
     from kgit.evaluation import candidate
-
     from kgit.evaluation.evaluated import Evaluation
 
-    judged = Evaluation.of(candidate.evaluate_folder(folder))
+    if str(folder) == "-":
+        doc = candidate.evaluate_stream(click.get_binary_stream("stdin"))
+    else:
+        doc = candidate.evaluate_folder(folder)
+    judged = Evaluation.of(doc)
     click.echo(json.dumps(judged.to_document(), sort_keys=True))
     if not judged.ok:
         sys.exit(ExitCode.EVALUATION_FAILED)

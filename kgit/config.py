@@ -1,8 +1,13 @@
-"""`.kgit.yaml`: a strict schema with defaults.
+"""`.kgit.yaml`: a strict schema with defaults, and the machine-local settings over it.
 
 The commented default is the top-level `.kgit.yaml` of the kgit repository, shipped
 with the package (kgit/shipped.py). Unknown keys and wrong types are errors that
 name the key and the file, because a silently ignored typo costs a night of GPU time.
+
+Where to evaluate is a property of the machine, not of the kernel's history: the
+`evaluator` keys may also be set for one clone alone (`kgit config --local`), in a file
+outside the work tree (`.git/kgit/local.yaml`) that `load` lays over `.kgit.yaml` and that
+no commit ever carries.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from kgit import shipped
 from kgit.errors import ConfigError
 
 CONFIG_NAME = ".kgit.yaml"
+# The machine-local settings, in the repository's kgit state folder (.git/kgit/).
+LOCAL_NAME = "local.yaml"
+LOCAL_SECTIONS = ("evaluator",)
 
 
 @dataclass
@@ -248,12 +256,19 @@ def _closest(key, known):
 
 
 def parse(text: str, source: str = CONFIG_NAME) -> Config:
+    return _finish(_yaml(text, source), source)
+
+
+def _yaml(text: str, source: str):
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{source} is not valid YAML: {_yaml_problem(e)}. Fix the syntax there"
                           + (" (`git diff .kgit.yaml` shows what changed since the last commit)."
                              if source.endswith(CONFIG_NAME) else ".")) from None
+
+
+def _finish(data, source: str) -> Config:
     config = _build(Config, data, "", source)
     try:
         config.validate("")
@@ -272,11 +287,87 @@ def _yaml_problem(error: yaml.YAMLError) -> str:
     return " ".join(text.split())
 
 
-def load(root: Path) -> Config:
+def load(root: Path, local: Path | None = None) -> Config:
+    """`.kgit.yaml` at `root`, with the machine-local settings in the file `local` over it."""
+    return with_local(root, read_local(local) if local is not None else {}, local)
+
+
+def with_local(root: Path, overrides: dict, local: Path | None) -> Config:
+    """`.kgit.yaml` at `root` with the machine-local settings `overrides` (read from `local`) over it."""
     path = Path(root) / CONFIG_NAME
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    if not overrides:
+        return parse(text, str(path)) if path.exists() else Config()
+    data = _yaml(text, str(path)) or {}
+    _build(Config, data, "", str(path))  # its own unknown keys are named as its own
+    merged = dict(data)
+    for section, values in overrides.items():
+        base = merged.get(section) if isinstance(merged.get(section), dict) else {}
+        merged[section] = {**base, **values}
+    return _finish(merged, f"{path} with the machine-local settings of {local}")
+
+
+def read_local(path: Path) -> dict:
+    """The machine-local settings in `path` ({} when it does not exist), checked like `.kgit.yaml`."""
+    path = Path(path)
     if not path.exists():
-        return Config()
-    return parse(path.read_text(encoding="utf-8"), str(path))
+        return {}
+    data = _yaml(path.read_text(encoding="utf-8"), str(path)) or {}
+    source = f"{path} (machine-local settings; `kgit config --local` changes them)"
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: must be a mapping of keys, not {type(data).__name__}.")
+    for section in data:
+        if section not in LOCAL_SECTIONS:
+            raise ConfigError(f"{source}: {section!r} cannot be machine-local; only the {', '.join(LOCAL_SECTIONS)} "
+                              f"keys can. Remove it with `kgit config --local --unset {section}.KEY`.")
+    _build(Config, data, "", source)
+    return data
+
+
+def local_key(key: str) -> tuple[str, str]:
+    """(section, name) of a dotted key that may be set machine-locally, such as evaluator.backend."""
+    section, _, name = key.partition(".")
+    if section not in LOCAL_SECTIONS or not name or "." in name:
+        raise ConfigError(f"{key!r} cannot be set machine-locally: only {', '.join(s + '.KEY' for s in LOCAL_SECTIONS)} "
+                          "can (where to evaluate belongs to the machine). Other settings are part of the "
+                          "experiment: edit .kgit.yaml, where every key is documented.")
+    known = {f.name for f in dataclasses.fields(EvaluatorConfig)}
+    if name not in known:
+        close = _closest(name, known)
+        raise ConfigError(f"unknown key {key!r}." + (f" Did you mean {section}.{close}?" if close else
+                                                     f" Known keys: {', '.join(sorted(known))}."))
+    return section, name
+
+
+def changed_keys(old_text: str | None, new_text: str | None) -> list[str]:
+    """The settings two versions of `.kgit.yaml` differ in, one "key: old -> new" each."""
+    def flat(text):
+        try:
+            data = yaml.safe_load(text or "") or {}
+        except yaml.YAMLError:
+            return None
+        out = {}
+        for key, value in (data.items() if isinstance(data, dict) else ()):
+            if isinstance(value, dict):
+                out.update({f"{key}.{k}": v for k, v in value.items()})
+            else:
+                out[str(key)] = value
+        return out
+
+    old, new = flat(old_text), flat(new_text)
+    if old is None or new is None:
+        return ["the file (one side is not valid YAML)"]
+    show = lambda v: "(unset)" if v is _UNSET else show_value(v)  # noqa: E731
+    return [f"{k}: {show(old.get(k, _UNSET))} -> {show(new.get(k, _UNSET))}"
+            for k in sorted(set(old) | set(new)) if old.get(k, _UNSET) != new.get(k, _UNSET)]
+
+
+_UNSET = object()
+
+
+def show_value(value) -> str:
+    """A setting's value as YAML on one line: `[0, 1]`, `null`, `command`."""
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
 def default_text() -> str:

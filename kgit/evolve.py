@@ -114,7 +114,7 @@ class Run:
         self.summary = Summary(models=sorted({self.client.model(s) for s in ("select", "design", "write")}))
         self.commit_lock = threading.Lock()
         self.known: dict[str, tuple[str, Evaluation]] = {}  # tree -> (sha, result) of evaluated attempts
-        self.measured_on: tuple | None = None  # (device, harness) of this run's latest evaluation
+        self.measured_on: tuple | None = None  # (device, harness, evaluator) of this run's latest evaluation
         self.ctx = protocol.build(repo, config, self.task, repo.root / config.problem, repo.read())
         # In the interpreter, while the archive ranks on a GPU (kgit remeasure notes), this run's
         # timings rank nothing: each shape is only screened (SCREENING_TIMING).
@@ -317,21 +317,21 @@ class Run:
         with self.commit_lock:
             seen = self.known.get(tree)
             # A result stands for this run only if this run's evaluator would measure it the same way.
-            if seen is not None and (seen[1].device, seen[1].harness) == self.measured_on:
+            if seen is not None and (seen[1].device, seen[1].harness, seen[1].evaluator) == self.measured_on:
                 return Evaluation.of(seen[1].to_document()), tree, seen[0]  # a copy: the commit may change it
         candidate = self.repo.commit_tree(tree, [parent], "kgit: candidate for evaluation\n")
         race = self._race(base) if base else None
         result = Evaluation.of(self.evaluate(candidate, race=race) if race else self.evaluate(candidate))
         if result.device:
             with self.commit_lock:
-                self.measured_on = (result.device, result.harness)
+                self.measured_on = (result.device, result.harness, result.evaluator)
         return result, tree, ""
 
     def _race(self, base: str) -> dict | None:
         """The base's GPU times for the judge to race a candidate against (harness/racing.py), or None.
 
         Only once this run has measured on a GPU, with an evaluator that can race, and only
-        against the base's own measurement on that device and harness.
+        against the base's own measurement on that device and harness, through that evaluator.
         """
         if not self.config.evolve.race or not getattr(self.evaluate, "races", False):
             return None
@@ -440,7 +440,9 @@ def _result_from(a) -> Evaluation:
     status = fields.pop("status")
     error = None if a.ok else (f"the same tree was measured as {a.sha[:10]} ({a.status}); "
                                f"`git show {a.sha[:10]}` has its error excerpt.")
-    return Evaluation.new(status if status in STATUSES else "crash", **{**fields, "eval_s": 0.0}, error=error)
+    reused = Evaluation.new(status if status in STATUSES else "crash", **{**fields, "eval_s": 0.0}, error=error)
+    reused.worker = measure.worker_of(a.evaluator)  # its figures stay those of the evaluator that took them
+    return reused
 
 
 def _feedback(result: Evaluation) -> str:

@@ -75,7 +75,8 @@ def remeasure(repo, config, revs=(), *, device_tag: str | None = None, repeat: i
 
         def one(sha):
             judged = Evaluation.of(evaluator(sha))
-            record = failure_fields(judged) | measure.note_record(judged.result, tag="remeasure")
+            record = failure_fields(judged) | measure.note_record(judged.result, tag="remeasure",
+                                                                  evaluator=judged.evaluator)
             if device_tag:
                 record["device_tag"] = device_tag
             return Remeasured(sha, record, judged)

@@ -19,6 +19,7 @@ from kgit.archive.refs import ExperimentRef
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
 from kgit.errors import EvaluationFailed, KgitError, NotAKernelRepo
 from kgit import problems as problem_mod
+from kgit import settings
 from kgit.scientist.protocol import is_offline
 from kgit_harness import racing
 
@@ -36,6 +37,7 @@ class Outcome:
     speedup: float | None = None
     speedup_baseline: float | None = None
     base_times: dict = field(default_factory=dict)
+    config_changes: list = field(default_factory=list)  # "key: old -> new" of a recorded .kgit.yaml edit
 
 
 # -- init ------------------------------------------------------------------------
@@ -93,6 +95,10 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
             where = "" if gpu_driver_present() else " (no GPU here: in the Triton CPU interpreter)"
             progress(f"measuring the {task.name} baseline{where}...")
         judged = Evaluation.of(evaluate.evaluate_tree(repo.root, config, state_dir=repo.state / "scratch"))
+        if judged.worker is None:
+            from kgit.evaluation.backends import this_host
+
+            judged.worker = this_host()  # init measures here, whatever evaluator.backend says
         doc = judged.to_document()  # what EvaluationFailed carries (`kgit init --json` prints it)
         error = judged.error or ""
         if judged.status == "unsupported":
@@ -117,7 +123,8 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
             paragraphs=[f"Baseline kernel of the problem {task.name}, measured by kgit init.", task.summary],
             trailers=tr.lines({"experiment": 0, "attempt": 0, "branch": repo.head_branch() or "HEAD",
                                "hypothesis": "baseline", **tr.from_result(judged.result),
-                               "speedup": "1.00", "speedup_baseline": "1.00", "model": "human"})
+                               "evaluator": judged.evaluator, "speedup": "1.00", "speedup_baseline": "1.00",
+                               "model": "human"})
         ).render(ok=False)
         head = repo.head()
         sha = repo.commit_tree(tree, [head] if head else [], message)
@@ -161,8 +168,10 @@ def _extend_gitignore(path: Path):
 
 # -- reading -----------------------------------------------------------------------
 def load(path=".") -> tuple[Repo, config_mod.Config]:
+    """The kernel repository around `path` and its configuration: `.kgit.yaml` with this
+    machine's own settings over it (`kgit config --local`)."""
     repo = Repo.find(path)
-    return repo, config_mod.load(repo.root)
+    return repo, config_mod.load(repo.root, settings.local_file(repo))
 
 
 def best(attempts: list[Attempt]) -> Attempt | None:
@@ -204,8 +213,12 @@ def next_experiment(repo: Repo, attempts: list[Attempt]) -> int:
 
 
 # -- try -----------------------------------------------------------------------------
-def start(repo: Repo, hypothesis: str, base: str | None = None, *, checkout: bool = True) -> tuple[str, str]:
-    """Create experiment branch kgit/<N>-<slug> from `base` (default: the best attempt)."""
+def start(repo: Repo, hypothesis: str, base: str | None = None, *, checkout: bool = True,
+          progress=None) -> tuple[str, str]:
+    """Create experiment branch kgit/<N>-<slug> from `base` (default: the best attempt).
+
+    Checking it out brings the base's `.kgit.yaml`; `progress(line)` hears which settings
+    that changes from the ones checked out before (machine-local ones are unaffected)."""
     hypothesis = (hypothesis or "").strip()
     if not hypothesis:
         raise KgitError('the hypothesis is empty: say what you expect to change, e.g. kgit try "use BLOCK_SIZE 2048".')
@@ -223,8 +236,20 @@ def start(repo: Repo, hypothesis: str, base: str | None = None, *, checkout: boo
         if number % MAINTAIN_EVERY == 0:
             repo.maintain()
         if checkout:
+            before = repo.head()
             repo.checkout(branch)
+            _announce_config_change(repo, before, base_sha, branch, progress)
     return branch, base_sha
+
+
+def _announce_config_change(repo: Repo, before: str | None, after: str, branch: str, progress):
+    old = repo.read_file(before, config_mod.CONFIG_NAME) if before else None
+    new = repo.read_file(after, config_mod.CONFIG_NAME)
+    if progress is None or old is None or old == new:
+        return
+    progress(f"note: {branch} has its base's .kgit.yaml, which differs from the one checked out before in "
+             f"{'; '.join(config_mod.changed_keys(old, new))}. Where to evaluate belongs to this machine: "
+             "`kgit config --local evaluator.KEY VALUE` holds on every branch and is never committed.")
 
 
 # -- record --------------------------------------------------------------------------
@@ -247,12 +272,26 @@ def record(repo: Repo, config, notes: str = "", *, allow_unchanged: bool = False
             _refuse_unchanged(repo, branch, tree, parent)
         if progress:
             progress("evaluating the work tree...")
+        changes = _config_changes(repo, parent, tree)
+        if changes and progress:
+            progress(f"note: this attempt also commits your change to .kgit.yaml ({'; '.join(changes)}); it "
+                     "becomes part of the experiment's history. Settings of this machine alone go in "
+                     "`kgit config --local` instead (docs/evaluators.md).")
         provisional = repo.commit_tree(tree, [parent], "kgit: provisional commit for evaluation\n")
         judged = evaluate_rev(repo, config, provisional)
         outcome = commit_attempt(repo, config, branch=branch, tree=tree, parent=parent, result=judged,
-                                 notes=notes, author=None, model="human")
+                                 notes=notes, author=None, model="human",
+                                 plan="Also changes .kgit.yaml: " + "; ".join(changes) if changes else "")
+        outcome.config_changes = changes
         repo.sync_index()
     return outcome
+
+
+def _config_changes(repo: Repo, parent: str, tree: str) -> list[str]:
+    """The settings the recorded tree's `.kgit.yaml` changes from its parent's."""
+    old = repo.read_file(parent, config_mod.CONFIG_NAME)
+    new = repo.read_file(tree, config_mod.CONFIG_NAME)
+    return [] if old == new else config_mod.changed_keys(old, new)
 
 
 def _refuse_unchanged(repo: Repo, branch: str, tree: str, parent: str):
@@ -302,9 +341,9 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
     base_m = baseline_m = None
     times = measure.result_times(result)
     if ok:
-        base_m = _reference_measurement(repo, config, attempts, info["base"], result)
+        base_m = _reference_measurement(repo, config, attempts, info["base"], judged)
         baseline_sha = repo.rev(BASELINE_TAG)
-        baseline_m = base_m if baseline_sha == info["base"] else _reference_measurement(repo, config, attempts, baseline_sha, result)
+        baseline_m = base_m if baseline_sha == info["base"] else _reference_measurement(repo, config, attempts, baseline_sha, judged)
     speedup = measure.ratio(base_m, result.geomean_us, times)
     speedup_baseline = measure.ratio(baseline_m, result.geomean_us, times)
     slug = ExperimentRef.parse(branch).slug
@@ -312,7 +351,8 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
     trailers = tr.lines({
         "experiment": number, "attempt": index, "branch": branch, "base": info["base"],
         "reference": info["reference"] or None, "hypothesis": info["hypothesis"],
-        "expected_gain": expected_gain or None, **tr.from_result(result), "speedup": speedup,
+        "expected_gain": expected_gain or None, **tr.from_result(result), "evaluator": judged.evaluator,
+        "speedup": speedup,
         "speedup_baseline": speedup_baseline, "model": model,
         "cost": ("unknown" if cost is None else cost) if priced else None, "tokens": tokens,
     })
@@ -325,7 +365,7 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
         base_attempt = find(attempts, info["base"])
         verdict = figures.verdict(speedup, result.timing, result.device, figures.result_noise(result),
                                   figures.measurement_noise(base_attempt, base_m) if base_attempt else (base_m or {}).get("noise"),
-                                  figures.repeatability(attempts, result.device, result.harness))
+                                  figures.repeatability(attempts, result.device, result.harness, judged.evaluator))
         subject = (f"{slug}: {verdict.subject_part()}" if verdict.word == "interpreter" else
                    f"{slug}: {verdict.subject_part()} vs base (geomean {result.geomean_us:.1f} us)")
     elif result.status == "stopped":
@@ -360,20 +400,25 @@ def stopped_trailers(judged: Evaluation) -> list:
             + [("Kgit-Time-us", f"{key} {value:.3f}") for key, value in measure.result_times(judged.result).items()])
 
 
-def _reference_measurement(repo, config, attempts, sha, result) -> dict | None:
-    """The base's timing on the device and harness that just measured `result`; re-measured if absent."""
+def _reference_measurement(repo, config, attempts, sha, measured: Evaluation) -> dict | None:
+    """The base's timing on the device and harness that just measured `measured`, through the
+    same evaluator (backend and host); re-timed through the configured one if absent."""
+    result, through = measured.result, measured.evaluator
     attempt = find(attempts, sha)
     if attempt is not None:
-        found = measure.comparable(attempt, result.device, result.harness)
+        found = measure.comparable(attempt, result.device, result.harness, through)
         if found:
             return found
     judged = evaluate_rev(repo, config, sha)
     if not judged.ok:
         return None
-    record_ = measure.note_record(judged.result, tag="re-timed as a base")
+    record_ = measure.note_record(judged.result, tag="re-timed as a base", evaluator=judged.evaluator)
     record_["noise"] = figures.result_noise(judged.result)
     repo.add_note(sha, record_)
-    return record_
+    # Kept either way; compared only when it is the same setup (a Ray task may land elsewhere).
+    same = (record_["device"], record_["harness"]) == (result.device, result.harness) and (
+        through is None or judged.evaluator == through)
+    return record_ if same else None
 
 
 def _indent(text: str) -> str:
@@ -393,7 +438,7 @@ def describe(repo: Repo, rev: str) -> tuple[Attempt, str, dict, str]:
     if attempt.base:
         base = find(attempts, attempt.base)
         if base is not None:
-            found = measure.comparable(base, attempt.device, attempt.harness)
+            found = measure.comparable(base, attempt.device, attempt.harness, attempt.evaluator or None)
             base_times = (found or {}).get("times", {})
         # The base comes from a trailer, which anyone can write: never let it read as an option.
         diffstat = repo.diff(attempt.base, sha, stat=True)

@@ -77,7 +77,10 @@ def pytest_xdist_auto_num_workers(config):
 
 def init_with_one_attempt(root: Path, monkeypatch, baseline_result, attempt_result) -> tuple[str, str]:
     """(baseline sha, attempt sha): `kgit init` of vector_add in `root` with the evaluator faked
-    to answer `baseline_result`, then one attempt committed with `attempt_result`."""
+    to answer `baseline_result`, then one attempt committed with `attempt_result`, which says it
+    ran where init measured (this host's local evaluator) unless it names a `worker` itself."""
+    from kgit.evaluation.backends import this_host
+
     monkeypatch.setattr(experiments.evaluate, "evaluate_tree", lambda *a, **k: baseline_result)
     make_git_repo(root)
     baseline = experiments.init(root, "vector_add", config_text=fast_config_text()).sha
@@ -86,7 +89,8 @@ def init_with_one_attempt(root: Path, monkeypatch, baseline_result, attempt_resu
     tree = git(root, "rev-parse", f"{base}^{{tree}}").strip()
     with repo.lock("test"):
         attempt = experiments.commit_attempt(repo, config, branch=branch, tree=tree, parent=base,
-                                             result=attempt_result, author=None, model="human").sha
+                                             result={"worker": this_host(), **attempt_result}, author=None,
+                                             model="human").sha
     return baseline, attempt
 
 

@@ -17,10 +17,11 @@ PACKAGES = {"kgit": ROOT / "kgit", "kgit_harness": ROOT / "harness"}
 # part -> the parts of kgit it may never import (lazily inside a function included).
 MAY_NOT_IMPORT = {
     "kgit.archive": ["kgit.scientist", "kgit.evaluation", "kgit.review", "kgit.workflow", "kgit.evolve",
-                     "kgit.remeasure", "kgit.importers", "kgit.cli", "kgit.config"],
-    "kgit.scientist": ["kgit.review", "kgit.workflow", "kgit.evolve", "kgit.remeasure",
+                     "kgit.remeasure", "kgit.settings", "kgit.importers", "kgit.cli", "kgit.config"],
+    "kgit.scientist": ["kgit.review", "kgit.workflow", "kgit.evolve", "kgit.remeasure", "kgit.settings",
                        "kgit.cli"],
-    "kgit.evaluation": ["kgit.scientist", "kgit.review", "kgit.workflow", "kgit.evolve", "kgit.remeasure", "kgit.cli"],
+    "kgit.evaluation": ["kgit.scientist", "kgit.review", "kgit.workflow", "kgit.evolve", "kgit.remeasure",
+                        "kgit.settings", "kgit.cli"],
     "kgit.review": ["kgit.evolve", "kgit.cli"],
     "kgit.errors": ["kgit."],
 }

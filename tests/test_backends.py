@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import subprocess
 import sys
 import threading
 import time
@@ -168,9 +169,8 @@ def test_the_harness_child_sees_only_its_pinned_gpu(kernel_repo):
 def test_evaluate_rev_goes_through_the_configured_backend(kernel_repo, tmp_path):
     from kgit import workflow as experiments
 
-    script = tmp_path / "never-used-locally.sh"
-    script.write_text("echo '{\"schema\": \"kgit.result/1\", \"status\": \"incorrect\", \"error\": \"remote says no\"}'\n")
-    config = _config(backend="command", command=f"sh {script}")
+    script = _fake_remote(tmp_path, """answer "$1" '{"schema": "kgit.result/1", "status": "incorrect", "error": "remote says no"}'\n""")
+    config = _config(backend="command", command=f"sh {script} {{candidate}}")
     judged = experiments.evaluate_rev(Repo(kernel_repo), config, BASELINE_TAG)
     assert judged.status == "incorrect" and judged.error == "remote says no"
     assert judged.worker["backend"] == "command"
@@ -192,9 +192,16 @@ def test_candidate_folder_holds_problem_kernel_and_manifest(kernel_repo, tmp_pat
     assert not (tmp_path / "escape.py").exists()
 
 
+# A shell function for fake remotes: `answer FOLDER JSON` prints the result JSON with the echo
+# of the candidate in FOLDER, as an adapter that makes its own results must (docs/evaluators.md).
+ANSWER = (f"answer() {{ {shlex.quote(sys.executable)} -c 'import json, sys; from kgit.evaluation import candidate; "
+          "doc = json.loads(sys.argv[2]); doc[\"candidate\"] = candidate.answer(sys.argv[1], "
+          "candidate.read_manifest(sys.argv[1])); print(json.dumps(doc))' \"$1\" \"$2\"; }\n")
+
+
 def _fake_remote(tmp_path: Path, body: str) -> Path:
     script = tmp_path / "remote.sh"
-    script.write_text("set -e\n" + body)
+    script.write_text("set -e\n" + ANSWER + body)
     return script
 
 
@@ -225,7 +232,7 @@ def test_command_backend_reads_the_result_file_and_substitutes_devices(kernel_re
     script = _fake_remote(tmp_path, """
 test -f "$1/kernel/kernel.py" && test -f "$1/problem/reference.py"
 echo "a banner line a remote shell printed"
-printf '{"schema": "kgit.result/1", "status": "ok", "geomean_us": 1.5, "device": "box gpu %s"}' "$3" > "$2"
+answer "$1" "$(printf '{"schema": "kgit.result/1", "status": "ok", "geomean_us": 1.5, "device": "box gpu %s"}' "$3")" > "$2"
 """)
     config = _config(backend="command", command=f"sh {script} {{candidate}} {{result}} {{device}}", devices=[0, 1])
     repo = Repo(kernel_repo)
@@ -243,10 +250,10 @@ def test_command_backend_takes_the_last_json_line_of_stdout(kernel_repo, tmp_pat
     script = _fake_remote(tmp_path, """
 echo 'Welcome to the submission service'
 echo '{"note": "not a result"}'
-echo '{"schema": "kgit.result/1", "status": "incorrect", "error": "mismatch at 3"}'
+answer "$1" '{"schema": "kgit.result/1", "status": "incorrect", "error": "mismatch at 3"}'
 """)
     repo = Repo(kernel_repo)
-    doc = backends.get_evaluator(repo, _config(backend="command", command=f"sh {script}"))(BASELINE_TAG)
+    doc = backends.get_evaluator(repo, _config(backend="command", command=f"sh {script} {{candidate}}"))(BASELINE_TAG)
     assert doc["status"] == "incorrect" and doc["error"] == "mismatch at 3"
 
 
@@ -271,6 +278,69 @@ def test_command_backend_kills_a_command_past_the_timeout(kernel_repo, tmp_path)
     doc = backends.get_evaluator(repo, config)(BASELINE_TAG)
     assert doc["status"] == "timeout"
     assert not marker.exists()
+
+
+def test_a_result_must_echo_the_nonce_and_digest_of_the_candidate_sent(kernel_repo, tmp_path):
+    config = _config()
+    sent = candidate.read_manifest(candidate.stage(kernel_repo, config, tmp_path / "a", sha="a" * 40))
+    other_folder = candidate.stage(kernel_repo, config, tmp_path / "b", sha="b" * 40)
+    other = candidate.read_manifest(other_folder)
+    assert sent["nonce"] != other["nonce"] and sent["digest"] == other["digest"]  # same files, two candidates
+    ok = {"candidate": {"sha": sent["sha"], "nonce": sent["nonce"], "digest": sent["digest"]}}
+    assert candidate.check_answer(ok, sent) is None
+    swapped = {"candidate": candidate.answer(other_folder, other)}
+    assert "answers another candidate: commit bbbbbbbbbb" in candidate.check_answer(swapped, sent)
+    assert "does not say which candidate" in candidate.check_answer({}, sent)
+    (other_folder / "kernel" / "kernel.py").write_text("# changed on the box\n")
+    changed = {"candidate": {**candidate.answer(other_folder, other), "nonce": sent["nonce"]}}
+    assert "not the files kgit sent" in candidate.check_answer(changed, sent)
+
+
+def test_an_evaluator_failure_keeps_the_folder_to_run_by_hand_and_names_versions(kernel_repo, tmp_path):
+    script = _fake_remote(tmp_path, """echo '{"schema": "kgit.result/2", "status": "ok"}'\n""")
+    repo = Repo(kernel_repo)
+    with pytest.raises(backends.EvaluatorError) as err:
+        backends.get_evaluator(repo, _config(backend="command", command=f"sh {script}"))(BASELINE_TAG)
+    message = str(err.value)
+    assert message.count("not a kgit.result/1 document") == 1  # said once, not once per way of reading stdout
+    assert "speaks kgit.result/2" in message and "same kgit version" in message
+    kept = next((repo.state).glob("cmd-*/candidate"))
+    assert f"tar -C {kept} -cf - . | sh {script}" in message
+    again = subprocess.run(f"tar -C {kept} -cf - . | sh {script}", shell=True, capture_output=True, text=True)
+    assert "kgit.result/2" in again.stdout
+
+
+def test_the_command_gets_the_candidate_on_stdin_and_stdin_stays_open_until_it_ends(kernel_repo, tmp_path):
+    """The archive, then no end of file while the command runs: what `kgit eval-candidate -` watches."""
+    seen = tmp_path / "seen"
+    script = _fake_remote(tmp_path, f"""
+mkdir {seen}
+exec 3<&0  # an asynchronous list's stdin would be /dev/null
+{{ tar -xf - -C {seen} && cat > {seen}/after; }} <&3 >/dev/null 2>&1 &
+sleep 1
+test ! -s {seen}/after && kill -0 $! && echo still-open > {seen}/state
+answer "$1" '{{"schema": "kgit.result/1", "status": "incorrect", "error": "x"}}'
+""")
+    repo = Repo(kernel_repo)
+    doc = backends.get_evaluator(repo, _config(backend="command", command=f"sh {script} {{candidate}}"))(BASELINE_TAG)
+    assert doc["status"] == "incorrect"
+    assert (seen / "kernel" / "kernel.py").read_text() == (kernel_repo / "kernel.py").read_text()
+    assert (seen / candidate.HOLD).exists() and (seen / "state").read_text() == "still-open\n"
+
+
+def test_eval_candidate_reads_a_hand_made_archive_and_stops_when_a_held_input_closes(kernel_repo, tmp_path):
+    folder = candidate.stage(kernel_repo, _config(), tmp_path / "cand", sha="c" * 40)
+    kgit = [sys.executable, "-m", "kgit", "eval-candidate", "-"]
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    by_hand = subprocess.run(f"tar -C {folder} -cf - . | {shlex.join(kgit)}", shell=True, capture_output=True,
+                             env=env, text=True)
+    doc = json.loads(by_hand.stdout)
+    assert doc["status"] == "ok" and doc["candidate"] == candidate.answer(folder, candidate.read_manifest(folder))
+    assert doc["worker"]["host"]
+    # kgit's archive says it holds the input open: its end, right away here, stops the evaluation.
+    held = subprocess.run(kgit, input=candidate.send_bytes(folder), capture_output=True, env=env)
+    assert held.returncode == 1 and b"input closed" in held.stderr and not held.stdout
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("kgit-")] == []
 
 
 def test_command_placeholders_are_shell_quoted():

@@ -58,3 +58,36 @@ def test_invalid_yaml_is_one_line_with_a_hint_that_loses_nothing():
     message = str(err.value)
     assert "\n" not in message and "line 3, column 2" in message
     assert "--force" not in message and "git diff .kgit.yaml" in message
+
+
+def test_machine_local_settings_lie_over_the_committed_file_and_stay_strict(kernel_repo, run_kgit):
+    from kgit import workflow as experiments
+
+    done = run_kgit(kernel_repo, "config", "--local", "evaluator.command", "./box.sh {device}",
+                    "evaluator.backend", "command", "evaluator.devices", "[0, 1]")
+    assert done.exit_code == 0, done.output
+    assert "evaluator.devices = [0, 1]" in done.stdout
+    local = kernel_repo / ".git" / "kgit" / "local.yaml"
+    _, config = experiments.load(kernel_repo)
+    assert (config.evaluator.backend, config.evaluator.command, config.evaluator.devices) == (
+        "command", "./box.sh {device}", [0, 1])
+    assert config.timing.min_reps == 2  # the rest is .kgit.yaml's
+    refused = [
+        (("--local", "llm.model", "x"), "cannot be set machine-locally"),
+        (("--local", "evaluator.bakend", "x"), "Did you mean evaluator.backend?"),
+        (("--local", "evaluator.timeout_s", "soon"), "evaluator.timeout_s must be a number"),
+        (("--local", "--unset", "evaluator.command"), "evaluator.command is empty"),
+        (("--local", "evaluator.backend"), "give each key a value"),
+    ]
+    before = local.read_text()
+    for args, fragment in refused:
+        done = run_kgit(kernel_repo, "config", *args)
+        assert done.exit_code != 0 and fragment in done.stderr, (args, done.stderr)
+    assert local.read_text() == before  # a refused setting is never saved
+    assert run_kgit(kernel_repo, "config", "--local", "--unset", "evaluator.backend", "evaluator.command",
+                    "evaluator.devices").exit_code == 0
+    assert experiments.load(kernel_repo)[1].evaluator.backend == "local"
+    # A hand-edited file is read as strictly as .kgit.yaml.
+    local.write_text("llm:\n  model: x\n")
+    with pytest.raises(ConfigError, match="cannot be machine-local"):
+        experiments.load(kernel_repo)

@@ -17,9 +17,11 @@ from kgit_harness.result import Result
 from conftest import logged
 
 
-def attempt(sha, experiment, when, device="NVIDIA H200", timing="events", geomean=10.0, status="ok", notes=""):
+def attempt(sha, experiment, when, device="NVIDIA H200", timing="events", geomean=10.0, status="ok", notes="",
+            evaluator=None):
     message = (f"x\n\nKgit-Experiment: {experiment}\nKgit-Attempt: 1\nKgit-Status: {status}\n"
-               f"Kgit-Device: {device}\nKgit-Timing: {timing}\nKgit-Harness: h\nKgit-Geomean-us: {geomean}\n")
+               f"Kgit-Device: {device}\nKgit-Timing: {timing}\nKgit-Harness: h\nKgit-Geomean-us: {geomean}\n"
+               + (f"Kgit-Evaluator: {evaluator}\n" if evaluator else ""))
     return logged([sha * 40, "", "t" * 40, "n", "e", str(when), message, notes])[0]
 
 
@@ -59,6 +61,28 @@ def test_ranking_prefers_gpu_timings_and_otherwise_the_most_recent():
     remeasured = attempt("c", 3, 5, device="cpu", timing="interpreter", geomean=50.0, notes=gpu_note)
     assert figures.best([old_fast, new_slow, remeasured]) is remeasured
     assert figures.rule([old_fast, new_slow, remeasured]).startswith("the fastest geomean on NVIDIA H200")
+
+
+def test_figures_of_one_gpu_model_on_two_hosts_are_never_ranked_together():
+    """Same device name, same harness, two evaluators: two setups. The faster figure from
+    the box that measured one attempt does not outrank the host that measured the rest."""
+    from kgit.archive import measure
+
+    here = [attempt("a", 0, 1, geomean=10.0, evaluator="local@gpu7"),
+            attempt("b", 1, 2, geomean=9.0, evaluator="local@gpu7")]
+    elsewhere = attempt("c", 2, 3, geomean=1.0, evaluator="command@mi300-box")
+    group = figures.gpu_group(here + [elsewhere])
+    assert (group.device, group.evaluator) == ("NVIDIA H200", "local@gpu7")
+    assert figures.best(here + [elsewhere]) is here[1]
+    assert "through local@gpu7" in figures.rule(here + [elsewhere])
+    # The base's figure through another evaluator is no comparison; through the same one it is.
+    note = '{"device":"NVIDIA H200","harness":"h","evaluator":"command@mi300-box","geomean_us":12.0,"when":9}\n'
+    base = attempt("a", 0, 1, geomean=10.0, evaluator="local@gpu7", notes=note)
+    assert measure.comparable(base, "NVIDIA H200", "h", "command@mi300-box")["geomean_us"] == 12.0
+    assert measure.comparable(base, "NVIDIA H200", "h", "command@other-box") is None
+    assert measure.comparable(base, "NVIDIA H200", "h", "local@gpu7")["source"] == "commit"
+    assert measure.evaluator_of({"backend": "command", "host": "mi300-box", "device": "3"}) == "command@mi300-box"
+    assert measure.worker_of("command@mi300-box") == {"backend": "command", "host": "mi300-box"}
 
 
 def test_the_check_is_described_from_its_definition_without_unreadable_pointers():

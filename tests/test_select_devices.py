@@ -73,12 +73,12 @@ def test_a_baseline_remeasured_by_a_newer_harness_makes_it_the_scale():
     old = [_measured("1", 0, [("old", 480.0, 1), ("new", 470.0, 50)]),
            _measured("2", 1, [("old", 180.0, 2)]), _measured("3", 2, [("old", 170.0, 3)]),
            _measured("4", 3, [("old", 175.0, 4)]), _measured("5", 4, [("new", 150.0, 51)])]
-    device, harness, entries = figures.gpu_group(old)
-    assert (device, harness) == ("NVIDIA H200", "new") and len(entries) == 2
+    group = figures.gpu_group(old)
+    assert (group.device, group.harness) == ("NVIDIA H200", "new") and len(group.entries) == 2
     assert figures.best(old).sha == "5" * 40
     # Without the baseline the newer version is one measurement among others: the most attempts rank.
     no_base = [a for a in old if a.sha != "1" * 40] + [_measured("1", 0, [("old", 480.0, 1)])]
-    assert figures.gpu_group(no_base)[1] == "old"
+    assert figures.gpu_group(no_base).harness == "old"
 
 
 def test_a_launch_bound_shape_shows_the_gpu_time_beside_the_figure():

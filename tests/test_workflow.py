@@ -231,3 +231,27 @@ def test_works_without_any_git_identity(tmp_path, monkeypatch):
     outcome = experiments.init(root, "vector_add", config_text=fast_config_text())
     who = git(root, "log", "-1", "--format=%an <%ae>|%cn <%ce>", outcome.sha).strip()
     assert who == "kgit <kgit@localhost>|kgit <kgit@localhost>"
+
+
+def test_record_and_try_say_when_the_committed_configuration_changes(kernel_repo, run_kgit):
+    """A .kgit.yaml edit may still be recorded, and is announced; `try` says what the base's
+    .kgit.yaml changes back; machine-local settings hold across both and are never committed."""
+    config = kernel_repo / ".kgit.yaml"
+    assert run_kgit(kernel_repo, "config", "--local", "evaluator.timeout_s", "321").exit_code == 0
+    assert run_kgit(kernel_repo, "try", "fewer repetitions").exit_code == 0
+    config.write_text(config.read_text().replace("min_reps: 2", "min_reps: 3"))
+    _set_block(kernel_repo, 2048)
+    done = run_kgit(kernel_repo, "record", "--json")
+    assert done.exit_code == 0, done.stderr
+    assert "also commits your change to .kgit.yaml (timing.min_reps: 2 -> 3)" in done.stderr
+    outcome = json.loads(done.stdout)
+    assert outcome["config_changes"] == ["timing.min_reps: 2 -> 3"]
+    body = git(kernel_repo, "log", "-1", "--format=%B", outcome["sha"])
+    assert "Also changes .kgit.yaml: timing.min_reps: 2 -> 3" in body
+    assert "timeout_s: 321" not in git(kernel_repo, "show", f"{outcome['sha']}:.kgit.yaml")
+    # Back to the baseline's configuration: said, and the local setting still applies.
+    done = run_kgit(kernel_repo, "try", "from the baseline", "--base", "kgit/baseline")
+    assert done.exit_code == 0 and "timing.min_reps: 3 -> 2" in done.stderr and "--local" in done.stderr
+    assert "min_reps: 2" in config.read_text()
+    shown = run_kgit(kernel_repo, "config", "evaluator.timeout_s")
+    assert shown.stdout.startswith("evaluator.timeout_s = 321  (machine-local")

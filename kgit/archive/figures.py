@@ -1,7 +1,8 @@
 """What kgit's timing figures mean: their noise, the verdict of a comparison, and which
 attempts may be ranked at all.
 
-A timing is a claim about one device, one timing method and one harness. Interpreter
+A timing is a claim about one device, one timing method, one harness and one evaluator
+(the backend and host that ran it: two hosts with the same GPU are two setups). Interpreter
 timings (Triton's interpreter on the CPU) say nothing about GPU speed, so they are never
 ranked; a GPU ratio counts as a speedup (or a slowdown) only beyond the measured noise.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kgit.archive import measure
 
@@ -20,7 +22,7 @@ MIN_NOISE = 0.01
 # For a timing stored without its spread (an older trailer, a remote evaluator's bare result).
 ASSUMED_NOISE = 0.03
 NOISE_TRAILER = "Kgit-Noise"
-GPU_RULE = "the fastest geomean on {device} ({count} attempt(s) measured there by harness {harness})"
+GPU_RULE = "the fastest geomean on {device} ({count} attempt(s) measured there by harness {harness}{through})"
 CPU_RULE = ("the most recent correct attempt: the archive has no GPU timings, and interpreter timings "
             "are never ranked")
 
@@ -65,12 +67,14 @@ def measurement_noise(attempt, record: dict | None) -> float | None:
     return record.get("noise")
 
 
-def repeatability(attempts, device: str, harness: str | None = None) -> float | None:
-    """The median spread (max/min - 1) of attempts measured more than once on `device`."""
+def repeatability(attempts, device: str, harness: str | None = None, evaluator: str | None = None) -> float | None:
+    """The median spread (max/min - 1) of attempts measured more than once on `device`
+    (by `harness` and through `evaluator` when given)."""
     spreads = []
     for a in attempts:
         entries = [m for m in a.measurements() if m.get("device") == device
-                   and (harness is None or m.get("harness") == harness) and m.get("geomean_us")]
+                   and (harness is None or m.get("harness") == harness)
+                   and (evaluator is None or (m.get("evaluator") or None) == evaluator) and m.get("geomean_us")]
         if len(entries) > 1:
             values = [m["geomean_us"] for m in entries]
             spreads.append(max(values) / min(values) - 1)
@@ -125,9 +129,10 @@ def verdict(ratio: float | None, timing: str | None, device: str | None, noise: 
 def attempt_verdict(attempt, attempts) -> Verdict:
     """The verdict of a stored attempt against its base, from what the archive holds."""
     base = next((a for a in attempts if a.sha == attempt.base), None)
-    base_m = measure.comparable(base, attempt.device, attempt.harness) if base else None
+    through = attempt.evaluator or None
+    base_m = measure.comparable(base, attempt.device, attempt.harness, through) if base else None
     return verdict(attempt.speedup, attempt.timing, attempt.device, attempt_noise(attempt),
-                   measurement_noise(base, base_m), repeatability(attempts, attempt.device, attempt.harness))
+                   measurement_noise(base, base_m), repeatability(attempts, attempt.device, attempt.harness, through))
 
 
 def describe(timing: str | None, device: str | None, noise: float | None) -> str:
@@ -139,8 +144,18 @@ def describe(timing: str | None, device: str | None, noise: float | None) -> str
 
 
 # -- ranking ---------------------------------------------------------------------------
-def gpu_group(attempts) -> tuple[str, str, list] | None:
-    """(device, harness, [(attempt, geomean)]) of the setup that ranks: see `_ranking_key`."""
+class Group(NamedTuple):
+    """The setup that ranks (device, harness, evaluator) and its attempts' figures there."""
+
+    device: str
+    harness: str | None
+    evaluator: str | None  # backend@host (measure.evaluator_of); None for figures that did not say
+    entries: list  # [(attempt, geomean_us)]
+
+
+def gpu_group(attempts) -> Group | None:
+    """The setup that ranks and its figures: see `_ranking_key`. Figures of one device and
+    harness taken through different evaluators (hosts) are different setups."""
     groups: dict[tuple, dict] = {}
     for a in attempts:
         for m in a.measurements():
@@ -148,19 +163,20 @@ def gpu_group(attempts) -> tuple[str, str, list] | None:
                 continue
             if m.get("status") not in (None, "ok") or not m.get("geomean_us"):
                 continue
-            slot = groups.setdefault((m["device"], m.get("harness")), {})
+            slot = groups.setdefault((m["device"], m.get("harness"), m.get("evaluator") or None), {})
             when = m.get("when", a.time)
             if a.sha not in slot or when >= slot[a.sha][1]:
                 slot[a.sha] = (a, when, m["geomean_us"])
     if not groups:
         return None
-    (device, harness), slot = max(groups.items(), key=_ranking_key(groups, attempts))
-    return device, harness, [(a, g) for a, _, g in slot.values()]
+    (device, harness, evaluator), slot = max(groups.items(), key=_ranking_key(groups, attempts))
+    return Group(device, harness, evaluator, [(a, g) for a, _, g in slot.values()])
 
 
 def _ranking_key(groups: dict, attempts):
-    """The GPU that measured the most attempts (any harness version); on it, the newest
-    harness version that measured the baseline, else the one that measured the most.
+    """The GPU that measured the most attempts (any harness version, any evaluator); on it,
+    the newest setup (harness version and evaluator) that measured the baseline, else the
+    one that measured the most.
 
     A baseline re-measured by a newer harness (kgit upgraded mid-campaign) makes that
     harness the scale at once: the best attempts re-measured beside it are ranked on it,
@@ -168,11 +184,11 @@ def _ranking_key(groups: dict, attempts):
     """
     baselines = {a.sha for a in attempts if a.experiment == 0}
     per_device: dict[str, set] = {}
-    for (device, _), slot in groups.items():
+    for (device, _, _), slot in groups.items():
         per_device.setdefault(device, set()).update(slot)
 
     def key(kv):
-        (device, _), slot = kv
+        (device, _, _), slot = kv
         latest = max(w for _, w, _ in slot.values())
         has_baseline = bool(baselines & set(slot))
         return (len(per_device[device]), has_baseline, latest if has_baseline else len(slot), latest)
@@ -188,9 +204,10 @@ def ranked(attempts) -> tuple[list, str]:
     """Correct attempts, best first, and the rule that ordered them (in words)."""
     group = gpu_group(attempts)
     if group is not None:
-        device, harness, entries = group
-        order = [a for a, _ in sorted(entries, key=lambda e: (e[1], -e[0].time))]
-        return order, GPU_RULE.format(device=device, count=len(order), harness=harness or "unknown")
+        order = [a for a, _ in sorted(group.entries, key=lambda e: (e[1], -e[0].time))]
+        through = f" through {group.evaluator}" if group.evaluator else ""
+        return order, GPU_RULE.format(device=group.device, count=len(order), harness=group.harness or "unknown",
+                                      through=through)
     ok = sorted((a for a in attempts if a.ok), key=recency, reverse=True)
     return ok, CPU_RULE
 

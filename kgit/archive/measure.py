@@ -1,7 +1,8 @@
 """Which measurements may be compared, and the result-to-trailers mapping.
 
-Two timings compare only when the same device and the same harness produced them;
-otherwise the older commit is measured again and the new figure stored as a note.
+Two timings compare only when the same device and the same harness produced them, through
+the same evaluator (backend and host: `evaluator_of`); otherwise the older commit is
+measured again and the new figure stored as a note.
 """
 
 from __future__ import annotations
@@ -12,9 +13,34 @@ from kgit_harness import targets as harness_targets
 from kgit_harness.result import Result, geomean
 
 
-def comparable(attempt, device: str, harness: str) -> dict | None:
-    """The latest measurement of `attempt` made on `device` with `harness`, if any."""
-    matches = [m for m in attempt.measurements() if m.get("device") == device and m.get("harness") == harness]
+def evaluator_of(worker: dict | None) -> str | None:
+    """Which evaluator took a figure, as the archive compares it: "<backend>@<host>" from a
+    result's `worker` ("local@gpu7", "command@mi300-box"), the backend alone where the
+    host is unknown, None where the result says nothing (kgit made it, or a test did).
+
+    Two hosts with the same GPU model differ in clocks, cooling and drivers, and the same
+    host measured through another backend differs in what surrounds the harness, so
+    their figures are never ranked together."""
+    backend = (worker or {}).get("backend")
+    if not backend:
+        return None
+    host = (worker or {}).get("host")
+    return f"{backend}@{host}" if host else str(backend)
+
+
+def worker_of(evaluator: str | None) -> dict | None:
+    """The `worker` fields an evaluator name (`evaluator_of`) stands for; None for none."""
+    if not evaluator:
+        return None
+    backend, _, host = evaluator.partition("@")
+    return {"backend": backend, "host": host or None}
+
+
+def comparable(attempt, device: str, harness: str, evaluator: str | None = None) -> dict | None:
+    """The latest measurement of `attempt` made on `device` with `harness`, through
+    `evaluator` when one is given (`evaluator_of`; None: through any), if any."""
+    matches = [m for m in attempt.measurements() if m.get("device") == device and m.get("harness") == harness
+               and (evaluator is None or (m.get("evaluator") or None) == evaluator)]
     # By time, not position: a notes merge (`kgit sync`) sorts the lines.
     matches.sort(key=lambda m: m.get("when", attempt.time if m.get("source") == "commit" else 0))
     return matches[-1] if matches else None
@@ -27,10 +53,12 @@ def latest_on(attempt, device: str) -> dict | None:
     return matches[-1] if matches else None
 
 
-def note_record(result: Result, tag: str | None = None) -> dict:
-    """A measurement as stored in refs/notes/kgit (see docs/archive.md)."""
+def note_record(result: Result, tag: str | None = None, evaluator: str | None = None) -> dict:
+    """A measurement as stored in refs/notes/kgit (see docs/archive.md); `evaluator`: the
+    backend and host that took it (`evaluator_of`)."""
     return {
-        "device": result.device, "harness": result.harness, "timing": result.timing, "protocol": result.protocol,
+        "device": result.device, "harness": result.harness, "evaluator": evaluator, "timing": result.timing,
+        "protocol": result.protocol,
         "status": result.status, "geomean_us": result.geomean_us,
         "times": result_times(result), "tag": tag, "when": int(time.time()),
         "versions": result.versions,
@@ -76,10 +104,10 @@ def targets_of(attempt) -> dict[str, list]:
     return max(kept, key=lambda n: n.get("when", 0))["targets"] if kept else {}
 
 
-def kernels_of(attempt, device: str, harness: str) -> dict[str, list]:
+def kernels_of(attempt, device: str, harness: str, evaluator: str | None = None) -> dict[str, list]:
     """{shape: [[kernel, launches, us], ...]} of `attempt`'s measurement that `comparable` picks,
     from that note or, for the commit's own, the `kernels` note beside it; {} if none kept one."""
-    found = comparable(attempt, device, harness)
+    found = comparable(attempt, device, harness, evaluator)
     if found is None:
         return {}
     if found.get("source") != "commit":
@@ -111,10 +139,10 @@ def per_call(result: Result) -> dict[str, dict]:
     return found
 
 
-def per_call_of(attempt, device: str, harness: str) -> dict[str, dict]:
+def per_call_of(attempt, device: str, harness: str, evaluator: str | None = None) -> dict[str, dict]:
     """per_call of `attempt`'s measurement that `comparable` picks: its note's, or for the commit's
     own, the `kernels` note beside it; {} if none kept them."""
-    found = comparable(attempt, device, harness)
+    found = comparable(attempt, device, harness, evaluator)
     if found is None:
         return {}
     if found.get("source") != "commit":

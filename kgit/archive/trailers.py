@@ -158,6 +158,8 @@ SCHEMA = (
     Trailer("Kgit-Time-us", "times", "times", fmt="{:.3f}", result="shapes", ok_only=True, json="times_us"),
     Trailer("Kgit-Cause", "cause"),  # a failure's one-line cause (cause.py)
     Trailer("Kgit-Harness", "harness", default="", result="harness", result_default=""),
+    # The backend and host that measured it ("command@mi300-box"; measure.evaluator_of).
+    Trailer("Kgit-Evaluator", "evaluator", default="", json="evaluator"),
     Trailer("Kgit-Eval-s", "eval_s", "float", fmt="{:.1f}", result="eval_s", result_default=0, json="eval_s"),
     Trailer("Kgit-Speedup", "speedup", "float", fmt="{:.3f}", json="speedup"),
     Trailer("Kgit-Speedup-Baseline", "speedup_baseline", "float", fmt="{:.3f}", json="speedup_baseline"),

@@ -5,8 +5,9 @@ Three backends, chosen by `evaluator.backend`:
 - local: a harness child per evaluation on this host, one slot per GPU, the child pinned
   to its GPU through CUDA_VISIBLE_DEVICES (NVIDIA) or HIP_VISIBLE_DEVICES (AMD);
 - ray: one Ray task per evaluation with num_gpus=1, on any node of a cluster;
-- command: your command gets a candidate folder and prints the result (an ssh-reachable
-  box, a competition's submission CLI).
+- command: your command gets a candidate folder (as a path, and as a tar archive on its
+  stdin, which stays open while kgit waits) and prints the result (an ssh-reachable box,
+  a competition's submission CLI); a result must echo the candidate it answers.
 
 Every evaluator is thread-safe and blocks until a slot is free, so J threads (`kgit
 evolve --jobs J`) can share one. Each call checks `sha` out in a throwaway worktree of
@@ -29,6 +30,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from kgit import __version__
 from kgit.cleanup import remove_tree
 from kgit.evaluation import candidate, gpus as devices, child as evaluate
 from kgit import secrets
@@ -225,13 +227,17 @@ class LocalEvaluator:
                     doc = self.run(path, env, **given)
         finally:
             self.board.release(key)
-        doc["worker"] = {"backend": "local", "host": socket.gethostname(), "device": device or devices.CPU,
-                         "env": env}
+        doc["worker"] = {**this_host(), "device": device or devices.CPU, "env": env}
         return doc
 
     def run(self, path: Path, env: dict, race: dict | None = None, pair=None, quiet=None) -> dict:
         return evaluate.evaluate_tree(path, self.config, state_dir=self.repo.state / "scratch", devices_env=env,
                                       race=race, pair=pair, quiet=quiet)
+
+
+def this_host() -> dict:
+    """The `worker` of an evaluation by the local harness of this process's host."""
+    return {"backend": "local", "host": socket.gethostname()}
 
 
 class CommandEvaluator:
@@ -240,6 +246,10 @@ class CommandEvaluator:
     Placeholders: {candidate} (the folder), {result} (a file the command may write the
     JSON result into; otherwise its stdout is read), {device} (one entry of
     `evaluator.devices`, so a many-GPU remote box runs one command per GPU), {sha}.
+    The command's stdin carries the same folder as a tar archive and then stays open
+    until kgit stops waiting, so `ssh BOX kgit eval-candidate -` needs no copy of its own
+    and ends when kgit gives up or dies (candidate.evaluate_stream). A result counts only
+    when it echoes the nonce and digest of the folder sent (candidate.check_answer).
     """
 
     def __init__(self, repo, config, board: devices.Board = devices.BOARD):
@@ -264,15 +274,19 @@ class CommandEvaluator:
         ev = self.config.evaluator
         self.repo.state.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix="cmd-", dir=self.repo.state))
+        keep = False
         try:
             folder = candidate.stage(tree, self.config, scratch / "candidate", sha)
+            sent = candidate.read_manifest(folder)
             result_path = scratch / "result.json"
             command = render(ev.command, candidate=folder, result=result_path, device=device, sha=sha)
             started = time.monotonic()
             # From the repository root, so relative commands (./mi300-eval.sh) work as documented.
-            code, out, err, timed_out = run_command(command, self.repo.root, command_env(ev.pass_env), ev.timeout_s)
+            code, out, err, timed_out = run_command(command, self.repo.root, command_env(ev.pass_env), ev.timeout_s,
+                                                    send=candidate.send_bytes(folder))
             elapsed = round(time.monotonic() - started, 3)
-            worker = {"backend": "command", "device": device or None, "exit_code": code, "wall_s": elapsed}
+            worker = {"backend": "command", "host": None, "device": device or None, "exit_code": code,
+                      "wall_s": elapsed}
             if timed_out:
                 # The command may see credentials (evaluator.pass_env); its output goes into
                 # commits and prompts, so known secret values are masked.
@@ -280,13 +294,27 @@ class CommandEvaluator:
                                      f"{ev.timeout_s:g} s and was killed.\n" + redact(err[-2000:]))
                 doc["eval_s"] = elapsed
             else:
-                doc = parse_result(result_path, out, err, code, command)
+                try:
+                    doc = parse_result(result_path, out, err, code, command, folder, sha)
+                except EvaluatorError:
+                    keep = True  # the message tells how to run the command by hand on it
+                    raise
+                wrong = candidate.check_answer(doc, sent)
+                if wrong:
+                    keep = True
+                    raise EvaluatorError(f"the evaluator command's result was refused: {wrong} Nothing was "
+                                         f"recorded from it. {_by_hand(folder, command)}")
+                doc.pop("candidate", None)
+                # The host the remote harness ran on, as its `kgit eval-candidate` names it.
+                remote = doc.get("worker") if isinstance(doc.get("worker"), dict) else {}
+                worker["host"] = remote.get("host") if isinstance(remote.get("host"), str) else None
             doc.setdefault("stdout", redact(out[-ev.max_output_bytes:]))
             doc.setdefault("stderr", redact(err[-ev.max_output_bytes:]))
             doc["worker"] = worker
             return redact_result(doc)
         finally:
-            remove_tree(scratch)
+            if not keep:
+                remove_tree(scratch)
 
 
 def render(template: str, **values) -> str:
@@ -310,42 +338,98 @@ def command_env(pass_env: list) -> dict:
     return env
 
 
-def run_command(command: str, cwd: Path, env: dict, timeout: float) -> tuple[int | None, str, str, bool]:
-    """(exit code, stdout, stderr, timed out) of a shell command; its whole process group dies on timeout."""
-    proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+def run_command(command: str, cwd: Path, env: dict, timeout: float,
+                send: bytes = b"") -> tuple[int | None, str, str, bool]:
+    """(exit code, stdout, stderr, timed out) of a shell command; its whole process group dies on timeout.
+
+    Its stdin gets `send`, and then stays open until the command ends or is killed: the
+    command's lifeline. Only kgit holds the other end (the pipe is not inherited by any
+    other child), so it closes when kgit stops waiting, and when kgit dies, kill -9
+    included; `ssh` carries that end of file to the remote command.
+    """
+    read_end, write_end = os.pipe()
     try:
-        out, err = proc.communicate(timeout=timeout)
-        timed_out = False
-    except subprocess.TimeoutExpired:
+        proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=cwd, env=env, stdin=read_end,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    done = threading.Event()
+    threading.Thread(target=_hold_stdin, args=(write_end, send, done), name="kgit-command-stdin",
+                     daemon=True).start()
+    try:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        out, err = proc.communicate()
-        timed_out = True
+            out, err = proc.communicate(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            out, err = proc.communicate()
+            timed_out = True
+    finally:
+        done.set()
     decode = lambda b: (b or b"").decode("utf-8", errors="replace")  # noqa: E731
     return proc.returncode, decode(out), decode(err), timed_out
 
 
-def parse_result(result_path: Path, stdout: str, stderr: str, code: int | None, command: str) -> dict:
+def _hold_stdin(fd: int, data: bytes, done: threading.Event):
+    """Write `data` to the command's stdin and keep it open until `done`.
+
+    In a thread of its own: a command that never reads its stdin leaves the write blocked
+    on a full pipe until it exits (then the write fails, as it should)."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        pass  # the command has gone, or closed its stdin: it did not want the archive
+    finally:
+        done.wait()
+        os.close(fd)
+
+
+def parse_result(result_path: Path, stdout: str, stderr: str, code: int | None, command: str,
+                 folder: Path | None = None, sha: str | None = None) -> dict:
     """The result document from the result file, else from stdout; EvaluatorError if neither holds one."""
     sources = []
     if result_path.exists() and result_path.stat().st_size:
         sources.append(("the {result} file", result_path.read_text(encoding="utf-8", errors="replace")))
     sources.append(("stdout", stdout))
-    problems = []
+    problems, schemas = [], set()
     for where, text in sources:
         for candidate_text in _json_candidates(text):
             try:
-                return result_mod.validate(json.loads(candidate_text))
+                doc = json.loads(candidate_text)
             except json.JSONDecodeError:
                 continue
+            try:
+                return result_mod.validate(doc)
             except ValueError as e:
-                problems.append(f"{where}: {e}")
+                if isinstance(doc, dict) and isinstance(doc.get("schema"), str) and doc["schema"].startswith("kgit."):
+                    schemas.add(doc["schema"])
+                problem = f"{where}: {e}"
+                if problem not in problems:  # the whole text and its last line are often the same object
+                    problems.append(problem)
     detail = "; ".join(problems) or "no JSON object found in the {result} file or on stdout"
-    raise EvaluatorError(f"the evaluator command (exit code {code}) returned no kgit result ({detail}). "
-                         f"Run it by hand to see why: {command}\nIts stderr ended with:\n{stderr[-1500:]}")
+    versions = ""
+    if schemas - {result_mod.SCHEMA}:
+        versions = (f" The remote side speaks {', '.join(sorted(schemas))} and this kgit ({__version__}) reads "
+                    f"{result_mod.SCHEMA}: install the same kgit version on both machines.")
+    how = _by_hand(folder, command) if folder is not None else f"Run it by hand to see why: {command}"
+    raise EvaluatorError(f"the evaluator command (exit code {code}) returned no kgit result for "
+                         f"{(sha or 'the candidate')[:10]} ({detail}).{versions} {how}\n"
+                         f"Its stderr ended with:\n{stderr[-1500:]}")
+
+
+def _by_hand(folder: Path, command: str) -> str:
+    """How to run the failed command again, on the candidate folder kept for it."""
+    return (f"Run it by hand from the repository's top folder to see why (the candidate folder is kept for that; "
+            f"remove {shlex.quote(str(folder.parent))} when done):\n  tar -C {shlex.quote(str(folder))} -cf - . | "
+            f"{command}")
 
 
 def _json_candidates(text: str):
@@ -393,13 +477,19 @@ class RayEvaluator:
                 self.repo.state.mkdir(parents=True, exist_ok=True)
                 scratch = Path(tempfile.mkdtemp(prefix="ray-", dir=self.repo.state))
                 try:
-                    files = candidate.pack(candidate.stage(path, self.config, scratch / "candidate", sha))
+                    folder = candidate.stage(path, self.config, scratch / "candidate", sha)
+                    sent, files = candidate.read_manifest(folder), candidate.pack(folder)
                 finally:
                     remove_tree(scratch)
             ref = self.task.remote(files)
             # Startup, scheduling and transfers on top of the harness's own limit.
             try:
-                return redact_result(self.ray.get(ref, timeout=self.config.evaluator.timeout_s + 300))
+                doc = self.ray.get(ref, timeout=self.config.evaluator.timeout_s + 300)
+                wrong = candidate.check_answer(doc, sent)
+                if wrong:
+                    raise EvaluatorError(f"the Ray task's result was refused: {wrong}")
+                doc.pop("candidate", None)
+                return redact_result(doc)
             except self.ray.exceptions.GetTimeoutError:
                 self.ray.cancel(ref, force=True)
                 doc = result_mod.new("timeout", error="the Ray task returned nothing in time and was cancelled.")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kgit.archive.measure import evaluator_of
 from kgit_harness import result as result_mod
 from kgit_harness.result import Result
 
@@ -66,6 +67,12 @@ class Evaluation:
     def race(self) -> dict | None:
         """A stopped result's race (harness/racing.py): incumbent, shapes timed of how many, how much slower."""
         return self.result.extra.get("race")
+
+    @property
+    def evaluator(self) -> str | None:
+        """The backend and host that took its figures ("command@mi300-box"), part of what
+        makes two figures comparable (kgit/archive/measure.py); None when nobody said."""
+        return evaluator_of(self.worker)
 
     @property
     def slot(self) -> str | None:

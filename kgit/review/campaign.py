@@ -94,6 +94,7 @@ class Campaign:
     references: dict = field(default_factory=dict)  # label -> geomean us on `device`
     notebook: list = field(default_factory=list)  # the designer's current lessons (kgit/archive/notebook.py)
     harness: str | None = None  # the harness whose timings on `device` rank (None: the commits' own)
+    evaluator: str | None = None  # and the evaluator (backend@host) that took them, when known
 
     @property
     def totals(self) -> dict:
@@ -112,7 +113,7 @@ class Campaign:
         """The attempt's timing on the campaign's device: its commit's, or a re-measurement's (a note)."""
         if self.harness is None:
             return attempt.measurement() if attempt.ok and attempt.device == self.device else None
-        return measure.comparable(attempt, self.device, self.harness)
+        return measure.comparable(attempt, self.device, self.harness, self.evaluator)
 
     def geomean_of(self, attempt: Attempt) -> float | None:
         """The attempt's geomean on the campaign's device (from a note where the GPU re-measured it)."""
@@ -188,13 +189,16 @@ def from_attempts(attempts: list, baseline: Attempt, task=None) -> Campaign:
     # Where a GPU re-measured the archive (`kgit remeasure`), its figures rank and are shown,
     # not the commits' own (often the CPU interpreter's).
     group = figures.gpu_group(attempts)
-    ranked_elsewhere = group is not None and (group[0], group[1]) != (best.device, best.harness)
-    device, harness = (group[0], group[1]) if ranked_elsewhere else (best.device, None)
-    base_m = measure.comparable(baseline, device, harness) if ranked_elsewhere else measurement_on(baseline, best)
+    ranked_elsewhere = group is not None and (group.device, group.harness, group.evaluator) != (
+        best.device, best.harness, best.evaluator or None)
+    device, harness, evaluator = ((group.device, group.harness, group.evaluator) if ranked_elsewhere
+                                  else (best.device, None, None))
+    base_m = (measure.comparable(baseline, device, harness, evaluator) if ranked_elsewhere
+              else measurement_on(baseline, best))
     campaign = Campaign(baseline=baseline, experiments=experiments, attempts=attempts, best=best,
                         best_path=lineage(attempts, best.sha), device=device,
                         baseline_times=(base_m or {}).get("times", {}),
-                        baseline_geomean=(base_m or {}).get("geomean_us"), harness=harness)
+                        baseline_geomean=(base_m or {}).get("geomean_us"), harness=harness, evaluator=evaluator)
     if task is not None:
         campaign.references = references(task, best)
     return campaign
@@ -210,8 +214,8 @@ def _baseline(repo: Repo, attempts: list) -> Attempt:
 
 
 def measurement_on(attempt: Attempt, like: Attempt) -> dict | None:
-    """`attempt`'s timing on the device and harness that measured `like`, else on that device."""
-    found = measure.comparable(attempt, like.device, like.harness)
+    """`attempt`'s timing on the device, harness and evaluator that measured `like`, else on that device."""
+    found = measure.comparable(attempt, like.device, like.harness, like.evaluator or None)
     if found:
         return found
     same_device = [m for m in attempt.measurements() if m.get("device") == like.device]
@@ -274,8 +278,10 @@ def compare(repo: Repo, rev_a: str, rev_b: str) -> dict:
     a, b = (_attempt(repo, attempts, rev) for rev in (rev_a, rev_b))
     # On A's device first, else on B's: a baseline measured on a laptop and re-measured
     # on the GPU as a note still compares with GPU attempts.
-    pairs = [(a.measurement() if a.ok else None, measure.comparable(b, a.device, a.harness), a.device),
-             (measure.comparable(a, b.device, b.harness), b.measurement() if b.ok else None, b.device)]
+    pairs = [(a.measurement() if a.ok else None, measure.comparable(b, a.device, a.harness, a.evaluator or None),
+              a.device),
+             (measure.comparable(a, b.device, b.harness, b.evaluator or None), b.measurement() if b.ok else None,
+              b.device)]
     m_a, m_b, device = next((p for p in pairs if p[0] and p[1]), (None, None, a.device))
     rows = []
     if m_a and m_b:

@@ -26,7 +26,7 @@ def log_table(attempts) -> str:
     from kgit.archive import figures
 
     group = figures.gpu_group(attempts)
-    on_gpu = {a.sha: g for a, g in group[2]} if group else {}
+    on_gpu = {a.sha: g for a, g in group.entries} if group else {}
     baseline = next((a for a in attempts if a.is_baseline), None)
     rows = []
     for a in sorted(attempts, key=lambda a: (a.experiment, a.attempt)):
@@ -46,7 +46,7 @@ def log_table(attempts) -> str:
     headers = ["exp", "att", "branch", "sha", "status", "geomean us", "vs base", "verdict", "vs baseline",
                "measured on"]
     if group:
-        headers += [f"{group[0]} us", f"vs baseline on {group[0]}"]
+        headers += [f"{group.device} us", f"vs baseline on {group.device}"]
     # disable_numparse: tabulate would print 1331040.0 as 1.33104e+06.
     return tabulate(rows, headers=headers + ["hypothesis"], tablefmt="simple", disable_numparse=True)
 
@@ -57,8 +57,8 @@ def best_lines(attempts, attempt) -> list[str]:
 
     group = figures.gpu_group(attempts)
     if group is not None:
-        device, _, entries = group
-        on_device = {a.sha: g for a, g in entries}
+        device = group.device
+        on_device = {a.sha: g for a, g in group.entries}
         baseline = next((a for a in attempts if a.is_baseline), None)
         us, base_us = on_device.get(attempt.sha), on_device.get(baseline.sha) if baseline else None
         figure = f"{us:.2f} us on {device}" + (f"  {base_us / us:.2f}x vs baseline there" if base_us and us else "")

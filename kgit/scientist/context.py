@@ -202,8 +202,8 @@ def environment(config, attempts, host=None, task=None) -> Environment:
     if not versions and config.evaluator.backend == "local":
         versions = _local_versions()
     group = figures.gpu_group(attempts)
-    ranked_on = group[0] if group is not None and group[0] != device else None
-    ranked_versions = _note_versions(attempts, group[0], group[1]) if ranked_on else {}
+    ranked_on = group.device if group is not None and group.device != device else None
+    ranked_versions = _note_versions(attempts, group.device, group.harness) if ranked_on else {}
     declared = config.targets if config.targets is not None else list(getattr(task, "targets", None) or [])
     timing_config = getattr(config, "timing", None)
     protocol = getattr(timing_config, "protocol", None) or getattr(task, "protocol", None) or "kgit-adaptive"

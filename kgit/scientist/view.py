@@ -24,12 +24,13 @@ class ArchiveView:
         self.by_sha = {a.sha: a for a in attempts}
         self.order, self.rule = figures.ranked(attempts)
         group = figures.gpu_group(attempts)
-        self.device = self.harness = None
+        self.device = self.harness = self.evaluator = None
         self.on_device: dict[str, float] = {}
         if group is not None:
-            self.device, self.harness, entries = group
-            self.on_device = {a.sha: g for a, g in entries}
-        self.repeat = figures.repeatability(attempts, self.device, self.harness) if self.device else None
+            self.device, self.harness, self.evaluator = group.device, group.harness, group.evaluator
+            self.on_device = {a.sha: g for a, g in group.entries}
+        self.repeat = (figures.repeatability(attempts, self.device, self.harness, self.evaluator)
+                       if self.device else None)
         self.fixed_by = self._fixes()
 
     @property
@@ -72,8 +73,11 @@ class ArchiveView:
                     return (f"correct in the interpreter, but {other['status']} on {self.device} (re-measured)"
                             + (f": {why}" if why else ""))
                 if other is not None and other.get("geomean_us"):
-                    return (f"{other['geomean_us']:.1f} us on {self.device}, by another harness version "
-                            f"({other.get('harness') or 'unknown'}): not comparable with the figures ranked here")
+                    other_setup = (f"by another harness version ({other.get('harness') or 'unknown'})"
+                                   if other.get("harness") != self.harness else
+                                   f"through another evaluator ({other.get('evaluator') or 'unknown'})")
+                    return (f"{other['geomean_us']:.1f} us on {self.device}, {other_setup}: not comparable with "
+                            "the figures ranked here")
                 return f"correct; not measured on {self.device}" + (
                     " (interpreter only)" if figures.is_interpreter(a.timing, a.device) else f" (timed on {a.device})")
             parts = [f"{us:.1f} us"]
@@ -103,7 +107,8 @@ class ArchiveView:
             return ("No GPU timings exist: every attempt ran in Triton's interpreter on the CPU, which checks "
                     "correctness only, so no timing is shown. Choose on correctness and on the hypotheses.")
         repeat = f"{100 * self.repeat:.1f}%" if self.repeat is not None else "not measured yet (no attempt timed twice)"
-        return (f"Timings: geomean in us of the benchmark shapes, on {self.device} (harness {self.harness}). "
+        through = f", through {self.evaluator}" if self.evaluator else ""
+        return (f"Timings: geomean in us of the benchmark shapes, on {self.device} (harness {self.harness}{through}). "
                 f"A verdict against the base (speedup, slower, no clear change) holds only beyond the measured "
                 f"noise: twice the combined standard error of both timings, at least {100 * figures.MIN_NOISE:.0f}%; "
                 f"the device's repeatability (spread of repeated measurements) is {repeat}. Attempts measured "
@@ -121,7 +126,7 @@ class ArchiveView:
 
     def _ranking_measurement(self, a) -> dict:
         """`a`'s latest measurement by the ranking device and harness, or {}."""
-        return (measure.comparable(a, self.device, self.harness) or {}) if self.gpu else {}
+        return (measure.comparable(a, self.device, self.harness, self.evaluator) or {}) if self.gpu else {}
 
     def comparable_times(self, a) -> dict:
         return self._ranking_measurement(a).get("times", {})
@@ -129,7 +134,7 @@ class ArchiveView:
     def comparable_kernels(self, a) -> dict:
         """{shape: [[kernel, launches, us], ...]} of the measurement comparable_times reads, if it
         kept the runner's per-kernel split (kgit/archive/measure.py)."""
-        return measure.kernels_of(a, self.device, self.harness) if self.gpu else {}
+        return measure.kernels_of(a, self.device, self.harness, self.evaluator) if self.gpu else {}
 
     def launch_bound(self, a) -> dict:
         """{shape: {"gpu_us", "host_us"}} of the ranking measurement's launch-bound shapes."""
@@ -137,4 +142,4 @@ class ArchiveView:
 
     def per_call(self, a) -> dict:
         """{shape: {"device_us", "host_us"}} beside the ranking measurement's figures, where kept."""
-        return measure.per_call_of(a, self.device, self.harness) if self.gpu else {}
+        return measure.per_call_of(a, self.device, self.harness, self.evaluator) if self.gpu else {}
