@@ -75,7 +75,7 @@ def test_a_result_survives_the_trip_through_trailers():
     assert back["shapes"] == [{"key": "n=1", "mean_us": 10.0}, {"key": "n=2", "mean_us": 15.24}]
     failed = _attempt(tr.lines({"experiment": 1, **tr.from_result(Result(status="incorrect", device=""))}))
     assert tr.to_result(failed) == {"status": "incorrect", "reason": None, "device": "unknown", "timing": "none",
-                                    "harness": "", "eval_s": 0.0}
+                                    "protocol": "", "harness": "", "eval_s": 0.0}
 
 
 def test_an_unknown_attribute_is_a_programming_error():

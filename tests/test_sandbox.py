@@ -376,8 +376,8 @@ def test_gpu_faults_become_statuses(tmp_path, fault, statuses, words):
 
 def test_the_spec_with_the_secret_seed_is_gone_before_the_candidate_runs(tmp_path):
     # The kernel runs in the folder the spec was written to; by then the file must be gone.
-    # (`os` reached by a computed name: the static policy would reject the plain one first.)
-    action = 'print("KGIT-SPEC", getattr(hostile, "o" + "s").path.exists("spec.json"))'
+    # (Asked through the helper module, which the static policy does not read.)
+    action = 'print("KGIT-SPEC", hostile.spec_exists())'
     problem_dir, candidate_dir, scratch = stage(tmp_path, action)
     doc = evaluate.run_child(problem_dir, candidate_dir, _config(), scratch)
     lines = [line for line in doc["stdout"].splitlines() if line.startswith("KGIT-SPEC ")]
@@ -847,7 +847,6 @@ def test_aten_aliases_of_forbidden_ops_trip_the_guard(forbidden, call):
 
 def test_allowed_ops_pass_the_aten_guard_and_removing_it_is_seen():
     import torch
-    from torch.utils._python_dispatch import _pop_mode
     from kgit_harness.guards import Guards
 
     guards = Guards(torch, ["torch.softmax", "torch.matmul"], None)
@@ -857,8 +856,9 @@ def test_allowed_ops_pass_the_aten_guard_and_removing_it_is_seen():
         manual / manual.sum(-1, keepdim=True)
     assert guards.violation is None
     with guards.armed():
-        _pop_mode()  # the candidate pops the harness's dispatch mode
-    assert guards.violation == ("op guard removed", "the kernel removed the harness's TorchDispatchMode")
+        # What a candidate past the static policy could do: take the trap's key off its thread.
+        torch._C._dispatch_tls_set_dispatch_key_included(guards._key, False)
+    assert guards.violation == ("op guard removed", "the kernel took the harness's dispatch key off its thread")
 
 
 def test_a_hostile_leftover_scratch_does_not_break_cleanup(tmp_path):

@@ -197,7 +197,9 @@ def parse_records(records, notes: dict | None = None) -> list[Attempt]:
         # Only kgit's commits carry the experiment trailer; the rest is the user's history.
         if "Kgit-Experiment:" not in block:
             continue
-        if cut >= 0 and tr.TRAILER_LIKE.search(end, 0, cut):
+        # The body: after the subject (a slug may start with "kgit-"), before the trailer block.
+        body = end.find("\n")
+        if 0 <= body < cut and tr.TRAILER_LIKE.search(end, body, cut):
             block += "\n" + BODY_TRAILERS
         sha = sha.lstrip("\n")
         subject = message.lstrip("\n").split("\n", 1)[0]
