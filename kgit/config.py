@@ -114,9 +114,15 @@ class LLMConfig:
     select_model: typing.Optional[str] = None
     design_model: typing.Optional[str] = None
     write_model: typing.Optional[str] = None
-    temperature: float = 0.7
+    # None: the provider's default. Sent only to models that take it (litellm knows which).
+    temperature: typing.Optional[float] = 0.7
+    # The longest answer asked for, in tokens; None: the model's own limit from litellm's
+    # table, at most 16384 (kgit/scientist/params.py), and nothing sent for a model the table lacks.
+    max_tokens: typing.Optional[int] = None
     timeout_s: float = 300
     retries: int = 4
+    # The longest a rate limit (Retry-After) is waited out, per call; past it the work is kept for the next run.
+    max_wait_s: float = 300
     cache: bool = True
     manual_timeout_s: typing.Optional[float] = None
 
@@ -124,6 +130,12 @@ class LLMConfig:
         if not self.model.strip():
             raise ConfigError(f"{where}.model is empty: use a litellm model string or \"offline\".")
         _positive(where + ".timeout_s", self.timeout_s)
+        _positive(where + ".max_wait_s", self.max_wait_s)
+        if self.max_tokens is not None:
+            _positive(where + ".max_tokens", self.max_tokens)
+        if self.temperature is not None and self.temperature < 0:
+            raise ConfigError(f"{where}.temperature must be 0 or more, or null for the provider's default, "
+                              f"not {self.temperature}.")
         if self.manual_timeout_s is not None:
             _positive(where + ".manual_timeout_s", self.manual_timeout_s)
         if self.retries < 0:

@@ -66,3 +66,11 @@ class LLMUnavailable(LLMError):
     `kgit evolve` records these and goes on; a fatal LLMError (bad key, unknown model)
     stops the run instead, since every later call would fail the same way.
     """
+
+
+class LLMRateLimited(LLMUnavailable):
+    """The provider's rate limit outlasted what kgit waits (`llm.max_wait_s`, or the retries).
+
+    `kgit evolve` stops starting model calls and keeps the plans it had not finished for
+    the next run: every later call would meet the same limit.
+    """

@@ -15,23 +15,36 @@ def flatten(content) -> str:
 
 
 class FakeLLM:
-    def __init__(self, answers, model="fake/scripted", tokens=120, cost=0.002):
-        # answers: [(stage, text)], consumed in order; a stage mismatch fails the test at once
+    def __init__(self, answers, model="fake/scripted", tokens=120, cost=0.002, bound=None):
+        # answers: [(stage, text)] or [(stage, text, {Reply fields})], consumed in order; a stage
+        # mismatch fails the test at once
         self.answers = list(answers)
         self.model_name = model
         self.tokens, self.cost = tokens, cost
+        self.bound_usd = bound  # what `bound` says a call may cost (None: not known, as for an unpriced model)
         self.history: list[tuple[str, list[dict]]] = []
+        self.kept: list[Reply] = []  # answers the scientist used (the real client caches these)
+        self.discarded: list[Reply] = []
 
     def model(self, stage: str) -> str:
         return self.model_name
+
+    def bound(self, stage: str, messages: list[dict]) -> float | None:
+        return self.bound_usd
 
     def ask(self, stage: str, messages: list[dict]) -> Reply:
         self.history.append((stage, messages))
         if not self.answers:
             raise AssertionError(f"the fake model was asked a {stage} question it has no answer for")
-        want, text = self.answers.pop(0)
+        want, text, *fields = self.answers.pop(0)
         assert want == stage, f"the loop asked for {stage}, the script expected {want}"
-        return Reply(text, self.model_name, self.tokens, self.cost)
+        return Reply(text, self.model_name, self.tokens, self.cost, **(fields[0] if fields else {}))
+
+    def keep(self, reply: Reply):
+        self.kept.append(reply)
+
+    def discard(self, reply: Reply):
+        self.discarded.append(reply)
 
     def prompts(self, stage: str) -> list[str]:
         """The last user message of every call to `stage`, its parts joined."""

@@ -5,7 +5,6 @@ end-to-end run through litellm's openai/ provider against a local HTTP server.
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import re
 import signal
@@ -13,11 +12,11 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+import endpoint
 import fake_llm
 from conftest import fast_config_text
 from kgit.config import LLMConfig
@@ -94,7 +93,7 @@ def test_other_exceptions_are_not_swallowed(litellm):
         client.ask("select", [{"role": "user", "content": "hi"}])
 
 
-def test_unpriced_model_has_unknown_cost_and_answers_are_cached(litellm, tmp_path):
+def test_unpriced_model_has_unknown_cost_and_only_used_answers_are_cached(litellm, tmp_path):
     calls = []
     real = mocked(litellm, "cached answer")
 
@@ -106,66 +105,100 @@ def test_unpriced_model_has_unknown_cost_and_answers_are_cached(litellm, tmp_pat
     client = llm.Client(config, tmp_path / "cache", completion=counting)
     messages = [{"role": "user", "content": "same question"}]
     first = client.ask("design", messages)
-    assert first.cost is None and not first.cached
+    assert first.cost is None and not first.cached and first.key
+    # Not used yet: asked again, not replayed.
+    assert not client.ask("design", messages).cached and len(calls) == 2
+    client.keep(first)
     second = client.ask("design", messages)
-    assert second.text == "cached answer" and second.cached and second.cost == 0.0 and len(calls) == 1
-    client.ask("design", [{"role": "user", "content": "another question"}])
-    assert len(calls) == 2
-    assert len(list((tmp_path / "cache").glob("*.json"))) == 2
+    assert second.text == "cached answer" and second.cached and second.cost == 0.0 and len(calls) == 2
+    assert client.bound("design", messages) == 0.0  # a cached answer costs nothing
+    other = client.ask("design", [{"role": "user", "content": "another question"}])
+    client.discard(other)
+    assert len(calls) == 3 and len(list((tmp_path / "cache").glob("*.json"))) == 1
+    # An answer that turns out unusable later is dropped from the cache too.
+    client.discard(second)
+    assert not list((tmp_path / "cache").glob("*.json"))
+
+
+def test_a_changed_setting_is_a_new_cache_key(litellm, tmp_path):
+    messages = [{"role": "user", "content": "q"}]
+    clients = [llm.Client(LLMConfig(model="openai/gpt-4o-mini", **settings), None)
+               for settings in ({}, {"temperature": 0.2}, {"max_tokens": 100}, {"api_base": "http://h:1/v1"})]
+    keys = {llm.Client.key(client.request("write", messages)) for client in clients}
+    assert len(keys) == 4
+
+
+# -- what a request sends besides its messages --------------------------------------------
+@pytest.mark.parametrize("model, settings, sent, said", [
+    # A reasoning model takes no temperature: left out, said once; its limit becomes max_completion_tokens.
+    ("openai/o3-mini", {}, {"max_completion_tokens": 16384}, True),
+    ("openai/gpt-4o-mini", {}, {"temperature": 0.7, "max_tokens": 16384}, False),
+    ("openai/gpt-4o-mini", {"temperature": None, "max_tokens": 999}, {"max_tokens": 999}, False),
+    # A model litellm's table lacks gets no answer limit unless one is configured.
+    ("openai/test-model", {}, {"temperature": 0.7}, False),
+    ("openai/test-model", {"max_tokens": 2048}, {"temperature": 0.7, "max_tokens": 2048}, False),
+], ids=["o3-mini", "gpt-4o-mini", "no-temperature", "unknown-model", "unknown-model-limit"])
+def test_requests_send_only_what_the_model_takes(litellm, monkeypatch, model, settings, sent, said):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    lines = []
+    with endpoint.Endpoint([endpoint.answer("one"), endpoint.answer("two")]) as server:
+        client = llm.Client(LLMConfig(model=model, api_base=server.url, cache=False, **settings), None,
+                            progress=lines.append)
+        for _ in range(2):
+            client.ask("design", [{"role": "user", "content": "plans"}])
+    for entry in server.log:
+        body = entry["body"]
+        assert {k: body[k] for k in ("temperature", "max_tokens", "max_completion_tokens") if k in body} == sent
+    assert len(lines) == int(said)  # once per model, not per call
+    if said:
+        assert f"{model} takes no temperature" in lines[0] and "llm.temperature: null" in lines[0]
+
+
+def test_a_call_is_bounded_by_its_prompt_and_its_answer_limit(litellm):
+    messages = [{"role": "system", "content": "You optimize kernels. " * 50}, {"role": "user", "content": "plans"}]
+    priced = llm.Client(LLMConfig(model="openai/gpt-4o-mini", max_tokens=1000), None)
+    prompt = litellm.token_counter(model="openai/gpt-4o-mini", messages=messages)
+    assert prompt > 100
+    price_in, price_out = (litellm.get_model_info("openai/gpt-4o-mini")[k] for k in
+                           ("input_cost_per_token", "output_cost_per_token"))
+    assert priced.bound("design", messages) == pytest.approx(prompt * price_in + 1000 * price_out)
+    # No price known: no bound (the manual model, a model litellm's table lacks).
+    assert llm.Client(LLMConfig(model="openai/test-model", max_tokens=1000), None).bound("design", messages) is None
+    assert llm.Client(LLMConfig(model="manual"), None).bound("design", messages) is None
+
+
+def test_an_error_is_named_once(litellm):
+    error = litellm.InternalServerError("litellm.InternalServerError: InternalServerError: OpenAIException - "
+                                        "injected 500", llm_provider="openai", model="x")
+    assert llm.describe(error) == "InternalServerError: injected 500"
+    refused = litellm.APIConnectionError("Connection error.", llm_provider="openai", model="x")
+    assert llm.describe(refused) == "APIConnectionError: Connection error."
 
 
 # -- end to end through litellm's openai/ provider -------------------------------------
-class ScriptedServer(ThreadingHTTPServer):
-    def __init__(self, answers):
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.answers = list(answers)
-        self.requests = []
-
-
-class Handler(BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
-        text = self.server.answers.pop(0) if self.server.answers else "no more answers"
-        doc = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
-               "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-               "usage": {"prompt_tokens": 50, "completion_tokens": 25, "total_tokens": 75}}
-        data = json.dumps(doc).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
 def evolve_through(server, kernel_repo, run_kgit):
-    """`kgit evolve` against the scripted server, served from a thread for the run's length."""
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        return run_kgit(kernel_repo, "evolve", "--model", "openai/test-model", "--api-base", url)
-    finally:
-        server.shutdown()
+    """`kgit evolve` against the scripted endpoint, served from a thread for the run's length."""
+    with server:
+        return run_kgit(kernel_repo, "evolve", "--model", "openai/test-model", "--api-base", server.url)
 
 
 def test_evolve_through_a_local_openai_compatible_server(kernel_repo, run_kgit, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"pick": 1, "attempts": 1, "knowledge": []}))
-    server = ScriptedServer([
+    server = endpoint.Endpoint([
         # No select request: only the baseline exists, so the choice is forced.
-        fake_llm.design(["Larger blocks per program"]),
-        fake_llm.search_replace("kernel.py", "BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 2048 4096",
-                                "BLOCK_SIZE = 2048  # kgit: tune 256 512 1024 2048 4096"),
+        endpoint.answer(fake_llm.design(["Larger blocks per program"]), stage="design",
+                        usage={"prompt_tokens": 50, "completion_tokens": 25, "total_tokens": 75}),
+        endpoint.answer(fake_llm.search_replace("kernel.py", "BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 2048 4096",
+                                                "BLOCK_SIZE = 2048  # kgit: tune 256 512 1024 2048 4096"),
+                        stage="write", usage={"prompt_tokens": 50, "completion_tokens": 25, "total_tokens": 75}),
     ])
     result = evolve_through(server, kernel_repo, run_kgit)
     assert result.exit_code == 0, result.output
-    assert [r["path"] for r in server.requests] == ["/v1/chat/completions"] * 2
-    assert server.requests[0]["body"]["model"] == "test-model"
+    assert [r["path"] for r in server.log] == ["/v1/chat/completions"] * 2
+    assert server.log[0]["body"]["model"] == "test-model"
     # The model has no price: every figure says unpriced, none says $0.
     assert "2 call(s) to openai/test-model, 150 tokens counted, unpriced (2 calls without a price)" in result.stdout
     assert "unpriced (1 call without a price) so far" in result.stderr
@@ -178,7 +211,7 @@ def test_evolve_through_a_local_openai_compatible_server(kernel_repo, run_kgit, 
     assert "Kgit-Status: ok" in message and "Kgit-Model: openai/test-model" in message
     assert "Kgit-Cost-USD: unknown" in message and "Kgit-Tokens: 150" in message
     # The key went to the server (that is its job) and nowhere else.
-    assert server.requests[0]["auth"] == f"Bearer {SECRET}"
+    assert server.log[0]["auth"] == f"Bearer {SECRET}"
     assert SECRET not in git("log", "--all", "--format=%B") + result.output
     cache = list((kernel_repo / ".git" / "kgit" / "cache" / "llm").rglob("*.json"))
     assert len(cache) == 2 and all(SECRET not in p.read_text() for p in cache)
@@ -228,7 +261,8 @@ def test_manual_answer_is_read_only_once_its_marker_exists(tmp_path):
     text = request.read_text()
     assert "```json" in text and "Stage: design" in text
     assert manual.parse_request(text) == messages
-    # The same request again is answered from the cache; the transcript files stay.
+    # Once used, the same request again is answered from the cache; the transcript files stay.
+    client.keep(reply)
     again = client.ask("design", messages)
     assert again.text == full and again.cached and len(polls) == 3
     assert sorted(p.name for p in folder.iterdir()) == ["0001-design.answer.md", "0001-design.done",
@@ -281,6 +315,30 @@ def test_manual_wait_ends_on_the_timeout_or_when_the_run_stops(tmp_path):
     channel = manual.Channel(tmp_path / "other", stopping=stopping, sleep=lambda s: None)
     with pytest.raises(KeyboardInterrupt):
         channel.ask("write", [{"role": "user", "content": "edits"}], "0" * 64)
+
+
+def test_an_unusable_manual_answer_is_asked_anew(tmp_path):
+    """An answer kgit could not use is marked `.unused` and never read again: the same request,
+    in this run or the next, is written under a new number."""
+    folder = tmp_path / "manual"
+    answers = iter(["no json at all", "```json\n{\"base\": \"abc\"}\n```"])
+
+    def answer(seconds):
+        request = _newest(folder)
+        stem = request.name[: -len(".request.md")]
+        (folder / f"{stem}.answer.md").write_text(next(answers))
+        (folder / f"{stem}.done").touch()
+
+    messages = [{"role": "user", "content": "pick a base"}]
+    client, _ = _manual_client(tmp_path, answer)
+    bad = client.ask("select", messages)
+    client.discard(bad)
+    assert (folder / "0001-select.unused").exists()
+    client, _ = _manual_client(tmp_path, answer)  # the next run
+    good = client.ask("select", messages)
+    assert good.text.startswith("```json") and (folder / "0002-select.request.md").exists()
+    client.keep(good)
+    assert client.ask("select", messages).cached
 
 
 def test_manual_marker_without_an_answer_is_an_empty_answer(tmp_path):

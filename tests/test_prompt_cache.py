@@ -9,7 +9,8 @@ import os
 
 from conftest import fast_config_text
 import fake_llm
-from test_llm import ScriptedServer, evolve_through
+import endpoint
+from test_llm import evolve_through
 from kgit.config import LLMConfig
 from kgit.scientist import caching, llm, prompts
 
@@ -25,7 +26,7 @@ def test_stable_parts_come_first_and_repeat_byte_for_byte(kernel_repo, run_kgit,
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     (kernel_repo / ".kgit.yaml").write_text(fast_config_text(
         evolve={"pick": 2, "attempts": 1, "iterations": 2, "knowledge": ["triton"]}))
-    server = ScriptedServer([
+    server = endpoint.Endpoint([endpoint.answer(text) for text in (
         fake_llm.design(["Plan one", "Plan two"], chosen=[0, 1], lessons=["lesson one"]),
         fake_llm.search_replace("kernel.py", SLOW_BLOCK, SLOW_BLOCK.replace("BLOCK_SIZE = 1024", "BLOCK_SIZE = 2048")),
         fake_llm.search_replace("kernel.py", SLOW_BLOCK, SLOW_BLOCK.replace("BLOCK_SIZE = 1024", "BLOCK_SIZE = 512")),
@@ -33,10 +34,10 @@ def test_stable_parts_come_first_and_repeat_byte_for_byte(kernel_repo, run_kgit,
         "no json at all",  # unusable again: the best attempt is the base
         fake_llm.design(["Plan three"], chosen=[0]),
         fake_llm.search_replace("kernel.py", "BLOCK_SIZE = 999", "BLOCK_SIZE = 4096"),
-    ])
+    )])
     result = evolve_through(server, kernel_repo, run_kgit)
     assert result.exit_code == 0, result.output
-    bodies = [r["body"]["messages"] for r in server.requests]
+    bodies = [r["body"]["messages"] for r in server.log]
     assert len(bodies) == 7
     # OpenAI caches identical prefixes by itself: plain strings, no cache_control sent.
     assert all(isinstance(m["content"], str) for msgs in bodies for m in msgs)

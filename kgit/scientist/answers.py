@@ -172,15 +172,32 @@ def paper_pick(plans: list[Plan], pick: int) -> list[int]:
 
 
 def ask_json(client, stage: str, messages: list[dict], validate, tries: int = 2):
-    """Ask, validate, and re-ask with the error; returns (value or None, replies, last error)."""
+    """Ask, validate, and re-ask with the error; returns (value or None, replies, last error).
+
+    Only an answer that validates is kept in the answer cache (`client.keep`); the others are
+    discarded, so a later run asks again instead of replaying them.
+    """
     replies, error = [], None
     for _ in range(tries):
         reply = client.ask(stage, messages)
         replies.append(reply)
         try:
-            return validate(extract_json(reply.text)), replies, None
+            value = validate(extract_json(reply.text))
         except AnswerError as e:
-            error = str(e)
+            client.discard(reply)
+            error = cut_note(reply) + str(e)
             messages = messages + [{"role": "assistant", "content": reply.text},
                                    {"role": "user", "content": f"That answer could not be used: {error}\nAnswer again."}]
+            continue
+        client.keep(reply)
+        return value, replies, None
     return None, replies, error
+
+
+def cut_note(reply) -> str:
+    """What to tell the model whose answer stopped at the output limit ("" otherwise)."""
+    if not getattr(reply, "truncated", False):
+        return ""
+    size = f" ({reply.completion_tokens} tokens)" if getattr(reply, "completion_tokens", None) else ""
+    return (f"the answer was cut off at the output limit{size} before it ended, so answer shorter: less prose, "
+            "the required block first. In detail: ")

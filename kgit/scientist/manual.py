@@ -8,6 +8,9 @@ done. The files are never deleted: together they are the transcript of the run.
 A request identical to one already in the folder is not written again under a new number:
 while that one is unanswered (a run stopped by Ctrl-C or a timeout) the next run waits on
 the same files, and once it is answered its answer is used, as the answer cache would.
+An answer kgit could not use (no ```json block, edits that do not apply) gets an empty
+`NNNN-<stage>.unused` marker and is never used again: the same request is then written
+anew under the next number.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ class Channel:
     def ask(self, stage: str, messages: list[dict], key: str) -> str:
         """The answer text to `messages`; `key` identifies the request (the cache key)."""
         request = self._request_file(stage, messages, key)
-        answer, done = answer_paths(request)
+        answer, done, _ = answer_paths(request)
         self.notify(f"manual model: {stage} request {request}")
         self.notify(f"manual model: write the answer to {answer.resolve()}, then create {done.resolve()}")
         started = self._clock()
@@ -91,6 +94,16 @@ class Channel:
             self._make_newest(path)
             return path.resolve()
 
+    def retire(self, key: str):
+        """The answer to `key` could not be used: mark it, so the same request is asked anew."""
+        with self._lock:
+            if not self.folder.exists():
+                return
+            for request in self._requests(key):
+                _, done, unused = answer_paths(request)
+                if done.exists():
+                    unused.touch()
+
     def _make_newest(self, path: Path):
         """Give `path` a modification time later than every other file's in the folder.
 
@@ -102,27 +115,33 @@ class Channel:
         os.utime(path, ns=(now, now))
 
     def _earlier(self, key: str) -> Path | None:
-        """The request file already written for `key`, if any."""
+        """The request file already written for `key` whose answer is still to be used, if any."""
+        return next((path for path in self._requests(key) if not answer_paths(path)[2].exists()), None)
+
+    def _requests(self, key: str) -> list[Path]:
+        """Every request file written for `key`, oldest first."""
+        found = []
         for path in sorted(self.folder.glob("*.request.md")):
             if not _NAME.match(path.name):
                 continue
             try:
-                found = _KEY_LINE.search(path.read_text(encoding="utf-8"))
+                line = _KEY_LINE.search(path.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError):
                 continue
-            if found and found.group(1) == key:
-                return path
-        return None
+            if line and line.group(1) == key:
+                found.append(path)
+        return found
 
 
-def answer_paths(request: Path) -> tuple[Path, Path]:
-    """(answer file, done marker) of a request file."""
+def answer_paths(request: Path) -> tuple[Path, Path, Path]:
+    """(answer file, done marker, unused marker) of a request file."""
     stem = request.name[: -len(".request.md")]
-    return request.with_name(f"{stem}.answer.md"), request.with_name(f"{stem}.done")
+    return (request.with_name(f"{stem}.answer.md"), request.with_name(f"{stem}.done"),
+            request.with_name(f"{stem}.unused"))
 
 
 def render(stage: str, messages: list[dict], key: str, path: Path) -> str:
-    answer, done = answer_paths(path)
+    answer, done, _ = answer_paths(path)
     lines = [
         f"# kgit request {path.name}",
         "",

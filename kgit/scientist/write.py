@@ -78,10 +78,27 @@ def notes(answer: str) -> str:
     return text
 
 
+CUT = ("Your answer was cut off at the output limit{size}, so its edits may be incomplete and none were "
+       "applied. Send SEARCH/REPLACE blocks of only the lines that change rather than whole files, and keep "
+       "the prose short.")
+
+
 def implement(client, messages: list[dict], files: dict[str, str], editable: list[str]):
-    """(new files or None, the edit error or None, reply)."""
+    """(new files or None, the edit error or None, reply).
+
+    An answer is kept in the answer cache only when its edits apply and change the code:
+    one that did not is discarded, so a later run asks again instead of replaying it. An
+    answer cut at the output limit is never applied, even where its blocks look complete.
+    """
     reply = client.ask("write", messages)
+    if reply.truncated:
+        client.discard(reply)
+        size = f" ({reply.completion_tokens} tokens)" if reply.completion_tokens else ""
+        return None, CUT.format(size=size), reply
     try:
-        return edits.apply(files, edits.parse(reply.text), editable), None, reply
+        new_files = edits.apply(files, edits.parse(reply.text), editable)
     except edits.EditError as e:
+        client.discard(reply)
         return None, str(e), reply
+    (client.keep if new_files != files else client.discard)(reply)
+    return new_files, None, reply
