@@ -201,7 +201,8 @@ def log(as_json, per_device):
     "vs base" is the speedup over the attempt's base (what its experiment started
     from), "vs baseline" over kgit/baseline; above 1 is faster. Both stay blank for
     interpreter timings, which say nothing about speed; once attempts are re-measured
-    on a GPU, two more columns give the ranking device's geomean and speedup.
+    on a GPU, two more columns give the ranking device's geomean and speedup. The last
+    line is what the model calls cost, those that led to no commit included.
     """
     repo, _ = ex.load()
     if as_json:
@@ -213,7 +214,10 @@ def log(as_json, per_device):
     elif per_device:
         click.echo(report.devices_table(attempts))
     else:
+        from kgit.review import spending
+
         click.echo(report.log_table(attempts))
+        click.echo("\n" + spending.log_line(spending.load(repo, attempts)))
 
 
 @cli.command()
@@ -368,7 +372,9 @@ def best(as_json):
 @click.option("--model", help='litellm model string for every stage, "offline", or "manual" (you answer through '
                               'files; docs/evolve.md) (default: llm.model).')
 @click.option("--api-base", help="Base URL of an OpenAI-compatible or local server (default: llm.api_base).")
-@click.option("--max-cost", type=click.FloatRange(min=0, min_open=True), help="Stop once priced model calls cost this much (USD).")
+@click.option("--max-cost", type=click.FloatRange(min=0, min_open=True),
+              help="Spend at most this much (USD) on priced model calls: each call is checked before it is made, "
+                   "at its prompt plus llm.max_tokens of answer; plans already paid for wait for the next run.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1),
               help="Hypotheses in flight at once; evaluations queue per GPU (default: evolve.jobs).")
 @click.option("--dry-run", is_flag=True, help="Print the prompts the next iteration would send, and call no model.")
@@ -382,7 +388,8 @@ def evolve(iterations, model, api_base, max_cost, jobs, dry_run, as_json):
     with a model: kgit evolve --model anthropic/claude-sonnet-4-5 -n 3
     (the provider's key in its usual variable, e.g. ANTHROPIC_API_KEY).
     Defaults come from .kgit.yaml (the evolve: and llm: keys).
-    Rerunning resumes: numbering continues, measured trees are not measured again.
+    Rerunning resumes: numbering continues, measured trees are not measured again,
+    and plans a stopped run designed but did not finish are carried out first.
     Ctrl-C stops cleanly; commits made so far are kept. See docs/evolve.md.
     """
     from kgit import evolve as evolve_mod
@@ -392,16 +399,25 @@ def evolve(iterations, model, api_base, max_cost, jobs, dry_run, as_json):
     if dry_run:
         click.echo(evolve_mod.dry_run(repo, config))
         return
-    summary = evolve_mod.evolve(repo, config, progress=_progress)
-    if as_json:
-        # cost_usd is null when no call had a price: unknown, not free.
-        _emit_json({"stop": summary.stop, "tokens": summary.tokens, "unpriced_calls": summary.unpriced_calls,
-                    "cost_usd": None if summary.unpriced_calls and not summary.cost else summary.cost,
-                    "attempts": [vars(r) for r in summary.rows]})
-    else:
-        click.echo(evolve_mod.summary_text(summary))
+    try:
+        summary = evolve_mod.evolve(repo, config, progress=_progress)
+    except KgitError as e:
+        # The run's summary is printed however the run ended; the error line follows it.
+        if getattr(e, "summary", None) is not None:
+            _evolve_summary(e.summary, as_json)
+        raise
+    _evolve_summary(summary, as_json)
     if summary.interrupted:
         sys.exit(ExitCode.INTERRUPTED)
+
+
+def _evolve_summary(summary, as_json: bool):
+    from kgit import evolve as evolve_mod
+
+    if as_json:
+        _emit_json(evolve_mod.summary_json(summary))
+    else:
+        click.echo(evolve_mod.summary_text(summary))
 
 
 @cli.command("report")

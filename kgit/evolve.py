@@ -1,10 +1,14 @@
 """`kgit evolve`: select -> design -> write -> evaluate -> commit, within budgets.
 
 Everything is derived from git, so a second run resumes: experiment numbers continue,
-and trees and configurations already measured are not measured again. Only the
-driving process writes the archive (under `repo.lock` for the whole run, and a thread
-lock around each commit); hypotheses of one iteration may be in flight together
-(`evolve.jobs`), their model calls and evaluations running in threads.
+and trees and configurations already measured are not measured again; plans a run
+designed but did not finish (a budget, a rate limit, an unanswered writer, Ctrl-C, an
+error) are kept for the next one (kgit/scientist/pending.py). Only the driving process
+writes the archive (under `repo.lock` for the whole run, and a thread lock around each
+commit); hypotheses of one iteration may be in flight together (`evolve.jobs`), their
+model calls and evaluations running in threads. Every model call goes through one
+Ledger (kgit/scientist/ledger.py): checked against `--max-cost` before it is made,
+recorded in the archive's cost log once answered.
 """
 
 from __future__ import annotations
@@ -25,16 +29,17 @@ from kgit import workflow as experiments
 from kgit.archive import trailers as tr
 from kgit.archive.refs import ExperimentRef
 from kgit.archive.repo import Repo
-from kgit.errors import KgitError, LLMError, LLMUnavailable
+from kgit.errors import KgitError, LLMError, LLMRateLimited, LLMUnavailable
 from kgit import problems as problem_mod
 from kgit_harness.result import STATUSES
-from kgit.archive import figures, measure, notebook, trees
+from kgit.archive import costlog, figures, measure, notebook, trees
 from kgit.scientist import context as context_mod
-from kgit.scientist import protocol
+from kgit.scientist import pending, protocol
 from kgit.scientist import write as write_mod
 from kgit.scientist.answers import Selection
+from kgit.scientist.ledger import BudgetReached, Ledger
 from kgit.scientist.llm import Client, Reply
-from kgit.costs import cost_text
+from kgit.costs import amount, cost_text, usd
 
 ERROR_CHARS = 3000
 # Interpreter timing where nobody ranks on it (the archive ranks on a GPU): one warm-up and
@@ -43,12 +48,15 @@ ERROR_CHARS = 3000
 SCREENING_TIMING = config_mod.TimingConfig(target_rse=0.5, max_time_s=0.001, min_reps=3, warmup=1)
 
 
+NO_ANSWER = "no answer"  # a writer's status in the summary when the model gave none: nothing is committed
+
+
 @dataclass
 class Row:
-    sha: str
+    sha: str  # "" for a writer that got no answer (no commit)
     branch: str
-    experiment: int
-    attempt: int
+    experiment: int | None
+    attempt: int | None
     status: str
     geomean: float | None
     speedup: float | None
@@ -75,6 +83,10 @@ class Summary:
     best_after: object = None
     correctness_only: bool = False  # the evaluation ran in the interpreter: no timing was a speed figure
     rule: str = ""  # how `best` was chosen (kgit/archive/figures.py)
+    run: str = ""  # this run's name in the cost log and the commits' Kgit-Run
+    kept: int = 0  # plans not finished, kept for the next run (kgit/scientist/pending.py)
+    resumed: int = 0  # plans an earlier run kept that this one took up
+    error: str = ""  # the error that ended the run, if one did
 
 
 def with_overrides(config, *, iterations=None, model=None, api_base=None, max_cost=None, jobs=None):
@@ -107,14 +119,22 @@ class Run:
         self.stopping = threading.Event()
         self.client = client or Client(config.llm, repo.state / "cache" / "llm", manual_dir=repo.state / "manual",
                                        progress=progress, stopping=self.stopping)
-        self.scientist = protocol.make(self.client)
+        self.costs = costlog.Log(repo)
+        # The scientist calls the model through the ledger: the budget before each call, the cost log after.
+        self.ledger = Ledger(self.client, self.costs, config.evolve.max_cost_usd, on_call=self._account)
+        self.scientist = protocol.make(self.ledger)
         self.progress = progress or (lambda line: None)
         self.clock = clock
         self.started = clock()
-        self.summary = Summary(models=sorted({self.client.model(s) for s in ("select", "design", "write")}))
+        self.summary = Summary(models=sorted({self.client.model(s) for s in ("select", "design", "write")}),
+                               run=self.costs.run)
         self.commit_lock = threading.Lock()
         self.known: dict[str, tuple[str, Evaluation]] = {}  # tree -> (sha, result) of evaluated attempts
         self.measured_on: tuple | None = None  # (device, harness, evaluator) of this run's latest evaluation
+        self.halt = ""  # why no more model calls are made (the budget, a rate limit)
+        self.batches: list[pending.Batch] = []  # every batch of plans this run holds, finished or not
+        self.waiting: list[pending.Batch] = []  # batches kept by an earlier run, not taken up yet
+        self.later: list[pending.Batch] = []  # kept batches this run cannot carry out (the other kind of designer)
         self.ctx = protocol.build(repo, config, self.task, repo.root / config.problem, repo.read())
         # In the interpreter, while the archive ranks on a GPU (kgit remeasure notes), this run's
         # timings rank nothing: each shape is only screened (SCREENING_TIMING).
@@ -127,6 +147,8 @@ class Run:
 
     # -- the run ---------------------------------------------------------------------
     def run(self) -> Summary:
+        """The run's summary; a KgitError that ends it carries the summary as `error.summary`."""
+        failure = None
         with self.repo.lock("evolve"):
             self.repo.clean_worktrees()
             attempts = self.repo.read()
@@ -142,6 +164,7 @@ class Run:
                                  f"shape is only screened: {SCREENING_TIMING.warmup} warm-up and "
                                  f"{SCREENING_TIMING.min_reps} timed repetitions (enough to catch a hang or an "
                                  "absurdly slow kernel), not the configured timing." if self.screening else ""))
+            self._take_pending(attempts)
             # With evolve.jobs > 1, one pool of hypothesis threads for the whole run.
             self.pool = ThreadPoolExecutor(max_workers=self.config.evolve.jobs, thread_name_prefix="kgit-hypothesis")
             self.in_flight, finished = [], False
@@ -155,7 +178,9 @@ class Run:
                         break
                     self.summary.iterations = number
                     if self.summary.model_failures and not self.summary.calls:
-                        break  # no model call has answered yet: the next iteration would fail the same way
+                        # No model call has answered yet: the next iteration would fail the same way.
+                        self.summary.stop = "no model call has answered (the error below)"
+                        break
                 else:
                     finished = True
                 try:
@@ -163,48 +188,71 @@ class Run:
                 except BaseException:
                     self.stopping.set()
                     raise
-                if finished:
-                    self.summary.stop = (self._budget_stop() or
+                if finished or not self.summary.stop:
+                    self.summary.stop = (self._budget_stop() or self.summary.stop or
                                          f"ran {self.config.evolve.iterations} iteration(s) (evolve.iterations / -n)")
             except KeyboardInterrupt:
                 self.stopping.set()
                 self.summary.interrupted = True
                 self.summary.stop = "interrupted (Ctrl-C); every commit made so far is kept"
+            except KgitError as e:
+                self.stopping.set()
+                failure = e
+                self.summary.error = " ".join(str(e).split())
+                self.summary.stop = "stopped by an error (below); every commit made so far is kept"
             finally:
                 self.pool.shutdown(wait=True)
                 # The spare judge/runner pairs the run's evaluator kept started (docs/evaluators.md).
                 getattr(self.evaluate, "close", lambda: None)()
+                # Plans designed (and paid for) but not finished wait for the next run.
+                self.summary.kept = pending.save(self.repo.state, self.later + self.waiting + self.batches)
             final = self.repo.read()
             self.summary.best_after = experiments.best(final)
             self.summary.rule = figures.rule(final)
-        if self.summary.model_failures and not self.summary.calls and not self.summary.interrupted:
-            raise LLMError(f"every model call of this run failed ({len(self.summary.model_failures)} call(s); "
-                           f"the attempts made are in the archive): {self.summary.model_failures[0]}")
+        if failure is None and self.summary.model_failures and not self.summary.calls and not self.summary.interrupted:
+            failure = LLMError(f"every model call of this run failed ({len(self.summary.model_failures)} call(s); "
+                               f"the attempts made are in the archive): {self.summary.model_failures[0]}")
+        if failure is not None:
+            failure.summary = self.summary  # so the run's summary is printed however it ended
+            raise failure
         return self.summary
 
+    def _take_pending(self, attempts):
+        """The plans an earlier run kept: those this run can carry out, checked against the archive."""
+        ready, later, notes = pending.resumable(self.repo, attempts, protocol.is_offline(self.client.model("design")),
+                                                self.config.evolve.attempts)
+        for note in notes:
+            self.progress(f"pending plans: {note}")
+        self.waiting, self.later = ready, later
+
     def iteration(self, number: int) -> bool:
-        """One select -> design -> implement round; False when the search cannot go on."""
+        """One select -> design -> implement round (or plans kept by an earlier run); False when the
+        search cannot go on."""
         tag = f"[{number}/{self.config.evolve.iterations}]"
+        if self.waiting:
+            return self.resume(tag, self.waiting.pop(0))
         attempts = self.repo.read()
         best = experiments.best(attempts)
         try:
             selection, replies, note = self.scientist.select(self.ctx, attempts, best)
+        except (BudgetReached, LLMRateLimited) as e:
+            return self._stop_calls(tag, "select", e)
         except LLMUnavailable as e:
             selection, replies = Selection(best.sha, None, "fallback to the best attempt"), []
-            note = f"the selector did not answer: {e}"
+            note = f"the selector did not answer ({e}); falling back to the best attempt"
             self.summary.model_failures.append(" ".join(str(e).split()))
             self.summary.skipped.append(f"iteration {number}: select fell back to the best attempt ({e})")
-        self._account(replies)
         self._line(tag, "select", "select", f"base {selection.base[:10]}" +
                    (f", reference {selection.reference[:10]}" if selection.reference else "") +
                    (f" ({note})" if note else ""))
         try:
             designed = self.scientist.design(self.ctx, attempts, selection)
+        except (BudgetReached, LLMRateLimited) as e:
+            return self._stop_calls(tag, "design", e)
         except LLMUnavailable as e:
-            designed = protocol.Designed(None, [], f"the designer did not answer: {e}")
+            designed = protocol.Designed(None, [], f"the designer did not answer ({e}); this iteration is skipped")
             self.summary.model_failures.append(" ".join(str(e).split()))
         plans, design_replies, error = designed.plans, designed.replies, designed.error
-        self._account(design_replies)
         if designed.lessons is not None:
             notebook.write(self.repo, designed.lessons, f"design of iteration {number} ({self.client.model('design')})")
         if plans is None:
@@ -219,22 +267,41 @@ class Run:
         if designed.fewer_because:
             self._line(tag, "design", "design", f"{len(plans)} of up to {self.config.evolve.pick} plan(s): "
                                                 f"{designed.fewer_because}")
+        self._line(tag, "design", "design", f"{len(plans)} plan(s): " + "; ".join(
+            p.title + (f" (from {p.base[:10]})" if p.base and p.base != selection.base else "") for p in plans))
+        # Each plan's part of the iteration's select and design calls, so the commits add up to the run.
+        share_cost, share_tokens = _totals(_share(replies + design_replies, len(plans)))
+        batch = pending.Batch(selection, plans, [
+            pending.Open(p, p.base or selection.base, p.base or selection.base, share_cost=share_cost,
+                         share_tokens=share_tokens) for p in plans],
+            offline=protocol.is_offline(self.client.model("design")))
+        return self._carry_out(tag, batch, attempts)
+
+    def resume(self, tag: str, batch: pending.Batch) -> bool:
+        """Carry out plans an earlier run designed and kept (no select or design call)."""
+        self.summary.resumed += len(batch.open)
+        self._line(tag, "design", "design", f"{len(batch.open)} plan(s) kept by an earlier run, designed and paid "
+                                            "for then: " + "; ".join(h.plan.title for h in batch.open))
+        return self._carry_out(tag, batch, self.repo.read())
+
+    def _carry_out(self, tag: str, batch: pending.Batch, attempts) -> bool:
+        """The writers of one batch: in this thread, or in the pool with evolve.jobs > 1."""
+        selection = batch.selection
+        with self.commit_lock:
+            self.batches.append(batch)
         base_files = trees.commit_files(self.repo, selection.base, self.editable)
         reference_files = (trees.commit_files(self.repo, selection.reference, self.editable)
                            if selection.reference and selection.reference != selection.base else {})
-        iteration = protocol.make_iteration(self.ctx, attempts, selection, plans, base_files, reference_files)
-        self._line(tag, "design", "design", f"{len(plans)} plan(s): " + "; ".join(
-            p.title + (f" (from {p.base[:10]})" if p.base and p.base != selection.base else "") for p in plans))
-        shared = replies + design_replies
+        iteration = protocol.make_iteration(self.ctx, attempts, selection, batch.plans, base_files, reference_files)
         if self.config.evolve.jobs == 1:
-            for plan in plans:
-                self.hypothesis(tag, iteration, plan, shared, len(plans))
+            for h in list(batch.open):
+                self.hypothesis(tag, iteration, batch, h)
         else:
             try:
                 # Submitting inside the try: a Ctrl-C between two submits must set the stop
                 # event too, or the pool would wait forever on a writer waiting for its answer.
-                for plan in plans:
-                    self.in_flight.append(self.pool.submit(self.hypothesis, tag, iteration, plan, shared, len(plans)))
+                for h in list(batch.open):
+                    self.in_flight.append(self.pool.submit(self.hypothesis, tag, iteration, batch, h))
                 # The next iteration is selected and designed as soon as a hypothesis thread is
                 # free, not once every hypothesis of this one is done: one slow candidate then
                 # holds one slot, and the others take the next evaluations (docs/evolve.md).
@@ -251,6 +318,19 @@ class Run:
                 self.repo, self.config, experiments.best(self.repo.read())))
         return True
 
+    def _stop_calls(self, tag: str, stage: str, reason: BaseException) -> bool:
+        """No more model calls this run (the budget, a rate limit); False: no further iteration."""
+        self._halt(reason)
+        self._line(tag, stage, stage, f"stopped: {self.halt}")
+        return False
+
+    def _halt(self, reason: BaseException):
+        """Start no more model calls (hypotheses in flight find out at their next attempt)."""
+        with self.commit_lock:
+            if not self.halt:
+                self.halt = (str(reason) if isinstance(reason, BudgetReached) else
+                             f"{reason}; the run stops rather than meet the same limit on every call")
+
     def _settle(self, most: int):
         """Wait until at most `most` hypotheses are still running; a failure in any is raised here."""
         while True:
@@ -263,53 +343,74 @@ class Run:
             wait(self.in_flight, return_when=FIRST_COMPLETED)
 
     # -- one hypothesis: the writer's attempts ------------------------------------------
-    def hypothesis(self, tag: str, iteration: protocol.Iteration, plan, shared: list[Reply], shares: int):
-        selection = iteration.selection
-        base = plan.base or selection.base
+    def hypothesis(self, tag: str, iteration: protocol.Iteration, batch: pending.Batch, h: pending.Open):
+        """Carry out plan `h` from where it stands; it leaves `batch.open` once finished, and stays
+        there (for the next run) when the run stops or the writer gets no answer."""
+        selection, plan, base = iteration.selection, h.plan, h.base
         reference = selection.reference if selection.reference != base else None
-        files = iteration.base_files if base == selection.base else trees.commit_files(self.repo, base, self.editable)
-        state = {"branch": None, "parent": base}
-        error = ""
-        for attempt in range(1, self.config.evolve.attempts + 1):
+        files = (iteration.base_files if h.parent == selection.base else
+                 trees.commit_files(self.repo, h.parent, self.editable))
+        state = {"branch": h.branch, "parent": h.parent}
+        for attempt in range(h.attempt, self.config.evolve.attempts + 1):
             if self.stopping.is_set() or self._budget_stop():
                 return
-            unanswered = False
             try:
-                new_files, edit_error, reply = self.scientist.write(self.ctx, iteration, plan, files, error, attempt)
+                new_files, edit_error, reply = self.scientist.write(self.ctx, iteration, plan, files, h.feedback,
+                                                                    attempt)
+            except (BudgetReached, LLMRateLimited) as e:
+                self._halt(e)
+                self._line(tag, "write", "write", f"{plan.title}, attempt {attempt}: "
+                           + ("not asked" if isinstance(e, BudgetReached) else "rate limited")
+                           + f" ({e}); the plan is kept for the next run")
+                return
             except LLMUnavailable as e:
-                # Recorded like edits that did not apply (an empty commit carrying the error);
-                # this hypothesis stops, the run goes on.
-                new_files, edit_error, reply, unanswered = None, f"the writer did not answer: {e}", None, True
+                # Nothing happened to the kernel: no commit. The plan waits for the next run.
                 self.summary.model_failures.append(" ".join(str(e).split()))
+                self._line(tag, "write", "write", f"{plan.title}, attempt {attempt}: {NO_ANSWER} ({e}); the plan "
+                                                  "is kept for the next run")
+                self._no_answer(state["branch"], attempt)
+                return
             replies = [reply] if reply else []
-            if attempt == 1:
-                replies += _share(shared, shares)
-            self._account([reply] if reply else [])
+            if not h.shared and (h.share_cost is not None or h.share_tokens):
+                replies.append(Reply("", self.client.model("design"), h.share_tokens, h.share_cost))
+            cut = bool(reply and reply.truncated)
             parent = state["parent"]
             self._line(tag, "write", "write", f"{plan.title} (base {base[:10]}), attempt {attempt}: " +
-                       ("evaluating" if new_files is not None else "the edits did not apply"))
-            result, tree, reused = self._result(parent, new_files, edit_error, base)
+                       ("evaluating" if new_files is not None else
+                        "the answer was cut at the output limit" if cut else "the edits did not apply"))
+            result, tree, reused = self._result(parent, new_files, edit_error, base, cut)
             notes = [write_mod.notes(reply.text) if reply else "",
                      f"Not measured again: this tree equals attempt {reused[:10]}, whose result is repeated here."
                      if reused else ""]
             sha = self._commit(state, selection, plan, reference, tree, result, "\n\n".join(n for n in notes if n),
                                replies, reused)
+            state["parent"] = sha
+            h.branch, h.parent, h.attempt, h.shared = state["branch"], sha, attempt + 1, True
             self._line(tag, "write", "write", f"{state['branch']} attempt {attempt}: {result.status}"
                        + (f" ({result.reason})" if result.reason else ""))
             # A stopped attempt is a measurement (correct, clearly slower than the base), not a
             # failure the writer could fix: asking for a fix would only repeat or perturb it.
-            if result.ok or result.status == "stopped" or unanswered:
-                return
+            if result.ok or result.status == "stopped":
+                break
             if new_files is not None:
                 files = new_files
-            error = _feedback(result)
-            state["parent"] = sha
+            h.feedback = _feedback(result)
+        with self.commit_lock:
+            batch.open.remove(h)
 
-    def _result(self, parent: str, new_files, edit_error, base: str | None = None) -> tuple[Evaluation, str, str]:
+    def _no_answer(self, branch: str | None, attempt: int):
+        with self.commit_lock:
+            number = ExperimentRef.parse(branch).number if branch else None
+            self.summary.rows.append(Row("", branch or "-", number, attempt, NO_ANSWER, None, None,
+                                         self.client.model("write"), None, None, reused="kept for the next run"))
+
+    def _result(self, parent: str, new_files, edit_error, base: str | None = None,
+                cut: bool = False) -> tuple[Evaluation, str, str]:
         """(result, tree, sha whose result is reused or "") of one candidate: rejected, reused, or evaluated."""
         parent_tree = trees.tree_of(self.repo, parent)
         if new_files is None:
-            return _rejected("edits did not apply", edit_error), parent_tree, ""
+            return (_rejected("answer cut at the output limit" if cut else "edits did not apply", edit_error),
+                    parent_tree, "")
         tree = trees.build_tree(self.repo, parent, new_files)
         if tree == parent_tree:
             return _rejected("no change", "the edits leave the files exactly as they were; change the code "
@@ -362,7 +463,8 @@ class Run:
             outcome = experiments.commit_attempt(
                 self.repo, self.config, branch=state["branch"], tree=tree, parent=state["parent"], result=result,
                 notes=notes, plan=f"{plan.text()}\n\nBase chosen because: {selection.reason}",
-                expected_gain=plan.expected_gain, author=f"kgit ({model})", model=model, cost=cost, tokens=tokens)
+                expected_gain=plan.expected_gain, author=f"kgit ({model})", model=model, cost=cost, tokens=tokens,
+                run=self.costs.run)
             # A stopped result says "slower than this base", not what the tree measures: never reused.
             result = outcome.result
             if not reused and result.status not in ("rejected", "stopped"):
@@ -376,21 +478,23 @@ class Run:
     # -- budgets, costs, progress -----------------------------------------------------
     def _budget_stop(self) -> str:
         ev = self.config.evolve
+        if self.halt:
+            return self.halt
         if ev.max_cost_usd is not None and self.summary.cost >= ev.max_cost_usd:
-            return f"spent ${self.summary.cost:.4f} of --max-cost ${ev.max_cost_usd:.4f}"
+            return f"spent {usd(self.summary.cost)} of --max-cost {usd(ev.max_cost_usd)}"
         if ev.max_wall_s is not None and self.clock() - self.started >= ev.max_wall_s:
             return f"wall-time budget of {ev.max_wall_s:g} s (evolve.max_wall_s) reached"
         return ""
 
-    def _account(self, replies: list[Reply]):
+    def _account(self, reply: Reply):
+        """One answered model call (the ledger's hook), cached answers included."""
         with self.commit_lock:
-            for r in replies:
-                self.summary.calls += 1
-                if r.cost is None:
-                    self.summary.unpriced_calls += 1
-                else:
-                    self.summary.cost += r.cost
-                self.summary.tokens += r.tokens or 0
+            self.summary.calls += 1
+            if reply.cost is None:
+                self.summary.unpriced_calls += 1
+            else:
+                self.summary.cost += reply.cost
+            self.summary.tokens += reply.tokens or 0
 
     def _line(self, tag, stage, client_stage, text):
         model = self.client.model(client_stage)
@@ -476,19 +580,33 @@ def dry_run(repo: Repo, config, *, client=None) -> str:
     return "\n\n".join(run.scientist.preview(run.ctx, attempts, best))
 
 
+def summary_json(summary: Summary) -> dict:
+    """`kgit evolve --json`: the run's figures and its attempts (commits); cost_usd is null when no
+    call had a price: unknown, not free."""
+    return {"stop": summary.stop, "run": summary.run, "calls": summary.calls, "tokens": summary.tokens,
+            "unpriced_calls": summary.unpriced_calls,
+            "cost_usd": None if summary.unpriced_calls and not summary.cost else summary.cost,
+            "kept_for_next_run": summary.kept, "resumed": summary.resumed, "error": summary.error or None,
+            "attempts": [vars(r) for r in summary.rows if r.sha],
+            "no_answer": [{"branch": r.branch, "attempt": r.attempt} for r in summary.rows if not r.sha]}
+
+
 def summary_text(summary: Summary) -> str:
-    rows = [[r.experiment, r.attempt, r.branch, r.sha[:10], r.status + (f" ({r.reused})" if r.reused else ""),
+    rows = [["-" if r.experiment is None else r.experiment, "-" if r.attempt is None else r.attempt, r.branch,
+             r.sha[:10] or "-", r.status + (f" ({r.reused})" if r.reused else ""),
              "" if r.geomean is None else f"{r.geomean:.1f}",
              # An interpreter ratio is no speed figure: shown to nobody as one.
              "" if r.speedup is None or summary.correctness_only else f"{r.speedup:.2f}x",
              "" if r.tokens is None else r.tokens,
-             "unpriced" if r.cost is None and not protocol.is_offline(r.model) else "" if r.cost is None
-             else f"{r.cost:.4f}"]
+             "" if not r.sha else "unpriced" if r.cost is None and not protocol.is_offline(r.model) else
+             "" if r.cost is None else amount(r.cost)]
             for r in summary.rows]
+    committed = [r for r in summary.rows if r.sha]
     lines = [tabulate(rows, headers=["exp", "att", "branch", "sha", "status", "geomean us", "vs base", "tokens",
-                                     "cost usd"], tablefmt="simple") if rows else "no attempts were made."]
-    lines.append(f"\n{len(summary.rows)} attempt(s) in {summary.iterations} iteration(s); "
-                 f"{sum(r.status == 'ok' for r in summary.rows)} correct. Stopped: {summary.stop}.")
+                                     "cost usd"], tablefmt="simple", disable_numparse=True)
+             if rows else "no attempts were made."]
+    lines.append(f"\n{len(committed)} attempt(s) in {summary.iterations} iteration(s); "
+                 f"{sum(r.status == 'ok' for r in committed)} correct. Stopped: {summary.stop}.")
     if all(protocol.is_offline(m) for m in summary.models):
         lines.append("model use: none (offline)")
     else:
@@ -496,7 +614,15 @@ def summary_text(summary: Summary) -> str:
                      f"{summary.tokens or 'no'} tokens counted, {cost_text(summary.cost, summary.unpriced_calls)}" +
                      ("; a call without a price (a model litellm's table lacks, or the manual model) is not "
                       "counted by --max-cost" if summary.unpriced_calls else "") +
-                     (f"; {len(summary.model_failures)} call(s) got no answer" if summary.model_failures else ""))
+                     (f"; {len(summary.model_failures)} call(s) got no answer" if summary.model_failures else "") +
+                     (f"; every call is in the cost log as run {summary.run} (kgit log, kgit report)"
+                      if summary.calls and summary.run else ""))
+    if summary.resumed:
+        lines.append(f"took up {summary.resumed} plan(s) an earlier run had designed (and paid for) but not finished")
+    if summary.kept:
+        lines.append(f"kept for the next run: {summary.kept} plan(s) designed but not finished "
+                     "(.git/kgit/pending-plans.json); the next `kgit evolve` carries them out before it designs "
+                     "anything new")
     for reason in summary.skipped:
         lines.append(f"skipped {reason}")
     before, after = summary.best_before, summary.best_after

@@ -327,9 +327,10 @@ def experiment_info(repo: Repo, attempts: list[Attempt], branch: str) -> dict:
 def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, result: Evaluation | dict,
                    notes: str = "", plan: str = "", expected_gain: str | None = None,
                    author: str | None, model: str, cost: float | None = None, tokens: int | None = None,
-                   extra_trailers: list | None = None) -> Outcome:
+                   run: str | None = None, extra_trailers: list | None = None) -> Outcome:
     """Commit one attempt on `branch` (whose tip must be `parent`) with its result (an Evaluation, or
-    the harness's result document, validated here); the lock is held."""
+    the harness's result document, validated here); the lock is held. `run`: the `kgit evolve` run
+    whose cost log holds the model calls behind it (kgit/archive/costlog.py)."""
     judged = Evaluation.of(result)
     result = judged.result
     buildfacts.apply_policy(result, config)  # require_targets (issue 14): in place, so evolve sees it too
@@ -354,7 +355,7 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
         "expected_gain": expected_gain or None, **tr.from_result(result), "evaluator": judged.evaluator,
         "speedup": speedup,
         "speedup_baseline": speedup_baseline, "model": model,
-        "cost": ("unknown" if cost is None else cost) if priced else None, "tokens": tokens,
+        "cost": ("unknown" if cost is None else cost) if priced else None, "tokens": tokens, "run": run,
     })
     trailers += stopped_trailers(judged) + (extra_trailers or [])
     paragraphs = [f"Hypothesis: {info['hypothesis']}", plan, f"Notes: {notes}" if notes else ""]

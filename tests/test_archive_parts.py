@@ -65,7 +65,7 @@ def test_written_trailers_read_back_as_attributes():
     assert a.geomean == 12.346 and a.times == {"n=1": 10.0, "n=2": 15.24} and a.tokens == 120.0
     assert a.reason is None and a.reference is None and a.speedup_baseline is None
     # Each attribute agrees with the raw trailers, the reader's other path.
-    assert a.trailers["Kgit-Model"] == ["m"] and a._one("Kgit-Cost-USD") == "0.5000"
+    assert a.trailers["Kgit-Model"] == ["m"] and a._one("Kgit-Cost-USD") == "0.500000"
 
 
 def test_a_result_survives_the_trip_through_trailers():

@@ -230,14 +230,48 @@ def test_design_that_stays_invalid_skips_the_iteration(kernel_repo):
     assert "non-empty list" in fake.prompts("design")[1]
 
 
-def test_cost_budget_stops_before_more_model_calls(kernel_repo):
-    repo, config = configure(kernel_repo, iterations=5, max_cost_usd=0.001)
+def test_only_answers_that_were_used_are_kept(kernel_repo):
+    """A design without a usable block, edits that do not apply or change nothing, and a writer's
+    answer cut at the output limit are discarded (never replayed); the design that was used is
+    kept. A cut answer is re-asked (design) or rejected as cut (write), never applied."""
+    repo, config = configure(kernel_repo, pick=1, attempts=3)
+    kernel = (kernel_repo / "kernel.py").read_text()
+    cut_design = ("Here is my long reasoning about the plans, which goes on and on", {"truncated": True})
     fake = fake_llm.FakeLLM([
-        ("design", fake_llm.design(["Bigger blocks"])),
-    ], cost=0.002)
-    summary = evolve.evolve(repo, config, client=fake)
-    assert not fake.answers and summary.rows == []
-    assert "--max-cost" in summary.stop and summary.cost == pytest.approx(0.002)
+        ("design", *cut_design),
+        ("design", fake_llm.design(["Use a larger block per program"])),
+        ("write", fake_llm.search_replace("kernel.py", "BLOCK_SIZE = 999", "BLOCK_SIZE = 4096")),  # no match
+        ("write", fake_llm.whole_file("kernel.py", kernel)),  # changes nothing
+        ("write", fake_llm.whole_file("kernel.py", kernel.replace(SLOW_BLOCK, FAST_BLOCK)), {"truncated": True}),
+    ])
+    summary = evolve.evolve(repo, config, client=fake, evaluate=lambda sha: pytest.fail("nothing to evaluate"))
+    assert not fake.answers
+    assert [r.text for r in fake.kept] == [fake_llm.design(["Use a larger block per program"])]
+    assert len(fake.discarded) == 4 and fake.discarded[0].text == cut_design[0]
+    assert "cut off at the output limit" in fake.prompts("design")[1]
+    assert [(r.status, trailers(kernel_repo, r.sha)["Kgit-Reason"][0]) for r in summary.rows] == [
+        ("rejected", "edits did not apply"), ("rejected", "no change"), ("rejected", "answer cut at the output limit")]
+    assert "cut off at the output limit" in git(kernel_repo, "show", "-s", "--format=%B", summary.rows[-1].sha)
+
+
+def test_pending_plans_survive_the_file_round_trip(tmp_path):
+    from kgit.scientist import pending
+    from kgit.scientist.answers import Plan, Selection
+
+    offline = Plan("BLOCK_SIZE 1024 -> 2048", "twice the elements", assignment={("kernel.py", "BLOCK_SIZE"): 2048},
+                   base="b" * 40)
+    other = Plan("Vectorize", "wider loads", "load 4 at once", 0.05, 0.3, 7.0)
+    batch = pending.Batch(Selection("a" * 40, None, "the best"), [offline, other],
+                          [pending.Open(other, "a" * 40, "c" * 40, "kgit/3-vectorize", 2, "It did not compile.",
+                                        0.001, 60)])
+    assert pending.save(tmp_path, [batch, pending.Batch(Selection("d" * 40, None, "x"), [offline])]) == 1
+    (back,), note = pending.take(tmp_path)
+    assert note == "" and not pending.path(tmp_path).exists()  # taken: no second run carries it out too
+    assert back.plans == [offline, other] and back.selection == batch.selection
+    assert back.open == batch.open and back.open[0].plan is back.plans[1]
+    pending.path(tmp_path).write_text("{not json")
+    batches, note = pending.take(tmp_path)
+    assert batches == [] and "could not be read" in note and not pending.path(tmp_path).exists()
 
 
 def test_wall_time_budget_stops_starting_new_work(kernel_repo):

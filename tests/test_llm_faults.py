@@ -7,86 +7,26 @@ the API key.
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+import endpoint
 import fake_llm
 from conftest import fast_config_text
+from kgit.archive import costlog
 from kgit.archive.repo import Repo
 from kgit.config import LLMConfig
-from kgit.errors import LLMError
-from kgit.scientist import llm
+from kgit.errors import LLMError, LLMRateLimited, LLMUnavailable
+from kgit.scientist import llm, ratelimits
 
 SECRET = "sk-test-faults-0123456789abcdef"
 
 
-class FaultServer(ThreadingHTTPServer):
-    """Answers each request with the next step of a script: ("answer", text), ("status", code),
-    ("sleep", seconds), ("raw", body bytes) or ("truncated", None). The last step repeats."""
-
-    def __init__(self, script):
-        super().__init__(("127.0.0.1", 0), FaultHandler)
-        self.script = list(script)
-        self.requests = 0
-        self.closing = threading.Event()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-    def __enter__(self):
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.closing.set()
-        self.shutdown()
-        self.server_close()
-
-
-class FaultHandler(BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        server = self.server
-        server.requests += 1
-        kind, arg = server.script.pop(0) if len(server.script) > 1 else server.script[0]
-        if kind == "sleep":
-            server.closing.wait(arg)
-            kind, arg = "answer", "too late"
-        try:
-            if kind == "truncated":
-                self.send_response(200)
-                self.send_header("Content-Length", "5000")
-                self.end_headers()
-                self.wfile.write(b'{"id": "x", "choi')
-                return
-            if kind == "status":
-                self.send_response(arg)
-                body = json.dumps({"error": {"message": f"injected {arg}", "type": "server_error"}}).encode()
-            elif kind == "raw":
-                self.send_response(200)
-                body = arg
-            else:
-                self.send_response(200)
-                body = json.dumps({
-                    "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "test-model",
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": arg},
-                                 "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}).encode()
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (a timeout): that is the point of the step
-
-    def log_message(self, *args):
-        pass
+def FaultServer(script):
+    """The test endpoint (tests/endpoint.py) playing `script`, its last step again and again."""
+    return endpoint.Endpoint(script, repeat_last=True)
 
 
 @pytest.fixture
@@ -107,15 +47,15 @@ def _ask(client):
 # -- the wrapper ------------------------------------------------------------------------
 def test_rate_limit_and_unavailable_are_retried_with_growing_backoff(key):
     sleeps = []
-    with FaultServer([("status", 429), ("status", 503), ("answer", "finally")]) as server:
+    with FaultServer([endpoint.status(429), endpoint.status(503), endpoint.answer("finally")]) as server:
         reply = _ask(_client(server, sleeps, retries=2))
     assert reply.text == "finally" and server.requests == 3
     assert len(sleeps) == 2 and 0.5 <= sleeps[0] <= 1.5 and 1.0 <= sleeps[1] <= 3.0
 
 
-@pytest.mark.parametrize("step", [("status", 500), ("status", 502), ("status", 503), ("sleep", 3.0),
-                                  ("raw", b"<html>gateway</html>"), ("raw", b'{"unexpected": true}'),
-                                  ("truncated", None)],
+@pytest.mark.parametrize("step", [endpoint.status(500), endpoint.status(502), endpoint.status(503),
+                                  endpoint.sleep(3.0), endpoint.raw(b"<html>gateway</html>"),
+                                  endpoint.raw(b'{"unexpected": true}'), endpoint.broken()],
                          ids=["500", "502", "503", "timeout", "html", "no-choices", "truncated"])
 def test_persistent_faults_end_in_one_llm_error(key, step):
     sleeps = []
@@ -135,9 +75,92 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
+# -- rate limits: the provider says when to come back ----------------------------------------
+@pytest.mark.parametrize("headers, seconds, source", [
+    ({"retry-after": "2"}, 2.0, "Retry-After"),
+    ({"retry-after": "1.5", "retry-after-ms": "700"}, 0.7, "retry-after-ms"),
+    ({"retry-after": "Wed, 02 Dec 2026 06:00:30 GMT"}, 30.0, "Retry-After"),
+    ({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "6m0s",
+      "x-ratelimit-remaining-tokens": "900", "x-ratelimit-reset-tokens": "20ms"}, 360.0, "x-ratelimit-reset-requests"),
+    ({"x-ratelimit-reset-tokens": "1h2m3.5s"}, 3723.5, "x-ratelimit-reset-tokens"),
+    ({"anthropic-ratelimit-tokens-remaining": "0", "anthropic-ratelimit-tokens-reset": "2026-12-02T06:01:00Z"},
+     60.0, "anthropic-ratelimit-tokens-reset"),
+    ({"retry-after": "soon"}, None, None),
+    ({"x-ratelimit-reset-requests": "6 minutes"}, None, None),
+    ({}, None, None),
+])
+def test_the_wait_a_provider_asks_for_is_read_from_its_headers(headers, seconds, source):
+    now = 1796191200.0  # 2026-12-02 06:00:00 UTC
+    found = ratelimits.hint(headers, now=now)
+    if seconds is None:
+        assert found is None
+    else:
+        assert found == ratelimits.Hint(pytest.approx(seconds), source)
+
+
+def test_a_rate_limit_with_retry_after_is_waited_out_without_using_a_retry(key):
+    """llm.retries: 0, yet a 429 that says `Retry-After: 2` is waited out and answered, on a line
+    that says how long; litellm's headers arrive prefixed or not."""
+    sleeps, lines = [], []
+    with FaultServer([endpoint.status(429, after=2), endpoint.answer("at last")]) as server:
+        config = LLMConfig(model="openai/test-model", api_base=server.url, cache=False, retries=0)
+        reply = _ask(llm.Client(config, None, sleep=sleeps.append, progress=lines.append))
+    assert reply.text == "at last" and server.requests == 2
+    assert sleeps == [2.0]
+    assert len(lines) == 1 and "the provider asks to wait 2.0 s (Retry-After): waiting, 2 s left" in lines[0]
+    assert "RateLimitError (HTTP 429): Rate limit reached for requests" in lines[0] and "litellm." not in lines[0]
+
+
+def test_a_long_rate_limit_wait_counts_down(key):
+    sleeps, lines = [], []
+    with FaultServer([endpoint.status(429, after=40), endpoint.answer("at last")]) as server:
+        config = LLMConfig(model="openai/test-model", api_base=server.url, cache=False, max_wait_s=60)
+        assert _ask(llm.Client(config, None, sleep=sleeps.append, progress=lines.append)).text == "at last"
+    assert sum(sleeps) == 40 and max(sleeps) <= llm.WAIT_LINE_S
+    assert [line.rsplit(", ", 1)[-1] for line in lines] == ["40 s left", "25 s left", "10 s left"]
+
+
+def test_a_rate_limit_beyond_max_wait_is_not_waited_for(key):
+    sleeps = []
+    with FaultServer([endpoint.status(429, after=3600)]) as server:
+        with pytest.raises(LLMRateLimited) as err:
+            _ask(_client(server, sleeps, retries=4, max_wait_s=300))
+    assert server.requests == 1 and sleeps == []
+    message = str(err.value)
+    assert "asks to wait 3600 s (Retry-After), more than llm.max_wait_s (300 s)" in message
+    assert "Check the model string" not in message and message.count("RateLimitError") == 1
+
+
+def test_a_rate_limit_without_a_time_that_outlasts_the_retries_is_a_rate_limit(key):
+    sleeps = []
+    with FaultServer([endpoint.status(429)]) as server:
+        with pytest.raises(LLMRateLimited, match="stayed rate limited through 2 tries"):
+            _ask(_client(server, sleeps, retries=1))
+    assert server.requests == 2 and len(sleeps) == 1
+
+
+def test_a_server_error_with_retry_after_waits_that_long_and_uses_a_retry(key):
+    sleeps = []
+    with FaultServer([endpoint.status(503, after=3), endpoint.status(503, after=3)]) as server:
+        with pytest.raises(LLMUnavailable) as err:
+            _ask(_client(server, sleeps, retries=1))
+    assert server.requests == 2 and sleeps == [3.0]
+    message = str(err.value)
+    assert type(err.value) is LLMUnavailable and "worth retrying" in message and "2 tries" in message
+    assert "llm.retries: 1" in message and "Check the model string" not in message
+    assert message.count("ServiceUnavailableError") == 1 and "(HTTP 503)" in message
+
+
+def test_an_answer_cut_at_the_output_limit_is_marked(key):
+    with FaultServer([endpoint.cut("half an ans")]) as server:
+        reply = _ask(_client(server, [], retries=0))
+    assert reply.text == "half an ans" and reply.truncated
+    assert reply.completion_tokens == 3 and reply.prompt_tokens == 2
+
+
 def test_every_retry_says_so_on_the_progress_line(key):
     sleeps, lines = [], []
-    with FaultServer([("status", 429), ("status", 503), ("answer", "finally")]) as server:
+    with FaultServer([endpoint.status(429), endpoint.status(503), endpoint.answer("finally")]) as server:
         config = LLMConfig(model="openai/test-model", api_base=server.url, cache=False, retries=2)
         reply = _ask(llm.Client(config, None, sleep=sleeps.append, progress=lines.append))
     assert reply.text == "finally" and len(lines) == 2
@@ -149,7 +172,7 @@ def test_a_missing_key_is_fatal_at_once(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     sleeps = []
-    with FaultServer([("answer", "never sent")]) as server:
+    with FaultServer([endpoint.answer("never sent")]) as server:
         with pytest.raises(LLMError) as err:
             _ask(_client(server, sleeps, retries=4))
     assert type(err.value) is LLMError  # fatal: evolve stops instead of recording and going on
@@ -187,7 +210,7 @@ def test_setup_problems_are_found_in_the_exception_chain():
 
 def test_authentication_errors_are_not_retried(key):
     sleeps = []
-    with FaultServer([("status", 401)]) as server:
+    with FaultServer([endpoint.status(401)]) as server:
         with pytest.raises(LLMError) as err:
             _ask(_client(server, sleeps, retries=3))
     assert server.requests == 1 and sleeps == []
@@ -196,7 +219,7 @@ def test_authentication_errors_are_not_retried(key):
 
 def test_empty_and_enormous_answers_come_back_whole(key):
     huge = "y" * (8 << 20)
-    with FaultServer([("answer", ""), ("answer", huge)]) as server:
+    with FaultServer([endpoint.answer(""), endpoint.answer(huge)]) as server:
         client = _client(server, [], retries=0)
         assert _ask(client).text == ""
         assert _ask(client).text == huge
@@ -214,7 +237,7 @@ def _git(repo, *args) -> str:
 
 
 def test_garbage_answers_never_stop_the_run(kernel_repo, run_kgit, key):
-    with FaultServer([("answer", "I would rather not answer in JSON.")]) as server:
+    with FaultServer([endpoint.answer("I would rather not answer in JSON.")]) as server:
         result = _evolve(kernel_repo, run_kgit, server)
     assert result.exit_code == 0, result.output
     # no select call (only the baseline exists); design asked twice then skipped the iteration
@@ -229,7 +252,7 @@ def test_hostile_writer_answers_are_recorded_as_rejected_attempts(kernel_repo, r
     snoop = fake_llm.search_replace(
         "kernel.py", "def custom_kernel(data):",
         "import os\n\nLEAK = os.environ.get('OPENAI_API_KEY')\n\n\ndef custom_kernel(data):")
-    script = [("answer", fake_llm.design(["Try anything"])), ("answer", outside), ("answer", snoop)]
+    script = [endpoint.answer(fake_llm.design(["Try anything"])), endpoint.answer(outside), endpoint.answer(snoop)]
     with FaultServer(script) as server:
         result = _evolve(kernel_repo, run_kgit, server, attempts=2)
     assert result.exit_code == 0, result.output
@@ -245,28 +268,44 @@ def test_hostile_writer_answers_are_recorded_as_rejected_attempts(kernel_repo, r
     assert SECRET not in _git(kernel_repo, "log", "--all", "--format=%B") + result.output
 
 
-def test_a_dead_server_is_recorded_and_the_run_goes_on(kernel_repo, run_kgit, key):
-    """Transient failures that outlast the retries never end the run: the writer's
-    attempt is committed as rejected with the error, and the run exits 0."""
-    script = [("answer", fake_llm.design(["Try anything"])), ("status", 503)]
-    before = _git(kernel_repo, "rev-list", "--all")
+def test_a_writer_without_an_answer_commits_nothing_and_its_plan_waits(kernel_repo, run_kgit, key):
+    """Transient failures that outlast the retries never end the run, and a writer that got no
+    answer is no experiment: nothing is committed, the summary says `no answer`, the plan is
+    kept, and the next run carries it out without designing anything."""
+    script = [endpoint.answer(fake_llm.design(["Try anything"])), endpoint.status(503)]
+    before = _git(kernel_repo, "rev-list", "--branches", "--tags")
     with FaultServer(script) as server:
         result = _evolve(kernel_repo, run_kgit, server, attempts=3)
+        assert server.stages() == ["design", "write", "write"]  # the writer's try and one retry
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output and SECRET not in result.output
-    mine = [a for a in Repo(kernel_repo).read() if a.experiment == 1]
-    assert [a.status for a in mine] == ["rejected"]  # one record, then the hypothesis stops
-    body = _git(kernel_repo, "show", "-s", "--format=%B", mine[0].sha)
-    assert "the writer did not answer" in body and "503" in body and "speedup" not in body
-    assert set(before.split()) <= set(_git(kernel_repo, "rev-list", "--all").split())
+    assert [a.experiment for a in Repo(kernel_repo).read()] == [0]
+    assert "no answer (kept for the next run)" in result.stdout
+    assert "kept for the next run: 1 plan(s)" in result.stdout
+    line = next(ln for ln in result.stderr.splitlines() if "no answer" in ln)
+    assert "503" in line and "worth retrying" in line and "Check the model string" not in line
+    assert "kept for the next run" in line
+    assert _git(kernel_repo, "rev-list", "--branches", "--tags") == before
+    # The design call, answered, is in the cost log although no commit carries it.
+    assert [r["stage"] for r in costlog.read(Repo(kernel_repo))] == ["design"]
     with Repo(kernel_repo).lock("test"):
         pass
     assert not list((kernel_repo / ".git" / "kgit" / "worktrees").glob("*"))
 
+    # The next run: the same plan, from its first attempt, and no select or design call.
+    with FaultServer([endpoint.answer(fake_llm.search_replace("kernel.py", "NO SUCH LINE", "x = 1"))]) as server:
+        again = _evolve(kernel_repo, run_kgit, server, attempts=1)
+        assert server.stages() == ["write"]
+    assert again.exit_code == 0, again.output
+    assert "took up 1 plan(s)" in again.stdout
+    mine = [a for a in Repo(kernel_repo).read() if a.experiment == 1]
+    assert [(a.status, a.hypothesis) for a in mine] == [("rejected", "Try anything")]
+    assert not (kernel_repo / ".git" / "kgit" / "pending-plans.json").exists()
+
 
 def test_a_server_dead_from_the_start_fails_the_run_in_one_line(kernel_repo, run_kgit, key):
     """Every model call failed: the run exits non-zero with the cause, and never calls itself offline."""
-    with FaultServer([("status", 503)]) as server:
+    with FaultServer([endpoint.status(503)]) as server:
         result = _evolve(kernel_repo, run_kgit, server, iterations=3)
     assert result.exit_code == 1, result.output
     errors = [line for line in result.stderr.splitlines() if line.startswith("kgit: ")]
@@ -285,7 +324,7 @@ def test_a_server_dead_from_the_start_fails_the_run_in_one_line(kernel_repo, run
 def test_a_run_without_a_key_fails_at_once_in_one_line(kernel_repo, run_kgit, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-    with FaultServer([("answer", "never sent")]) as server:
+    with FaultServer([endpoint.answer("never sent")]) as server:
         result = _evolve(kernel_repo, run_kgit, server)
     assert result.exit_code == 1, result.output
     errors = [line for line in result.stderr.splitlines() if line.startswith("kgit: ")]
@@ -307,7 +346,7 @@ def test_a_run_against_a_refused_port_fails_fast_in_one_line(kernel_repo, run_kg
 
 
 def test_a_fatal_model_error_stops_with_one_line(kernel_repo, run_kgit, key):
-    with FaultServer([("status", 401)]) as server:
+    with FaultServer([endpoint.status(401)]) as server:
         result = _evolve(kernel_repo, run_kgit, server)
     assert result.exit_code == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("kgit: ")]

@@ -40,6 +40,9 @@ def run_git(args, cwd, input=None, env=None, check=True) -> str:
 # slots make worktrees from several threads, and one thread's add failed with "failed to read
 # .git/worktrees/<other>/commondir" while another's worktree was being made or pruned.
 _WORKTREES = threading.Lock()
+# One `git notes append` at a time: a run appends from several threads (a commit's notes, the
+# lab notebook, each model call's cost record), and two appends racing for refs/notes/kgit fail.
+_NOTES = threading.Lock()
 
 
 class Repo:
@@ -254,7 +257,8 @@ class Repo:
     def add_note(self, sha: str, record: dict):
         """Append one measurement record (a JSON line) to the commit's note; history is never rewritten."""
         line = json.dumps(record, sort_keys=True, separators=(",", ":"))
-        self.git("notes", "--ref", NOTES_REF, "append", "-m", line, sha, env=self.identity_env())
+        with _NOTES:
+            self.git("notes", "--ref", NOTES_REF, "append", "-m", line, sha, env=self.identity_env())
 
     # -- reading the archive -------------------------------------------------------
     def read(self) -> list[Attempt]:

@@ -164,8 +164,9 @@ SCHEMA = (
     Trailer("Kgit-Speedup", "speedup", "float", fmt="{:.3f}", json="speedup"),
     Trailer("Kgit-Speedup-Baseline", "speedup_baseline", "float", fmt="{:.3f}", json="speedup_baseline"),
     Trailer("Kgit-Model", "model", default="", json="model"),
-    Trailer("Kgit-Cost-USD", "cost", "float", fmt="{:.4f}", json="cost_usd"),
+    Trailer("Kgit-Cost-USD", "cost", "float", fmt="{:.6f}", json="cost_usd"),
     Trailer("Kgit-Tokens", "tokens", "float", fmt="{:d}", json="tokens"),
+    Trailer("Kgit-Run", "run", json="run"),  # the `kgit evolve` run whose model calls the cost log holds
     Trailer("Kgit-Squash-Of", "squash_of"),
     # Build facts (issue 14): one trailer per declared target, then which Triton made them.
     Trailer("Kgit-Target-", "targets", "family", default={}, json="targets",

@@ -15,6 +15,7 @@ from kgit.archive import figures, measure
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
 from kgit.errors import KgitError
 from kgit.costs import cost_text, unpriced
+from kgit.review import spending as spending_mod
 from kgit.review.text import num as _num
 from kgit.workflow import best as best_of
 from kgit.workflow import find, resolve
@@ -95,16 +96,21 @@ class Campaign:
     notebook: list = field(default_factory=list)  # the designer's current lessons (kgit/archive/notebook.py)
     harness: str | None = None  # the harness whose timings on `device` rank (None: the commits' own)
     evaluator: str | None = None  # and the evaluator (backend@host) that took them, when known
+    spending: spending_mod.Spending | None = None  # every model call, the cost log's included (None: commits only)
+
+    @property
+    def spent(self) -> spending_mod.Spending:
+        """What the model calls cost: from the cost log where it was read (`load`), else the commits."""
+        return self.spending or spending_mod.of([], self.attempts)
 
     @property
     def totals(self) -> dict:
         tried = [a for a in self.attempts if not a.is_baseline]
         ok = [a for a in tried if a.ok]
-        priced = [a.cost for a in tried if a.cost is not None]
         return {
             "experiments": len(self.experiments), "attempts": len(tried), "correct": len(ok),
             "success_rate": len(ok) / len(tried) if tried else None,
-            "cost_usd": sum(priced), "unpriced_attempts": sum(unpriced(a) for a in tried), "gpu_s": sum(a.eval_s or 0.0 for a in self.attempts),
+            **self.spent.to_json(), "gpu_s": sum(a.eval_s or 0.0 for a in self.attempts),
             "best_speedup": self.best_speedup(), "best_geomean_us": self.geomean_of(self.best),
             "best_sha": self.best.sha, "device": self.device,
         }
@@ -170,6 +176,7 @@ def load(repo: Repo, task=None) -> Campaign:
     attempts = repo.read()
     campaign = from_attempts(attempts, _baseline(repo, attempts), task)
     campaign.notebook = notebook.lessons(repo)
+    campaign.spending = spending_mod.load(repo, attempts)
     return campaign
 
 
@@ -357,7 +364,8 @@ def summary_lines(campaign: Campaign) -> list[str]:
     rate = "-" if t["success_rate"] is None else f"{t['success_rate']:.0%}"
     return [
         f"{t['experiments']} experiments, {t['attempts']} attempts, {t['correct']} correct ({rate})",
-        f"LLM cost {cost_text(t['cost_usd'], t['unpriced_attempts'], 2, 'attempt')}; evaluation time {t['gpu_s'] / 60:.1f} min",
+        f"LLM cost {campaign.spent.text()}; "
+        f"evaluation time {t['gpu_s'] / 60:.1f} min",
         f"best: {t['best_sha'][:10]} {campaign.best.branch or 'baseline'}, {_us(t['best_geomean_us'])}, "
         f"{t['best_speedup']:.2f}x vs baseline on {t['device']}",
     ]

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from kgit.review import plots
 from kgit.review import campaign as review
-from kgit.costs import cost_text
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1100px;
@@ -95,7 +94,7 @@ def _summary(c) -> str:
     cards = [
         (f"{t['best_speedup']:.2f}x", "best vs baseline"), (_us(t["best_geomean_us"]), "best geomean"),
         (str(t["experiments"]), "experiments"), (str(t["attempts"]), "attempts"),
-        (rate, f"correct ({t['correct']})"), (cost_text(t["cost_usd"], t["unpriced_attempts"], 2, "attempt"), "LLM cost"),
+        (rate, f"correct ({t['correct']})"), (c.spent.short(), "LLM cost"),
         (f"{t['gpu_s'] / 60:.1f} min", "evaluation time"),
     ]
     html = ['<section id="summary"><h2>Summary</h2><div class="cards">']

@@ -6,7 +6,7 @@ from tabulate import tabulate
 
 from kgit.problems import shipped
 from kgit.problems import load_task
-from kgit.costs import unpriced
+from kgit.costs import unpriced, usd
 
 
 def num(value, fmt="{:.1f}"):
@@ -164,8 +164,10 @@ def attempt_text(attempt, body: str, base_times: dict, diffstat: str) -> str:
         f"device:     {attempt.device} ({attempt.timing}, protocol {attempt.protocol or 'kgit-adaptive'})",
         f"geomean:    {_num(attempt.geomean, '{:.2f} us')}   vs base {_num(attempt.speedup, '{:.2f}x')}   "
         f"vs baseline {_num(attempt.speedup_baseline, '{:.2f}x')}",
-        f"model:      {attempt.model}" + (f"   cost ${attempt.cost:.4f}" if attempt.cost is not None else
-                                           "   cost unpriced" if unpriced(attempt) else ""),
+        f"model:      {attempt.model}" + (f"   cost {usd(attempt.cost, 6)}" if attempt.cost is not None else
+                                           "   cost unpriced" if unpriced(attempt) else "")
+        + (f"   {attempt.tokens:.0f} tokens" if attempt.tokens else "")
+        + (f"   run {attempt.run}" if attempt.run else ""),
     ]
     for note in attempt.notes:  # re-measurements; a failed one shows its reason (the excerpt is in the note)
         if note.get("kind"):
