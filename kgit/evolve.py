@@ -63,7 +63,7 @@ class Row:
     model: str
     tokens: int | None
     cost: float | None
-    reused: str = ""
+    reused: str = ""  # said after the status: "same tree" (a result repeated), "kept for the next run"
 
 
 @dataclass

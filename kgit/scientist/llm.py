@@ -207,9 +207,9 @@ class Client:
                 found = params.settings(litellm_module(), model, self.config.temperature, self.config.max_tokens)
                 self._settings[model] = found
                 if found.left_out:
-                    self.progress(f"{model} takes no temperature (litellm's parameter table): llm.temperature "
-                                  f"({self.config.temperature:g}) is not sent, so the provider's default applies; "
-                                  "llm.temperature: null says so for every model.")
+                    self.progress(f"{model} takes no temperature (litellm's parameter table), so llm.temperature "
+                                  f"({self.config.temperature:g}) is not sent to it and the provider's default "
+                                  "applies (llm.temperature: null sends none to any model).")
         return found
 
     @staticmethod
