@@ -42,7 +42,7 @@ import orjson
 
 from kgit.archive.attempt import Attempt
 
-FORMAT = 8
+FORMAT = 9
 _ATTEMPT_FIELDS = ("sha", "parents", "tree", "author", "email", "time", "subject", "block")
 _record = operator.attrgetter(*_ATTEMPT_FIELDS)
 
