@@ -8,7 +8,7 @@ owns the process could change it:
 - forge-targets: build facts for a target name that writes trailers, and for a kernel the
   source does not define;
 - reply-ahead: after each reply to a call, a second `done` sent before any request for it;
-- slow-checks: the runner's own checks of each call take 100 ms.
+- slow-checks: the runner's own checks of each call take half a second.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def main() -> int:
         verify = runner.Candidate.verify
 
         def slow(self, *args, **kwargs):
-            time.sleep(0.1)
+            time.sleep(0.5)
             return verify(self, *args, **kwargs)
 
         runner.Candidate.verify = slow

@@ -357,9 +357,10 @@ def test_a_reply_sent_ahead_of_its_request_is_a_broken_protocol(tmp_path):
 
 
 def test_the_runners_own_checks_are_outside_the_judges_clock(tmp_path):
-    # Each call's checks take 100 ms in this runner; the judge's figure of a call of a few ms
-    # must not hold them, so an honest runner's checks cost its figure nothing.
+    # Each call's checks take half a second in this runner (they ran twice inside each call's
+    # figure before); the judge's figure of a call of milliseconds must not hold them, so an
+    # honest runner's checks cost its figure nothing.
     doc = run_harness(tmp_path, problem="vector_add", code=baseline("vector_add"),
                       runner_prefix=_hostile("slow-checks"))
     assert doc["status"] == "ok", _last_error(doc)
-    assert all(s["mean_us"] < 80_000 for s in doc["shapes"]), [s["mean_us"] for s in doc["shapes"]]
+    assert all(s["mean_us"] < 400_000 for s in doc["shapes"]), [s["mean_us"] for s in doc["shapes"]]
