@@ -46,9 +46,8 @@ FORBIDDEN_ATTRS = {
 # stacks: the routes by which code in the runner could take the op trap off a call
 # (harness/guards.py). No kernel needs them; torch's own code that uses them is not the
 # candidate's source and is not read here.
-DISPATCH_STATE = re.compile(r"(?i)dispatch|torch_function|_pop_mode|_push_mode|_set_mode|autocast_enabled|"
-                            r"_ExcludeDispatch|_IncludeDispatch|_ForceDispatch|_PreserveDispatch|_DisableTorch|"
-                            r"_EnablePreDispatch|_dispatch_|_unset_.*mode|_set_.*mode")
+DISPATCH_STATE = re.compile(r"(?i)dispatch|_pop_mode|_push_mode|autocast_enabled|_DisableTorch|_unset_\w*mode|"
+                            r"_set_\w*mode|_torch_function_stack")
 # Library entry points no kernel needs and every cheat of a family uses: work moved
 # off the timed stream or thread, and switching off the runtime op guard.
 FORBIDDEN_NAMES = {

@@ -58,8 +58,8 @@ class Calibration:
     """What the judge measured before the candidate was imported (no candidate code had run).
 
     The caps on the judge-clock figures the runner could inflate later: an empty request's
-    round trip, the judge's copy of the outputs and its fill of a slot; and the floor no
-    honest call can go below: the fastest empty round trip.
+    round trip and the judge's copy of the outputs; and the judge's own thread round trip,
+    against which the host's load is measured later (load_factor).
     """
 
     ping_us: float
@@ -77,9 +77,6 @@ class Calibration:
         """The judge's fill of a slot: its inputs copied in and its output poisoned (about a copy)."""
         return self.copy_us(private) + self.copy_us(out)
 
-    def floor_us(self, out) -> float:
-        """The least any call can take on the judge's clock: the fastest empty request, with its output copied."""
-        return self.ping_min_us + self.copy_us(out)
 
 
 # For in-process tests of measure's logic, where no runner exists to calibrate against.
@@ -192,19 +189,30 @@ def timed_call(slots, slot: int, private, calibration: Calibration, **request) -
     return Timed(reply, out, fill, (t2 - t0) * 1e6 - fill)
 
 
-def floor_verdict(call_us: list[float], calibration: Calibration, out, fastest_now: float) -> str | None:
+def empty_us(slots, slot: int = 0) -> float:
+    """One request with no call in it, answered and its output copied, by the judge's clock (us)."""
+    clock = time.perf_counter
+    t0 = clock()
+    slots.call(slot, empty=True)
+    slots.take(slot)
+    checking.sync(slots.torch)
+    t1 = clock()
+    slots.drain()
+    return (t1 - t0) * 1e6
+
+
+def floor_verdict(call_us: list[float], empties: list[float]) -> str | None:
     """Why a shape's calls are refused as cheaper than an empty request, or None.
 
-    The floor is the fastest empty request seen, before the candidate was loaded or just
-    before these calls (a busy host during the one must not fail an honest kernel in the other)."""
-    if not call_us or calibration.ping_min_us <= 0:
+    The empty requests are made one after each call (or sample), so both see the host as it
+    was: a busy host slows the two alike, and an honest kernel is never refused for it."""
+    if len(call_us) < 3 or not empties:
         return None
-    empty = min(calibration.floor_us(out), fastest_now)
-    median = statistics.median(call_us)
+    median, empty = statistics.median(call_us), statistics.median(empties)
     if median < FLOOR_RATIO * empty:
         return (f"calls took {median:.1f} us by the judge's clock (median, from the request to the output copied), "
-                f"less than {FLOOR_RATIO:g} x the fastest request with no call in it ({empty:.1f} us): the work was "
-                "done before the judge asked for it")
+                f"less than {FLOOR_RATIO:g} x a request with no call in it made right after each ({empty:.1f} us): "
+                "the work was done before the judge asked for it")
     return None
 
 
@@ -359,10 +367,10 @@ def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
     for i in range(warmup):
         slots.fill(0, checking.make_input(reference, shape, seed(1000 + i)))
         slots.call(0)
-    round_trip, fastest_empty = round_trips(slots, calibration)
+    round_trip = round_trips(slots, calibration)
 
     kept = Reservoir(RECHECKED, random.Random(rng_seed))
-    times, judge_times, host_call, call_us = [], [], [], []
+    times, judge_times, host_call, call_us, empties = [], [], [], [], []
     spent_start = clock()
     i = 0
     while True:
@@ -371,6 +379,7 @@ def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
         timed = timed_call(slots, 0, private, calibration, clock="events")
         reply, out = timed.reply, timed.out
         call_us.append(timed.call_us)
+        empties.append(empty_us(slots, 0))
         # A call cheaper than the round trip's noise (a torch kernel on a tiny CPU shape, on
         # a loaded host) would go to zero or below: a hundredth of the raw figure is the floor.
         judge_us = max(timed.call_us - round_trip, timed.call_us / 100)
@@ -394,7 +403,7 @@ def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
     if all(k[0] != last[0] for k in kept):
         kept.append(last)  # a kernel that decays over time is caught by its last call
 
-    floor = floor_verdict(call_us, calibration, out, fastest_empty)
+    floor = floor_verdict(call_us, empties)
     if floor:
         return {"error": floor, "refused": FLOOR_REASON, **_stats(times)}
     stats = _stats(times)
@@ -413,15 +422,13 @@ def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
     return stats
 
 
-def round_trips(slots, calibration: Calibration, repeats: int = 5) -> tuple[float, float]:
-    """(what the judge subtracts from a call as its round trip, the fastest empty round trip now).
+def round_trips(slots, calibration: Calibration, repeats: int = 5) -> float:
+    """What the judge subtracts from a call as its round trip.
 
     The cost of one request with no kernel call: sent, answered, output copied. The
     request's part is the runner's to answer, so it counts at most as the pre-candidate
     pings do (a runner answering empty requests slowly would otherwise shrink the judge's
-    figure); the copy is the judge's own work, measured. The fastest empty round trip is
-    the floor of the shape's calls (floor_verdict): a runner can slow empty requests down,
-    never make them faster, so it can only raise its own floor.
+    figure); the copy is the judge's own work, measured.
     """
     clock = time.perf_counter
     requests, copies = [], []
@@ -439,7 +446,20 @@ def round_trips(slots, calibration: Calibration, repeats: int = 5) -> tuple[floa
     # A busy host (other evaluations beside this one) slows every round trip now: the cap grows
     # with the judge's own measure of that, never with anything the runner answers.
     request_cap = CAP_RATIO * calibration.ping_us * load_factor(calibration)
-    return min(request, request_cap) + copy, min(r + c for r, c in zip(requests, copies))
+    return min(request, request_cap) + copy
+
+
+def empty_batch(slots, chosen) -> float:
+    """An empty back-to-back request over the same slots, its outputs copied: the judge's clock (us)."""
+    clock = time.perf_counter
+    t0 = clock()
+    slots.batch(chosen, empty=True)
+    for j in chosen:
+        slots.take(j)
+    checking.sync(slots.torch)
+    t1 = clock()
+    slots.drain()
+    return (t1 - t0) * 1e6
 
 
 def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration, target_rse, stats) -> str | None:
@@ -474,7 +494,8 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
     # allowing its size anyway let a side-stream cheat's 256 MB vector_add pass as launch-bound.
     stats["copy_out_us"] = stats["copy_us"] if task.output is None else 0.0
     samples, runner_host, diagnostics = [], [], {"launch_us": [], "span_us": [], "served_us": []}
-    spans = []  # per call: fill start to outputs copied, the fill subtracted (the floor's figure)
+    spans = []  # per sample, by the call: the request to the outputs copied (the floor's figure)
+    batch_empties = []  # an empty batch request after each sample (the floor's measure)
     for r in range(BATCH_SAMPLES_MAX):
         with PHASES.span("timing: batch inputs"):
             inputs = [checking.make_input(reference, shape, seed(2000 + r * BATCH_MAX + j)) for j in chosen]
@@ -488,6 +509,7 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
         checking.sync(slots.torch)
         t2 = clock()
         slots.drain()
+        batch_empties.append(empty_batch(slots, chosen))
         total = (t2 - t_filled) * 1e6
         spans.append(total / len(chosen))
         samples.append(max(total - request - copy, 0.0) / len(chosen))
@@ -509,8 +531,7 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
         if len(samples) >= BATCH_SAMPLES_MIN and (statistics.median(samples) <= events_bound(stats)
                                                   or _rse(samples) < target_rse):
             break
-    floor = floor_verdict([(span * len(chosen)) for span in spans], calibration, outs,
-                          min(r + c for r, c in zip(requests, copies)))
+    floor = floor_verdict([(span * len(chosen)) for span in spans], batch_empties)
     if floor:
         stats["refused"] = FLOOR_REASON
         return f"back-to-back {floor}"

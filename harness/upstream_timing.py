@@ -125,7 +125,7 @@ def _first_check(ctx, slots, slot: int, first) -> str | None:
     return _check(ctx, first, slots.data(slot), out)
 
 
-def _finish(protocol, ctx, times, judge_times, host, call_us, out, fastest_empty) -> dict:
+def _finish(protocol, ctx, times, judge_times, host, call_us, out, empties) -> dict:
     stats = timing.stats(times)
     stats["clock"] = protocol.clock if ctx.on_gpu else "judge"
     stats["judge_call_us"] = statistics.fmean(judge_times)
@@ -136,7 +136,7 @@ def _finish(protocol, ctx, times, judge_times, host, call_us, out, fastest_empty
         stats["bound"] = "calls"  # timing.settle bounds the runner's figure by the judge's over each call
         # A fresh output is copied into the judge's buffer by the runner, inside the judge's clock.
         stats["copy_out_us"] = ctx.calibration.copy_us(out) if ctx.task.output is None else 0.0
-    floor = timing.floor_verdict(call_us, ctx.calibration, out, fastest_empty)
+    floor = timing.floor_verdict(call_us, empties)
     if floor:
         stats.update(error=floor, refused=timing.FLOOR_REASON)
     return stats
@@ -178,8 +178,8 @@ def _fresh(protocol, ctx, shape, first_shape) -> dict:
         if error:
             return {"error": f"the first call: {error}", **timing.stats([0.0])}
         _warm(protocol, ctx, slots, 0, first, first_shape)
-        round_trip, fastest_empty = timing.round_trips(slots, ctx.calibration)
-        times, judge_times, host, call_us = [], [], [], []
+        round_trip = timing.round_trips(slots, ctx.calibration)
+        times, judge_times, host, call_us, empties = [], [], [], [], []
         started = time.perf_counter()
         for i in range(calls):
             with PHASES.span("timing: inputs"):
@@ -197,9 +197,10 @@ def _fresh(protocol, ctx, shape, first_shape) -> dict:
             judge_times.append(judge_us)
             host.append(timed.reply["host_us"])
             call_us.append(timed.call_us)
+            empties.append(timing.empty_us(slots, 0))
             if _stop(protocol, ctx, times, time.perf_counter() - started):
                 break
-        stats = _finish(protocol, ctx, times, judge_times, host, call_us, timed.out, fastest_empty)
+        stats = _finish(protocol, ctx, times, judge_times, host, call_us, timed.out, empties)
         stats["rechecked"] = len(times)
         if calls < wanted and len(times) == calls:
             stats["note"] = (f"{calls} fresh calls fit in the memory a shape may take; the protocol allows {wanted}")
@@ -225,9 +226,9 @@ def _batch(protocol, ctx, shape, first_shape) -> dict:
             if error:
                 return {"error": f"the first calls: {error}", **timing.stats([0.0])}
         _warm(protocol, ctx, slots, 0, first, first_shape)
-        round_trip, fastest_empty = timing.round_trips(slots, ctx.calibration)
+        round_trip = timing.round_trips(slots, ctx.calibration)
         clock = time.perf_counter
-        times, judge_times, host, call_us = [], [], [], []
+        times, judge_times, host, call_us, empties = [], [], [], [], []
         started = clock()
         outs = []
         while True:
@@ -253,9 +254,10 @@ def _batch(protocol, ctx, shape, first_shape) -> dict:
             judge_times.append(judge_us)
             host.append(reply["host_us"] / count)
             call_us.append(total)
+            empties.append(timing.empty_batch(slots, chosen))
             if _stop(protocol, ctx, times, clock() - started):
                 break
-        stats = _finish(protocol, ctx, times, judge_times, host, call_us, outs, fastest_empty)
+        stats = _finish(protocol, ctx, times, judge_times, host, call_us, outs, empties)
         if "copy_out_us" in stats:
             stats["copy_out_us"] /= count  # the copies of every output of a sample, by the call
         stats["rechecked"] = len(times) * count
@@ -276,9 +278,9 @@ def _fixed(protocol, ctx, shape, first_shape) -> dict:
         if error:
             return {"error": f"the first call: {error}", **timing.stats([0.0])}
         _warm(protocol, ctx, slots, 0, first, first_shape)
-        round_trip, fastest_empty = timing.round_trips(slots, ctx.calibration)
+        round_trip = timing.round_trips(slots, ctx.calibration)
         kept = timing.Reservoir(timing.RECHECKED, random.Random(ctx.secret ^ int(shape.get("seed", 0))))
-        times, judge_times, host, call_us = [], [], [], []
+        times, judge_times, host, call_us, empties = [], [], [], [], []
         started = time.perf_counter()
         last = None
         while True:
@@ -291,6 +293,7 @@ def _fixed(protocol, ctx, shape, first_shape) -> dict:
             judge_times.append(judge_us)
             host.append(timed.reply["host_us"])
             call_us.append(timed.call_us)
+            empties.append(timing.empty_us(slots, 0))
             last = (len(times) - 1, timed.out)
             kept.offer(lambda: last)
             if _stop(protocol, ctx, times, time.perf_counter() - started):
@@ -301,7 +304,7 @@ def _fixed(protocol, ctx, shape, first_shape) -> dict:
                 why = _check(ctx, first, slots.data(0), out)
                 if why:
                     return {"error": f"timed call {rep} gave a wrong result: {why}", **timing.stats(times)}
-        stats = _finish(protocol, ctx, times, judge_times, host, call_us, last[1], fastest_empty)
+        stats = _finish(protocol, ctx, times, judge_times, host, call_us, last[1], empties)
         stats["rechecked"] = len(checked)
         stats["device_us"] = _device_time(ctx, slots, [0] * DEVICE_CALLS, lambda: first)
         return stats

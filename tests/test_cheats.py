@@ -130,26 +130,20 @@ def test_a_forged_result_document_and_reply_do_not_count(tmp_path):
 
 
 def test_a_forged_result_through_the_real_child_is_not_the_verdict(kernel_repo, tmp_path):
+    # As kgit evaluates, the whole static policy applies: the forger's computed names never run
+    # (run_harness above shows the layers behind it holding when they do).
     (kernel_repo / "kernel.py").write_text(source("forged_result"))
     doc = evaluate.evaluate_tree(kernel_repo, config_mod.load(kernel_repo), state_dir=tmp_path / "state")
-    assert doc["status"] in ("incorrect", "crash", "rejected"), doc.get("error")
-    assert doc["geomean_us"] is None
-    assert '"status": "ok"' in doc["stdout"]  # the forgery was written; kgit never parses stdout
+    assert (doc["status"], doc["reason"]) == ("rejected", "forbidden call: getattr with a computed name "
+                                              "(dynamic attribute access)"), doc.get("error")
+    assert doc["geomean_us"] is None and '"status": "ok"' not in doc["stdout"]
 
 
-def test_nan_outputs_fail_whatever_the_candidate_patches_in_its_own_process(tmp_path):
-    doc = run_harness(tmp_path, "lying_mode")
+@pytest.mark.parametrize("name", ["patched_checker", "patched_torch", "lying_mode"])
+def test_nan_outputs_fail_whatever_the_candidate_patches_in_its_own_process(tmp_path, name):
+    doc = run_harness(tmp_path, name)
     assert doc["status"] == "incorrect", _last_error(doc)
     assert "NaN or Inf" in doc["error"]
-
-
-@pytest.mark.parametrize("name", ["patched_checker", "patched_torch"])
-def test_patching_through_a_computed_attribute_name_is_refused_before_it_runs(tmp_path, name):
-    # Both reach __setattr__ through getattr with a name built at run time, the one route past
-    # a read of the source; behind that line the judge's own checker decides (lying_mode above).
-    doc = run_harness(tmp_path, name)
-    assert (doc["status"], doc["reason"]) == ("rejected", "forbidden call: getattr with a computed name "
-                                              "(dynamic attribute access)"), _last_error(doc)
 
 
 def test_a_patched_clock_on_the_stack_does_not_change_the_judges_figure(tmp_path):
@@ -329,7 +323,7 @@ def test_a_forbidden_op_in_timed_calls_only_is_caught_whatever_it_skips(tmp_path
 
 def test_every_computed_name_cheat_is_refused_first(tmp_path):
     # Under the whole policy, as kgit evaluates: the names built at run time never run.
-    for name in ("timed_only_inference", "guard_flag_cleared", "patched_clock", "gc_reference"):
+    for name in ("timed_only_inference", "guard_flag_cleared", "patched_clock", "gc_reference", "patched_torch"):
         doc = run_harness(tmp_path / name, name, computed_names=False)
         assert doc["status"] == "rejected" and "computed name" in doc["reason"], (name, doc["reason"])
 
