@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -195,14 +196,19 @@ def profile(rev, profiler, as_json):
               "measurements.")
 @click.option("--devices", "per_device", is_flag=True,
               help="One row per attempt and device: latest geomean, measurements, min, max, spread.")
-def log(as_json, per_device):
+@click.option("--wide", is_flag=True, help="Every column on every row (branch, device, verdict) and whole "
+              "hypotheses, however wide.")
+def log(as_json, per_device, wide):
     """The archive: every attempt of every experiment.
 
     "vs base" is the speedup over the attempt's base (what its experiment started
-    from), "vs baseline" over kgit/baseline; above 1 is faster. Both stay blank for
-    interpreter timings, which say nothing about speed; once attempts are re-measured
-    on a GPU, two more columns give the ranking device's geomean and speedup. The last
-    line is what the model calls cost, those that led to no commit included.
+    from), "vs baseline" over kgit/baseline; above 1 is faster. Interpreter timings
+    say nothing about speed, so they get no ratio (the columns are left out when no
+    attempt has one); once attempts are re-measured on a GPU, two more columns give
+    the ranking device's geomean and speedup. A column that is the same on every row
+    is said once above the table, and hypotheses are cut to fit the terminal;
+    --wide shows everything. The last line is what the model calls cost, those that
+    led to no commit included.
     """
     repo, _ = ex.load()
     if as_json:
@@ -216,7 +222,7 @@ def log(as_json, per_device):
     else:
         from kgit.review import spending
 
-        click.echo(report.log_table(attempts))
+        click.echo(report.log_table(attempts, width=shutil.get_terminal_size().columns, wide=wide))
         click.echo("\n" + spending.log_line(spending.load(repo, attempts)))
 
 
@@ -292,7 +298,7 @@ def config_(args, local, unset, as_json):
     """
     from kgit import settings
 
-    repo, _ = ex.load()
+    repo, _ = ex.load(archive=False)  # this machine's settings may come before the archive
     shown = settings.configure(repo, args, local=local, unset=unset)
     if as_json:
         _emit_json(shown.to_json())

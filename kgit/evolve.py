@@ -629,7 +629,8 @@ def summary_text(summary: Summary) -> str:
     if after is not None:
         gained = "" if before is None or before.sha == after.sha else f" (was {before.sha[:10]})"
         if summary.correctness_only:
-            lines.append(f"best: {after.sha[:10]} {after.branch}{gained}: {summary.rule}")
+            lines.append(f"latest correct attempt: {after.sha[:10]} {after.branch}{gained} (nothing is ranked by "
+                         f"speed: {summary.rule})")
         else:
             lines.append(f"best: {after.sha[:10]} {after.branch} {after.geomean:.1f} us, "
                          f"{after.speedup_baseline or 1:.2f}x vs baseline{gained} ({summary.rule})")

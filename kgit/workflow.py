@@ -4,6 +4,7 @@ that `evolve` shares with `record`.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -167,11 +168,40 @@ def _extend_gitignore(path: Path):
 
 
 # -- reading -----------------------------------------------------------------------
-def load(path=".") -> tuple[Repo, config_mod.Config]:
+def load(path=".", *, archive: bool = True) -> tuple[Repo, config_mod.Config]:
     """The kernel repository around `path` and its configuration: `.kgit.yaml` with this
-    machine's own settings over it (`kgit config --local`)."""
+    machine's own settings over it (`kgit config --local`). `archive`: NotAKernelRepo, saying
+    where to go instead, when the .kgit.yaml has no archive beside it (no kgit/baseline)."""
     repo = Repo.find(path)
-    return repo, config_mod.load(repo.root, settings.local_file(repo))
+    config = config_mod.load(repo.root, settings.local_file(repo))  # a broken .kgit.yaml is said first
+    if archive and repo.baseline() is None:
+        raise NotAKernelRepo(no_archive_message(repo.root))
+    return repo, config
+
+
+# Where scripts/demo.sh makes its kernel repository unless KGIT_DEMO_DIR names another.
+DEMO_DIR = "~/kgit-demo"
+
+
+def no_archive_message(root: Path) -> str:
+    """What a folder with a .kgit.yaml but no kgit archive is, and where to go instead.
+
+    kgit's own checkout is one (its .kgit.yaml documents every key), and the folder the
+    demo leaves a person in: there the message points at the demo's kernel repository.
+    """
+    import kgit
+
+    demo = Path(os.environ.get("KGIT_DEMO_DIR") or DEMO_DIR).expanduser()
+    if Path(root).resolve() == Path(kgit.__file__).resolve().parent.parent:
+        found = (demo / ".kgit.yaml").exists()
+        where = (f"the demo's kernel repository is {demo}: `cd {demo}` and run kgit there" if found else
+                 f"`bash scripts/demo.sh` makes one in {demo} (or in $KGIT_DEMO_DIR)")
+        return (f"{root} is kgit's own checkout: its .kgit.yaml documents the settings, and it holds no "
+                f"experiments. kgit works in a kernel repository: {where}; or make one with "
+                "`kgit init mykernel --problem softmax` (see `kgit problems`).")
+    return (f"{root} has a .kgit.yaml but no kgit archive (no {BASELINE_TAG} tag), so there is nothing to show "
+            "yet. Make the archive here with `kgit init --force --config .kgit.yaml --problem NAME` (keeps these "
+            "settings; `kgit problems` lists the problems), or cd to the kernel repository you meant.")
 
 
 def best(attempts: list[Attempt]) -> Attempt | None:
@@ -187,9 +217,10 @@ def find(attempts: list[Attempt], sha: str) -> Attempt | None:
 def resolve(repo: Repo, rev: str, attempts: list[Attempt] | None = None) -> str:
     """The commit sha `rev` names: a git revision, or an experiment number.
 
-    N (or #N) is experiment N's best correct attempt (highest speedup over its base), or
-    its last attempt when none is correct. A number of four digits or more that is no
-    experiment may still be an abbreviated sha, so git gets to read it then.
+    N (or #N) is experiment N's best correct attempt by the ranking rule (figures.best: the
+    fastest on the ranking GPU, or the most recent where no GPU timed them), or its last
+    attempt when none is correct. A number of four digits or more that is no experiment may
+    still be an abbreviated sha, so git gets to read it then.
     """
     text = str(rev).strip()
     number = text[1:] if text.startswith("#") else text
@@ -198,8 +229,8 @@ def resolve(repo: Repo, rev: str, attempts: list[Attempt] | None = None) -> str:
         mine = sorted((a for a in attempts if a.experiment == int(number) and not a.is_baseline),
                       key=lambda a: a.attempt)
         if mine:
-            ok = [a for a in mine if a.ok]
-            return max(ok, key=lambda a: (a.speedup or 0.0, -a.geomean)).sha if ok else mine[-1].sha
+            found = best(mine)
+            return found.sha if found is not None else mine[-1].sha
         if int(number) == 0:
             return repo.rev(BASELINE_TAG)
         if len(number) < 4 or text.startswith("#"):
