@@ -23,13 +23,14 @@ from dataclasses import dataclass, field
 from tabulate import tabulate
 
 from kgit import config as config_mod
+from kgit import live
 from kgit.evaluation import backends
 from kgit.evaluation.evaluated import Evaluation
 from kgit import workflow as experiments
 from kgit.archive import trailers as tr
 from kgit.archive.refs import ExperimentRef
 from kgit.archive.repo import Repo
-from kgit.errors import KgitError, LLMError, LLMRateLimited, LLMUnavailable
+from kgit.errors import INTERRUPTED_MESSAGE, KgitError, LLMError, LLMRateLimited, LLMUnavailable
 from kgit import problems as problem_mod
 from kgit_harness.result import STATUSES
 from kgit.archive import costlog, figures, measure, notebook, trees
@@ -194,7 +195,7 @@ class Run:
             except KeyboardInterrupt:
                 self.stopping.set()
                 self.summary.interrupted = True
-                self.summary.stop = "interrupted (Ctrl-C); every commit made so far is kept"
+                self.summary.stop = INTERRUPTED_MESSAGE
             except KgitError as e:
                 self.stopping.set()
                 failure = e
@@ -378,7 +379,8 @@ class Run:
             self._line(tag, "write", "write", f"{plan.title} (base {base[:10]}), attempt {attempt}: " +
                        ("evaluating" if new_files is not None else
                         "the answer was cut at the output limit" if cut else "the edits did not apply"))
-            result, tree, reused = self._result(parent, new_files, edit_error, base, cut)
+            result, tree, reused = self._result(parent, new_files, edit_error, base, cut,
+                                                label=f"{tag} {plan.title}, attempt {attempt}")
             notes = [write_mod.notes(reply.text) if reply else "",
                      f"Not measured again: this tree equals attempt {reused[:10]}, whose result is repeated here."
                      if reused else ""]
@@ -404,9 +406,10 @@ class Run:
             self.summary.rows.append(Row("", branch or "-", number, attempt, NO_ANSWER, None, None,
                                          self.client.model("write"), None, None, reused="kept for the next run"))
 
-    def _result(self, parent: str, new_files, edit_error, base: str | None = None,
-                cut: bool = False) -> tuple[Evaluation, str, str]:
-        """(result, tree, sha whose result is reused or "") of one candidate: rejected, reused, or evaluated."""
+    def _result(self, parent: str, new_files, edit_error, base: str | None = None, cut: bool = False,
+                label: str = "evaluating") -> tuple[Evaluation, str, str]:
+        """(result, tree, sha whose result is reused or "") of one candidate: rejected, reused, or evaluated
+        (its stage on the live line under `label`, where the progress keeps one)."""
         parent_tree = trees.tree_of(self.repo, parent)
         if new_files is None:
             return (_rejected("answer cut at the output limit" if cut else "edits did not apply", edit_error),
@@ -422,7 +425,11 @@ class Run:
                 return Evaluation.of(seen[1].to_document()), tree, seen[0]  # a copy: the commit may change it
         candidate = self.repo.commit_tree(tree, [parent], "kgit: candidate for evaluation\n")
         race = self._race(base) if base else None
-        result = Evaluation.of(self.evaluate(candidate, race=race) if race else self.evaluate(candidate))
+        with live.evaluation(self.progress, label, self.config.evaluator.timeout_s) as watch:
+            given = {"race": race} if race else {}
+            if watch is not None and getattr(self.evaluate, "watches", False):
+                given["watch"] = watch
+            result = Evaluation.of(self.evaluate(candidate, **given))
         if result.device:
             with self.commit_lock:
                 self.measured_on = (result.device, result.harness, result.evaluator)

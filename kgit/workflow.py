@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kgit import config as config_mod
+from kgit import live
 from kgit.evaluation import buildfacts, child as evaluate
 from kgit.evaluation.evaluated import Evaluation
 from kgit.archive import figures, measure
@@ -95,7 +96,9 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
 
             where = "" if gpu_driver_present() else " (no GPU here: in the Triton CPU interpreter)"
             progress(f"measuring the {task.name} baseline{where}...")
-        judged = Evaluation.of(evaluate.evaluate_tree(repo.root, config, state_dir=repo.state / "scratch"))
+        with live.evaluation(progress, "baseline", config.evaluator.timeout_s) as watch:
+            judged = Evaluation.of(evaluate.evaluate_tree(repo.root, config, state_dir=repo.state / "scratch",
+                                                          **({"watch": watch} if watch else {})))
         if judged.worker is None:
             from kgit.evaluation.backends import this_host
 
@@ -137,8 +140,11 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
 
 
 def _tail(text: str, limit: int) -> str:
-    """At most `limit` characters of an error, its end kept: a traceback's last line says what failed."""
-    return text if len(text) <= limit else "...\n" + text[-limit:].split("\n", 1)[-1]
+    """At most `limit` characters of an error, its end kept (a traceback's last line says what
+    failed), in the user's terms: the kernel's place first, kgit's frames left out."""
+    from kgit.evaluation.excerpts import in_user_terms
+
+    return in_user_terms(text if len(text) <= limit else "...\n" + text[-limit:].split("\n", 1)[-1])
 
 
 def _check_overwrites(root: Path, names: list[str], force: bool):
@@ -302,14 +308,15 @@ def record(repo: Repo, config, notes: str = "", *, allow_unchanged: bool = False
         if not allow_unchanged:
             _refuse_unchanged(repo, branch, tree, parent)
         if progress:
-            progress("evaluating the work tree...")
+            progress(f"evaluating the work tree (limit {config.evaluator.timeout_s:g} s, evaluator.timeout_s)...")
         changes = _config_changes(repo, parent, tree)
         if changes and progress:
             progress(f"note: this attempt also commits your change to .kgit.yaml ({'; '.join(changes)}); it "
                      "becomes part of the experiment's history. Settings of this machine alone go in "
                      "`kgit config --local` instead (docs/evaluators.md).")
         provisional = repo.commit_tree(tree, [parent], "kgit: provisional commit for evaluation\n")
-        judged = evaluate_rev(repo, config, provisional)
+        with live.evaluation(progress, "evaluating", config.evaluator.timeout_s) as watch:
+            judged = evaluate_rev(repo, config, provisional, watch=watch)
         outcome = commit_attempt(repo, config, branch=branch, tree=tree, parent=parent, result=judged,
                                  notes=notes, author=None, model="human",
                                  plan="Also changes .kgit.yaml: " + "; ".join(changes) if changes else "")
@@ -335,11 +342,24 @@ def _refuse_unchanged(repo: Repo, branch: str, tree: str, parent: str):
                             "`kgit record --allow-unchanged`.")
 
 
-def evaluate_rev(repo: Repo, config, rev: str) -> Evaluation:
-    """Evaluate a commit with the configured backend (kgit/backends.py): local GPUs, Ray, or a command."""
+def evaluate_rev(repo: Repo, config, rev: str, watch=None) -> Evaluation:
+    """Evaluate a commit with the configured backend (kgit/backends.py): local GPUs, Ray, or a command.
+    `watch(stage)` hears each stage where the backend reports them (`watches`)."""
     from kgit.evaluation.backends import get_evaluator
 
-    return Evaluation.of(get_evaluator(repo, config)(rev))
+    evaluator = get_evaluator(repo, config)
+    if watch is not None and getattr(evaluator, "watches", False):
+        return Evaluation.of(evaluator(rev, watch=watch))
+    return Evaluation.of(evaluator(rev))
+
+
+def evaluate_commit(repo: Repo, config, rev: str, progress=None) -> Evaluation:
+    """`kgit eval`: evaluate REV in a throwaway worktree, saying so first, with its stages on the live line."""
+    sha = resolve(repo, rev)
+    if progress:
+        progress(f"evaluating {rev} ({sha[:10]}) in a throwaway worktree (limit {config.evaluator.timeout_s:g} s)...")
+    with live.evaluation(progress, "evaluating", config.evaluator.timeout_s) as watch:
+        return evaluate_rev(repo, config, sha, watch=watch)
 
 
 def experiment_info(repo: Repo, attempts: list[Attempt], branch: str) -> dict:

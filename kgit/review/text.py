@@ -164,7 +164,31 @@ def shape_table(result, before: dict | None = None) -> str:
     return tabulate(rows, headers=headers, tablefmt="simple")
 
 
-def result_summary(judged) -> str:
+def recorded_text(judged, base_times: dict, verbose: bool = False) -> str:
+    """What `kgit record` prints of its evaluation: the per-shape table against the base (an
+    interpreter result without ratios, and said so), or the summary of one that has no shapes."""
+    from kgit.archive import figures
+
+    result = judged.result
+    if not result.shapes:
+        return result_summary(judged, verbose)
+    lines = [shape_table(result, base_times)]
+    if figures.is_interpreter(result.timing, result.device):
+        lines.append(f"\ntimings: {figures.INTERPRETER_MEANING}; no ratio is shown.")
+    if result.error:
+        lines += ["", "error:", error_text(result.error, verbose)]
+    return "\n".join(lines)
+
+
+def error_text(error: str, verbose: bool = False) -> str:
+    """A candidate's error for the terminal: its place in the kernel first, kgit's frames left
+    out unless `verbose` (kgit/evaluation/excerpts.py), at most its last 3000 characters."""
+    from kgit.evaluation.excerpts import in_user_terms
+
+    return in_user_terms(error.rstrip()[-3000:], verbose)
+
+
+def result_summary(judged, verbose: bool = False) -> str:
     """One evaluation (kgit.evaluation.evaluated.Evaluation) for the terminal."""
     result = judged.result
     lines = [f"status: {result.status}" + (f" ({result.reason})" if result.reason else ""),
@@ -182,7 +206,7 @@ def result_summary(judged) -> str:
         lines += kernel_lines({s["key"]: s["kernels"]["rows"] for s in result.shapes
                                if (s.get("kernels") or {}).get("rows")}, result.device)
     if result.error:
-        lines += ["", "error:", result.error.rstrip()[-3000:]]
+        lines += ["", "error:", error_text(result.error, verbose)]
     from kgit.evaluation.buildfacts import trailers
 
     lines += [f"{key[len('Kgit-'):].lower()}: {value}" for key, value in trailers(result)]
@@ -209,8 +233,21 @@ def latest_kernels(attempt) -> tuple[dict, str | None]:
     return newest["kernels"], newest.get("device_tag") or newest.get("device")
 
 
-def attempt_text(attempt, body: str, base_times: dict, diffstat: str) -> str:
-    """What `kgit show` prints; an interpreter attempt's timings come without ratios."""
+def _body_in_user_terms(body: str, verbose: bool) -> str:
+    """The commit body with its error excerpt paragraph in the user's terms (`error_text`)."""
+    out = []
+    for paragraph in body.split("\n\n"):
+        if paragraph.startswith("Error excerpt:"):
+            excerpt = "\n".join(line[4:] for line in paragraph.splitlines()[1:])
+            shown = error_text(excerpt, verbose).splitlines()
+            paragraph = "Error excerpt:\n" + "\n".join(("    " + line).rstrip() for line in shown)
+        out.append(paragraph)
+    return "\n\n".join(out)
+
+
+def attempt_text(attempt, body: str, base_times: dict, diffstat: str, verbose: bool = False) -> str:
+    """What `kgit show` prints; an interpreter attempt's timings come without ratios, an error
+    excerpt in the user's terms (the whole traceback with `verbose`)."""
     from kgit.archive import figures
 
     timed = figures.timed(attempt)
@@ -245,7 +282,7 @@ def attempt_text(attempt, body: str, base_times: dict, diffstat: str) -> str:
         if len(variants) > 1:  # the trailer is the worst of these
             lines += [f"              {kernel}: {facts}" for kernel, facts in variants]
     if body.strip():
-        lines += ["", body.strip()]
+        lines += ["", _body_in_user_terms(body.strip(), verbose)]
     if attempt.times:
         rows = []
         for key, value in attempt.times.items():
