@@ -121,6 +121,8 @@ def init(directory, problem, force, config_file, as_json, gpumode, kernelbench, 
     where = "" if directory.resolve() == Path.cwd().resolve() else f"cd {directory}; "
     click.echo(f'next: {where}kgit evolve (-n N for N iterations), or by hand: kgit try "HYPOTHESIS", edit the '
                'kernel, kgit record')
+    if outcome.untuned:
+        click.echo(f"note: {outcome.untuned}")
 
 
 @cli.command("try")

@@ -261,9 +261,8 @@ class Run:
             self._line(tag, "design", "design", f"skipped: {error}")
             return True
         if not plans:
-            self.summary.stop = ("the offline strategist has measured every configuration of the marked tunables; "
-                                 "mark more values (docs/tunables.md) or use an LLM (--model)")
-            self._line(tag, "design", "design", "search space exhausted")
+            self.summary.stop = designed.none_because or "the designer proposed no plan"
+            self._line(tag, "design", "design", f"no plan: {self.summary.stop}")
             return False
         if designed.fewer_because:
             self._line(tag, "design", "design", f"{len(plans)} of up to {self.config.evolve.pick} plan(s): "
@@ -584,7 +583,11 @@ def dry_run(repo: Repo, config, *, client=None) -> str:
     best = experiments.best(attempts)
     if best is None:
         raise KgitError(f"{repo.root} has no kgit/baseline yet; run `kgit init --problem NAME` first.")
-    return "\n\n".join(run.scientist.preview(run.ctx, attempts, best))
+    from kgit.scientist.knowledge import describe
+
+    chosen = (f"knowledge: {config.evolve.knowledge}; the problem's traits, which choose the sections of auto: "
+              f"{describe(run.ctx.traits)}")
+    return "\n\n".join([chosen, *run.scientist.preview(run.ctx, attempts, best)])
 
 
 def summary_json(summary: Summary) -> dict:

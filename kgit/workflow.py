@@ -22,6 +22,7 @@ from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
 from kgit.errors import EvaluationFailed, KgitError, NotAKernelRepo
 from kgit import problems as problem_mod
 from kgit import settings
+from kgit.scientist import offline
 from kgit.scientist.protocol import is_offline
 from kgit_harness import racing
 
@@ -40,6 +41,7 @@ class Outcome:
     speedup_baseline: float | None = None
     base_times: dict = field(default_factory=dict)
     config_changes: list = field(default_factory=list)  # "key: old -> new" of a recorded .kgit.yaml edit
+    untuned: str = ""  # after init: what to do when the kernel marks no tunable parameter, else ""
 
 
 # -- init ------------------------------------------------------------------------
@@ -136,7 +138,11 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
         repo.tag_baseline(sha)
         _keep_notes(repo, sha, judged.result)
         repo.sync_index()
-    return Outcome(sha=sha, result=judged, speedup=1.0, speedup_baseline=1.0)
+    marked = any(offline.tunables(name, (repo.root / name).read_text(encoding="utf-8"))
+                 for name in task.files if (repo.root / name).is_file())
+    untuned = "" if marked else (f"{', '.join(task.files)} marks no tunable parameter, so the offline strategist "
+                                 f"(kgit evolve without --model) has nothing to try yet. {offline.MARK_HOW}.")
+    return Outcome(sha=sha, result=judged, speedup=1.0, speedup_baseline=1.0, untuned=untuned)
 
 
 def _tail(text: str, limit: int) -> str:

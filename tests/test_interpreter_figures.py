@@ -76,7 +76,7 @@ def test_show_best_lineage_and_diff_give_timings_without_ratios(built, run_kgit)
         assert not RATIO.search(result.output), (args, result.output)
         assert "improved" not in result.output and "speedup " not in result.output
     shown = run_kgit(root, "show", shas["e1"]).output
-    assert "Triton interpreter on the CPU" in shown and "base us" in shown
+    assert "from Triton's interpreter on the CPU" in shown and "base us" in shown
     diff = run_kgit(root, "diff", shas["e1"], shas["e2"]).output
     assert "the times are shown, not compared" in diff
     best = run_kgit(root, "best").output

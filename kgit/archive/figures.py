@@ -26,7 +26,7 @@ GPU_RULE = "the fastest geomean on {device} ({count} attempt(s) measured there b
 CPU_RULE = ("the most recent correct attempt: the archive has no GPU timings, and interpreter timings "
             "are never ranked")
 # What an interpreter timing is, wherever one is shown: a timing with its meaning, never a ratio.
-INTERPRETER_MEANING = "Triton interpreter on the CPU: shows the kernel runs correctly, not how fast"
+INTERPRETER_MEANING = "Triton's interpreter on the CPU, which shows that a kernel runs correctly, not how fast"
 # What measuring on a GPU would add to an archive that has only interpreter timings.
 GPU_WOULD_ADD = ("On a GPU, kgit ranks the attempts by speed, shows speedups over the baseline and each base "
                  "(per shape too), draws the best-so-far curve, and marks real speedups for "

@@ -368,7 +368,7 @@ def compare_text(doc: dict) -> str:
         lines += ["", f"no timing comparison: {doc['not_comparable']}."]
     elif doc.get("interpreter"):
         rows = [[r["shape"], _num(r["a_us"], "{:.2f}"), _num(r["b_us"], "{:.2f}")] for r in doc["rows"]]
-        lines += ["", f"on {doc['device']}, {figures.INTERPRETER_MEANING}: the times are shown, not compared",
+        lines += ["", f"on {doc['device']}, from {figures.INTERPRETER_MEANING}: the times are shown, not compared",
                   tabulate(rows, headers=["shape", "A us", "B us"], tablefmt="simple")]
     else:
         rows = [[r["shape"], _num(r["a_us"], "{:.2f}"), _num(r["b_us"], "{:.2f}"), _num(r["speedup"], "{:.2f}x")] for r in doc["rows"]]
@@ -396,7 +396,7 @@ def lineage_text(chain: list[Attempt]) -> str:
     table = tabulate(rows, headers=["exp", "att", "sha", "status", "geomean us", "vs base", "vs baseline",
                                     "measured on", "hypothesis"], tablefmt="simple")
     if any(a.ok and not figures.timed(a) for a in chain):
-        table += f"\n(interpreter: {figures.INTERPRETER_MEANING}; such timings get no ratio)"
+        table += f"\n(interpreter: timings from {figures.INTERPRETER_MEANING}; they get no ratio)"
     return table
 
 
@@ -461,7 +461,7 @@ def markdown(campaign: Campaign, title: str) -> str:
 def _untimed_markdown(campaign: Campaign) -> list[str]:
     """The report of a campaign with no speed figures: correctness and lineage first, timings
     with their meaning, and what a GPU would add."""
-    lines = [f"- every timing: {figures.INTERPRETER_MEANING}", "", "## Latest lineage", ""]
+    lines = [f"- every timing comes from {figures.INTERPRETER_MEANING}", "", "## Latest lineage", ""]
     lines.append(tabulate([[a.experiment, a.sha[:10], a.status, _num(campaign.geomean_of(a), "{:.2f}"),
                             short(a.hypothesis, 80)] for a in campaign.best_path],
                           headers=["exp", "sha", "status", "interpreter us", "hypothesis"], tablefmt="github"))

@@ -8,6 +8,7 @@ references, hypotheses) so tests and people's tooling can find them.
 from __future__ import annotations
 
 import base64
+import re
 import datetime as dt
 from html import escape
 from pathlib import Path
@@ -118,8 +119,8 @@ def _summary(c) -> str:
         html.append(f"<p>Latest correct attempt: <code>{best.sha[:10]}</code> {escape(best.branch or 'baseline')} "
                     f"(attempt {best.attempt}): {escape(best.hypothesis)}. Reproduce with "
                     f"<code>kgit eval {best.sha[:10]}</code>.</p>")
-        html.append(f'<p class="note">Every timing here is the {escape(figures.INTERPRETER_MEANING)}, so nothing '
-                    f"is ranked by speed and no speedup is shown. {escape(figures.GPU_WOULD_ADD)}</p>")
+        html.append(f'<p class="note">Every timing here comes from {escape(figures.INTERPRETER_MEANING)}, so '
+                    "nothing is ranked by speed and no speedup is shown (see what a GPU would add, below).</p>")
     html.append("</section>")
     return "\n".join(html)
 
@@ -143,7 +144,7 @@ def _lineage(c) -> str:
 def _shapes(c) -> str:
     if not c.timed:
         return ('<section id="shapes"><h2>What a GPU would add</h2>'
-                f"<p>{escape(figures.GPU_WOULD_ADD)}</p></section>")
+                f"<p>{_code(figures.GPU_WOULD_ADD)}</p></section>")
     png = plots.shape_speedups(c)
     if png is None:
         body = (f"<p>The baseline has no measurement on {escape(c.device)}; run "
@@ -169,7 +170,8 @@ def _references(c) -> str:
 
 def _targets(c) -> str:
     """Build facts of the baseline and the best attempt per target GPU (docs/targets.md)."""
-    pairs = [("baseline", c.baseline), ("best", c.best)] if c.best.sha != c.baseline.sha else [("baseline", c.baseline)]
+    label = "best" if c.timed else "latest correct"
+    pairs = [("baseline", c.baseline), (label, c.best)] if c.best.sha != c.baseline.sha else [("baseline", c.baseline)]
     names = list(dict.fromkeys(n for _, a in pairs for n in a.targets))
     if not names:
         return ""
@@ -194,6 +196,11 @@ def _hypotheses(c) -> str:
         rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
     return (f'<section id="hypotheses"><h2>Hypotheses</h2><table><tr>{head}</tr>{"".join(rows)}</table>'
             "</section>")
+
+
+def _code(text: str) -> str:
+    """Plain text with its `backquoted` commands set as code."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
 
 
 def _us(value) -> str:

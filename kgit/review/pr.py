@@ -266,7 +266,7 @@ def pr_body(campaign, exp, bodies: dict, *, remote: str, branch: str, squashed: 
                   "speedup = old time / new time, above 1 is faster. " + figures.statement(), ""]
     else:
         lines += [f"## Correctness on {best.device}", "", _results_table(figures, ratios=False), "",
-                  f"Correct on every test shape. Every timing here is the {INTERPRETER_MEANING}: "
+                  f"Correct on every test shape. Every timing here comes from {INTERPRETER_MEANING}: "
                   "the times are listed, not compared, and this pull request claims no speedup. "
                   + GPU_WOULD_ADD, ""]
     if len(stack) > 1:

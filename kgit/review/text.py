@@ -113,7 +113,7 @@ def best_lines(attempts, attempt) -> list[str]:
         return [f"{attempt.sha}  {attempt.branch}  latest correct attempt (not timed for speed)  {attempt.hypothesis}",
                 f"rule: {figures.rule(attempts)}.",
                 f"What kgit can rank here: correctness only ({correct} of {len(tried)} attempt(s) correct); every "
-                f"timing in the archive is the {figures.INTERPRETER_MEANING}.",
+                f"timing in the archive comes from {figures.INTERPRETER_MEANING}.",
                 figures.GPU_WOULD_ADD]
     else:
         figure = f"{_num(attempt.geomean, '{:.2f}')} us  {attempt.speedup_baseline or 1:.2f}x vs baseline"
@@ -174,7 +174,7 @@ def recorded_text(judged, base_times: dict, verbose: bool = False) -> str:
         return result_summary(judged, verbose)
     lines = [shape_table(result, base_times)]
     if figures.is_interpreter(result.timing, result.device):
-        lines.append(f"\ntimings: {figures.INTERPRETER_MEANING}; no ratio is shown.")
+        lines.append(f"\ntimings: from {figures.INTERPRETER_MEANING}; no ratio is shown.")
     if result.error:
         lines += ["", "error:", error_text(result.error, verbose)]
     return "\n".join(lines)
@@ -260,7 +260,7 @@ def attempt_text(attempt, body: str, base_times: dict, diffstat: str, verbose: b
         f"device:     {attempt.device} ({attempt.timing}, protocol {attempt.protocol or 'kgit-adaptive'})",
         f"geomean:    {_num(attempt.geomean, '{:.2f} us')}   vs base {_num(attempt.speedup, '{:.2f}x')}   "
         f"vs baseline {_num(attempt.speedup_baseline, '{:.2f}x')}" if timed else
-        f"geomean:    {_num(attempt.geomean, '{:.2f} us')} ({figures.INTERPRETER_MEANING}; no ratio is shown)",
+        f"geomean:    {_num(attempt.geomean, '{:.2f} us')} (from {figures.INTERPRETER_MEANING}; no ratio is shown)",
         f"model:      {attempt.model}" + (f"   cost {usd(attempt.cost, 6)}" if attempt.cost is not None else
                                            "   cost unpriced" if unpriced(attempt) else "")
         + (f"   {attempt.tokens:.0f} tokens" if attempt.tokens else "")
