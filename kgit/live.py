@@ -25,7 +25,7 @@ class _Running:
     label: str
     limit_s: float | None
     started: float
-    stage: str = "start"
+    stage: str = "running"  # until the evaluator names a stage (a remote one never does)
 
     def text(self, now: float) -> str:
         limit = f" of the {self.limit_s:g} s limit" if self.limit_s else ""
