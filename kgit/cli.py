@@ -41,6 +41,11 @@ def _progress(message: str):
     click.echo(message, err=True)
 
 
+_verbose = click.option("--verbose", "-v", is_flag=True, help="Show a failed kernel's whole traceback, kgit's own "
+                        "frames included (by default its place in the kernel comes first and kgit's frames are "
+                        "left out).")
+
+
 def _watching(as_json: bool = False) -> live.Progress:
     """Progress lines on stderr and, on a terminal (never with --json), the live line of the
     evaluations in flight: their stage, time so far and limit."""
@@ -146,8 +151,7 @@ def try_(hypothesis, base):
               help="Record even if the kernel equals this experiment's last attempt or base "
               "(to time a commit again without a new one, use `kgit remeasure REV`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--verbose", "-v", is_flag=True, help="Show a failed kernel's whole traceback, kgit's own frames "
-              "included (by default its place in the kernel comes first and kgit's frames are left out).")
+@_verbose
 def record(notes, allow_unchanged, as_json, verbose):
     """Evaluate the work tree and commit it as the next attempt of this experiment.
 
@@ -169,8 +173,7 @@ def record(notes, allow_unchanged, as_json, verbose):
 @cli.command("eval")
 @click.argument("rev", default="HEAD")
 @click.option("--json", "as_json", is_flag=True, help="Print the harness's result document.")
-@click.option("--verbose", "-v", is_flag=True, help="Show a failed kernel's whole traceback, kgit's own frames "
-              "included (by default its place in the kernel comes first and kgit's frames are left out).")
+@_verbose
 def eval_(rev, as_json, verbose):
     """Evaluate REV (default HEAD) in a throwaway worktree; your work tree is not touched.
 
@@ -357,8 +360,7 @@ def eval_candidate(folder):
 @click.argument("rev", default="HEAD")
 @click.option("--json", "as_json", is_flag=True, help="Print the attempt, its message body, its base's "
               "per-shape times and the diff stat as JSON.")
-@click.option("--verbose", "-v", is_flag=True, help="Show a failed kernel's whole traceback, kgit's own frames "
-              "included (by default its place in the kernel comes first and kgit's frames are left out).")
+@_verbose
 def show(rev, as_json, verbose):
     """One attempt (default HEAD): hypothesis, notes, per-shape timings against its base, diff stat.
 

@@ -232,3 +232,12 @@ def test_the_demo_ends_saying_what_it_showed_and_what_next(kernel_repo, tmp_path
     assert "What this showed: kgit evolve tried vector_add's marked tunables" in tail
     assert f"cd {kernel_repo}" in tail and "kgit report --open" in tail
     assert "==> kgit evolve -n 1" in done.stdout and "successful experiments:" not in done.stdout
+
+
+def test_every_stage_the_judge_marks_has_words_for_people():
+    import re
+
+    judge = (ROOT / "harness" / "judge.py").read_text()
+    marks = set(re.findall(r'PHASES\.mark\("([^"]+)"\)', judge))
+    assert marks and marks <= set(child.STAGES), marks - set(child.STAGES)
+    assert child.stage_of("shape 3/4") == "timing shape 3/4" and child.stage_of("something else") is None
