@@ -461,7 +461,8 @@ def markdown(campaign: Campaign, title: str) -> str:
 def _untimed_markdown(campaign: Campaign) -> list[str]:
     """The report of a campaign with no speed figures: correctness and lineage first, timings
     with their meaning, and what a GPU would add."""
-    lines = [f"- every timing comes from {figures.INTERPRETER_MEANING}", "", "## Latest lineage", ""]
+    lines = [f"- every timing comes from {figures.INTERPRETER_MEANING}", "",
+             "## Path to the latest correct attempt", ""]
     lines.append(tabulate([[a.experiment, a.sha[:10], a.status, _num(campaign.geomean_of(a), "{:.2f}"),
                             short(a.hypothesis, 80)] for a in campaign.best_path],
                           headers=["exp", "sha", "status", "interpreter us", "hypothesis"], tablefmt="github"))
