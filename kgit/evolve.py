@@ -612,8 +612,11 @@ def summary_text(summary: Summary) -> str:
              "" if r.cost is None else amount(r.cost)]
             for r in summary.rows]
     committed = [r for r in summary.rows if r.sha]
-    lines = [tabulate(rows, headers=["exp", "att", "branch", "sha", "status", "geomean us", "vs base", "tokens",
-                                     "cost usd"], tablefmt="simple", disable_numparse=True)
+    headers = ["exp", "att", "branch", "sha", "status", "geomean us", "vs base", "tokens", "cost usd"]
+    if summary.correctness_only:  # no ratio to show: the column goes
+        rows = [row[:6] + row[7:] for row in rows]
+        headers = headers[:6] + headers[7:]
+    lines = [tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
              if rows else "no attempts were made."]
     lines.append(f"\n{len(committed)} attempt(s) in {summary.iterations} iteration(s); "
                  f"{sum(r.status == 'ok' for r in committed)} correct. Stopped: {summary.stop}.")
@@ -639,8 +642,8 @@ def summary_text(summary: Summary) -> str:
     if after is not None:
         gained = "" if before is None or before.sha == after.sha else f" (was {before.sha[:10]})"
         if summary.correctness_only:
-            lines.append(f"latest correct attempt: {after.sha[:10]} {after.branch}{gained} (nothing is ranked by "
-                         f"speed: {summary.rule})")
+            lines.append(f"latest correct attempt: {after.sha[:10]} {after.branch}{gained}; nothing is ranked by "
+                         "speed: the archive has no GPU timings")
         else:
             lines.append(f"best: {after.sha[:10]} {after.branch} {after.geomean:.1f} us, "
                          f"{after.speedup_baseline or 1:.2f}x vs baseline{gained} ({summary.rule})")

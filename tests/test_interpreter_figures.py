@@ -101,6 +101,9 @@ def test_evolve_summary_names_the_latest_correct_attempt_not_a_best(built):
     root, shas = built
     attempts = Repo(root).read()
     after = next(a for a in attempts if a.sha == shas["e2"])
-    summary = evolve.Summary(correctness_only=True, best_after=after, rule="the most recent correct attempt")
+    row = evolve.Row(after.sha, after.branch, after.experiment, after.attempt, "ok", after.geomean, after.speedup,
+                     "offline", None, None)
+    summary = evolve.Summary(rows=[row], correctness_only=True, best_after=after, rule="the most recent correct attempt")
     text = evolve.summary_text(summary)
     assert f"latest correct attempt: {shas['e2'][:10]}" in text and "best:" not in text
+    assert f"{after.geomean:.1f}" in text and "vs base" not in text and not RATIO.search(text)
