@@ -433,9 +433,20 @@ def summary_lines(campaign: Campaign) -> list[str]:
 
 def markdown(campaign: Campaign, title: str) -> str:
     lines = [f"# kgit report: {title}", ""] + [f"- {line}" for line in summary_lines(campaign)]
+    lines += _timed_markdown(campaign) if campaign.timed else _untimed_markdown(campaign)
+    lines += ["", "## Hypotheses", ""]
+    rows = [[n, short(h, 70).replace("|", "/"), p, o, k, c, m] for n, h, p, o, k, c, m in experiment_rows(campaign)]
+    lines.append(tabulate(rows, headers=EXPERIMENT_HEADERS, tablefmt="github") if rows else "No experiments yet.")
     if not campaign.timed:
-        return "\n".join(lines + _untimed_markdown(campaign)) + "\n"
-    lines += ["", "## Best path", ""]
+        lines += ["", "## What a GPU would add", "", figures.GPU_WOULD_ADD]
+    if campaign.notebook:
+        lines += ["", "## Lab notebook (the designer's lessons so far)", ""] + [f"- {item}" for item in campaign.notebook]
+    return "\n".join(lines) + "\n"
+
+
+def _timed_markdown(campaign: Campaign) -> list[str]:
+    """The best path, the best attempt's per-shape speedups and the reference lines."""
+    lines = ["", "## Best path", ""]
     lines.append(tabulate([[a.experiment, a.sha[:10], _num(campaign.geomean_of(a), "{:.2f}"), _num(campaign.speedup_of(a), "{:.2f}x"),
                             short(a.hypothesis, 80)] for a in campaign.best_path],
                           headers=["exp", "sha", "geomean us", "vs baseline", "hypothesis"], tablefmt="github"))
@@ -450,28 +461,17 @@ def markdown(campaign: Campaign, title: str) -> str:
         lines += ["", "## Reference lines", ""]
         lines += [f"- {label}: {us:.2f} us (the best takes {(campaign.geomean_of(campaign.best) or 0) / us:.2f}x that)"
                   for label, us in campaign.references.items()]
-    lines += ["", "## Hypotheses", ""]
-    rows = [[n, short(h, 70).replace("|", "/"), p, o, k, c, m] for n, h, p, o, k, c, m in experiment_rows(campaign)]
-    lines.append(tabulate(rows, headers=EXPERIMENT_HEADERS, tablefmt="github") if rows else "No experiments yet.")
-    if campaign.notebook:
-        lines += ["", "## Lab notebook (the designer's lessons so far)", ""] + [f"- {item}" for item in campaign.notebook]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _untimed_markdown(campaign: Campaign) -> list[str]:
-    """The report of a campaign with no speed figures: correctness and lineage first, timings
-    with their meaning, and what a GPU would add."""
+    """Without speed figures: what every timing is, and the path to the latest correct attempt
+    with its timings named for what they are (the report says what a GPU would add at its end)."""
     lines = [f"- every timing comes from {figures.INTERPRETER_MEANING}", "",
              "## Path to the latest correct attempt", ""]
     lines.append(tabulate([[a.experiment, a.sha[:10], a.status, _num(campaign.geomean_of(a), "{:.2f}"),
                             short(a.hypothesis, 80)] for a in campaign.best_path],
                           headers=["exp", "sha", "status", "interpreter us", "hypothesis"], tablefmt="github"))
-    lines += ["", "## Hypotheses", ""]
-    rows = [[n, short(h, 70).replace("|", "/"), p, o, k, c, m] for n, h, p, o, k, c, m in experiment_rows(campaign)]
-    lines.append(tabulate(rows, headers=EXPERIMENT_HEADERS, tablefmt="github") if rows else "No experiments yet.")
-    lines += ["", "## What a GPU would add", "", figures.GPU_WOULD_ADD]
-    if campaign.notebook:
-        lines += ["", "## Lab notebook (the designer's lessons so far)", ""] + [f"- {item}" for item in campaign.notebook]
     return lines
 
 
