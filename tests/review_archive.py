@@ -106,7 +106,7 @@ def build_interpreter(root) -> dict:
     results carry the baseline's own device and harness, so every ratio kgit stores is an
     interpreter ratio that no view may show.
 
-    #1 from the baseline: ok, 1.03x its time (the ratio issue 28 saw called "improved")
+    #1 from the baseline: ok, at 1.03x its speed (a ratio above 1 that no view may call "improved")
     #2 from #1: ok and the most recent, 0.88x the baseline's time
     #3 from the baseline: a compile error
     """
