@@ -8,6 +8,10 @@ evaluator, so no model and no GPU is needed and two versions of kgit compare exa
     .venv/bin/python benchmarks/prompt_cost.py                      # this tree ("after")
     git archive main | tar -x -C /tmp/kgit-main                     # a scratch copy of main
     PYTHONPATH=/tmp/kgit-main .venv/bin/python benchmarks/prompt_cost.py   # "before"
+    .venv/bin/python benchmarks/prompt_cost.py --problem softmax    # another shipped problem
+
+Each run measures the problem's baseline once in the interpreter (fp8_blockscale_gemm takes
+a minute or so on a CPU); the writer's edits change the kernel's first tunable line.
 
 Tokens come from litellm's token counter (its bundled tokenizer, model gpt-4o), or
 chars / 4 when it is unavailable.
@@ -30,7 +34,9 @@ import fake_llm  # noqa: E402
 from kgit import evolve, workflow  # noqa: E402
 from kgit.scientist.llm import Reply  # noqa: E402
 
-BLOCK = re.compile(r"^BLOCK_SIZE = \d+.*$", re.M)
+# The line every writer answer edits: the first tunable constant of the kernel (vector_add's
+# BLOCK_SIZE, softmax's NUM_WARPS, fp8_blockscale_gemm's BLOCK_M).
+BLOCK = re.compile(r"^[A-Z_]+ = \d+ +# kgit: tune.*$", re.M)
 
 
 class ScriptedModel:
@@ -57,7 +63,7 @@ class ScriptedModel:
             self.writes += 1
             line = BLOCK.search(text).group(0)
             # Every first attempt misses (a fix prompt follows), every fix applies.
-            search = line if self.writes % 2 == 0 else "BLOCK_SIZE = 999"
+            search = line if self.writes % 2 == 0 else "NO_SUCH_LINE = 999"
             answer = fake_llm.search_replace("kernel.py", search, f"{line}\n# variant {self.writes}")
         return Reply(answer, "openai/scripted", None, None)
 
@@ -72,12 +78,12 @@ def tokens_of(text: str) -> tuple[int, str]:
         return len(text) // 4, "chars/4"
 
 
-def make_repo(root: Path, iterations: int, pick: int, attempts: int) -> Path:
+def make_repo(root: Path, problem: str, iterations: int, pick: int, attempts: int) -> Path:
     import yaml
     from kgit import config as config_mod
 
     path = root / "repo"
-    workflow.init(path, "vector_add")
+    workflow.init(path, problem)
     data = yaml.safe_load(config_mod.default_text())
     data["evolve"].update(iterations=iterations, pick=pick, attempts=attempts)
     (path / ".kgit.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
@@ -88,9 +94,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--pick", type=int, default=3)
+    parser.add_argument("--problem", default="vector_add", help="the shipped problem (default: vector_add)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kgit-prompt-cost-") as tmp:
-        path = make_repo(Path(tmp), args.iterations, args.pick, attempts=2)
+        path = make_repo(Path(tmp), args.problem, args.iterations, args.pick, attempts=2)
         repo, config = workflow.load(path)
         baseline = repo.read()[0]
         model = ScriptedModel(baseline.sha, args.pick)
@@ -120,8 +127,8 @@ def main():
     import kgit
 
     n = args.iterations
-    print(f"kgit from {Path(kgit.__file__).parent}; {n} iteration(s), pick {args.pick}, 2 writer attempts per "
-          f"plan (the first always fails), default knowledge documents; tokens: {how}")
+    print(f"kgit from {Path(kgit.__file__).parent}; problem {args.problem}; {n} iteration(s), pick {args.pick}, "
+          f"2 writer attempts per plan (the first always fails), default knowledge documents; tokens: {how}")
     header = f"{'stage':<8}{'calls':>6}{'chars sent':>12}{'repeated prefix':>17}{'tokens/iter':>13}{'new tokens/iter':>17}"
     print(header)
     rows = [(stage, stats[stage]) for stage in ("select", "design", "write") if stage in stats]
@@ -131,6 +138,9 @@ def main():
               f"{s['tokens'] / n:>13.0f}{s['new_tokens'] / n:>17.0f}")
     print("repeated prefix: the share of the characters that begin like an earlier request of the run (what "
           "provider prompt caching can reuse); new tokens: those outside that prefix.")
+    designs = [len(text) for stage, text in model.requests if stage == "design"]
+    if designs:
+        print(f"design request: {designs[0]} characters the first time, {max(designs)} at most")
 
 if __name__ == "__main__":
     main()

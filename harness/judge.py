@@ -694,6 +694,7 @@ def _time_shapes(spec, task, reference, runner, on_gpu, torch, doc, calibration,
     stopped) or None when every shape was timed."""
     secret = int(spec.get("secret_seed", 0))
     for index, shape in enumerate(benchmarks):
+        PHASES.tell(f"shape {index + 1}/{len(benchmarks)}")
         if protocol.name == protocols.DEFAULT:
             runs = timing.measure(task, reference, shape, secret, spec["timing"], on_gpu, torch, ctx.new_slots,
                                   calibration)
@@ -878,17 +879,17 @@ def _receive_task(fd: int) -> dict | None:
 
 
 def _timing_notices(fd: int):
-    """Tell kgit, on a pipe of its own, when the timed loop begins ("checked") and ends
-    ("timed"): kgit holds its spare pairs' start-up on this device meanwhile
-    (kgit/evaluation/backends.py). A line each; a parent that stopped listening costs nothing."""
+    """Tell kgit, on a pipe of its own, each stage mark and each timed shape ("shape k/n"): kgit
+    shows the stage while it waits, and holds its spare pairs' start-up on this device while the
+    timed loop runs, from "checked" to "timed" (kgit/evaluation/backends.py). A short line each;
+    a parent that stopped listening costs nothing."""
     os.set_inheritable(fd, False)  # the runner never holds it
 
     def tell(name: str):
-        if name in ("checked", "timed"):
-            try:
-                os.write(fd, name.encode() + b"\n")
-            except OSError:
-                pass
+        try:
+            os.write(fd, name.encode()[:80].replace(b"\n", b" ") + b"\n")
+        except OSError:
+            pass
 
     return tell
 

@@ -30,6 +30,12 @@ class Phases:
         if self.listener is not None:
             self.listener(name)
 
+    def tell(self, name: str):
+        """Pass `name` to the listener without keeping it as a mark (a stage met many times,
+        such as each timed shape, that the breakdown does not list)."""
+        if self.listener is not None:
+            self.listener(name)
+
     @contextlib.contextmanager
     def span(self, name: str):
         """Adds the block's duration to `name` (a stage met several times, such as input generation)."""

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
 import click
 
 from kgit import __version__
+from kgit import live
 from kgit import workflow as ex
 from kgit import importers
 from kgit.review import text as report
-from kgit.errors import ExitCode, KgitError
+from kgit.errors import INTERRUPTED_MESSAGE, ExitCode, KgitError
 
 
 class KgitGroup(click.Group):
-    """Turns a KgitError into its message and exit code; other exceptions keep their traceback."""
+    """Turns a KgitError into its message and exit code, and Ctrl-C into exit code 130 with the one
+    sentence every command says then (click's own "Aborted!" exits 1); other exceptions keep their
+    traceback."""
 
     def invoke(self, ctx):
         try:
@@ -24,6 +28,9 @@ class KgitGroup(click.Group):
         except KgitError as e:
             click.echo(f"kgit: {e}", err=True)
             ctx.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo(f"\nkgit: {INTERRUPTED_MESSAGE}.", err=True)
+            ctx.exit(ExitCode.INTERRUPTED)
 
 
 def _emit_json(data):
@@ -32,6 +39,17 @@ def _emit_json(data):
 
 def _progress(message: str):
     click.echo(message, err=True)
+
+
+_verbose = click.option("--verbose", "-v", is_flag=True, help="Show a failed kernel's whole traceback, kgit's own "
+                        "frames included (by default its place in the kernel comes first and kgit's frames are "
+                        "left out).")
+
+
+def _watching(as_json: bool = False) -> live.Progress:
+    """Progress lines on stderr and, on a terminal (never with --json), the live line of the
+    evaluations in flight: their stage, time so far and limit."""
+    return live.Progress(sys.stderr, live=False if as_json else None)
 
 
 @click.group(cls=KgitGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -90,7 +108,7 @@ def init(directory, problem, force, config_file, as_json, gpumode, kernelbench, 
         raise click.UsageError("say which problem to start from, once: --problem NAME (see `kgit problems`), "
                                "--from-gpumode FOLDER or --from-kernelbench FILE.")
     text = config_file.read_text(encoding="utf-8") if config_file else None
-    options = {"force": force, "config_text": text, "progress": _progress}
+    options = {"force": force, "config_text": text, "progress": _watching(as_json)}
     if protocol and not (gpumode or kernelbench):
         raise click.UsageError("--protocol chooses how an imported problem is timed; a shipped problem names its "
                                "own (set timing.protocol in .kgit.yaml to time it otherwise).")
@@ -106,7 +124,10 @@ def init(directory, problem, force, config_file, as_json, gpumode, kernelbench, 
     click.echo(report.result_summary(outcome.result))
     click.echo(f"\nbaseline committed as {outcome.sha[:10]} and tagged kgit/baseline.")
     where = "" if directory.resolve() == Path.cwd().resolve() else f"cd {directory}; "
-    click.echo(f'next: {where}kgit evolve -n 3, or by hand: kgit try "HYPOTHESIS", edit the kernel, kgit record')
+    click.echo(f'next: {where}kgit evolve (-n N for N iterations), or by hand: kgit try "HYPOTHESIS", edit the '
+               'kernel, kgit record')
+    if outcome.untuned:
+        click.echo(f"note: {outcome.untuned}")
 
 
 @cli.command("try")
@@ -130,20 +151,20 @@ def try_(hypothesis, base):
               help="Record even if the kernel equals this experiment's last attempt or base "
               "(to time a commit again without a new one, use `kgit remeasure REV`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def record(notes, allow_unchanged, as_json):
+@_verbose
+def record(notes, allow_unchanged, as_json, verbose):
     """Evaluate the work tree and commit it as the next attempt of this experiment.
 
     Failed attempts are committed too (exit code 3), so the archive remembers them.
     A work tree with no change since the last attempt (or the base) is refused.
     """
     repo, config = ex.load()
-    outcome = ex.record(repo, config, notes, allow_unchanged=allow_unchanged, progress=_progress)
+    outcome = ex.record(repo, config, notes, allow_unchanged=allow_unchanged, progress=_watching(as_json))
     if as_json:
         _emit_json({"sha": outcome.sha, "speedup": outcome.speedup, "config_changes": outcome.config_changes,
                     "result": outcome.result.to_document()})
     else:
-        click.echo(report.shape_table(outcome.result.result, outcome.base_times) if outcome.result.result.shapes
-                   else report.result_summary(outcome.result))
+        click.echo(report.recorded_text(outcome.result, outcome.base_times, verbose))
         click.echo(f"\nrecorded {outcome.sha[:10]}: {repo.subject(outcome.sha)}")
     if not outcome.result.ok:
         sys.exit(ExitCode.EVALUATION_FAILED)
@@ -152,7 +173,8 @@ def record(notes, allow_unchanged, as_json):
 @cli.command("eval")
 @click.argument("rev", default="HEAD")
 @click.option("--json", "as_json", is_flag=True, help="Print the harness's result document.")
-def eval_(rev, as_json):
+@_verbose
+def eval_(rev, as_json, verbose):
     """Evaluate REV (default HEAD) in a throwaway worktree; your work tree is not touched.
 
     REV is a sha, a branch or a tag; a number N means experiment N's best correct
@@ -160,13 +182,11 @@ def eval_(rev, as_json):
     Nothing is committed; `kgit remeasure` keeps the result as a note.
     """
     repo, config = ex.load()
-    sha = ex.resolve(repo, rev)
-    _progress(f"evaluating {rev} ({sha[:10]}) in a throwaway worktree...")
-    judged = ex.evaluate_rev(repo, config, sha)
+    judged = ex.evaluate_commit(repo, config, rev, progress=_watching(as_json))
     if as_json:
         _emit_json(judged.to_document())
     else:
-        click.echo(report.result_summary(judged))
+        click.echo(report.result_summary(judged, verbose))
     if not judged.ok:
         sys.exit(ExitCode.EVALUATION_FAILED)
 
@@ -195,14 +215,19 @@ def profile(rev, profiler, as_json):
               "measurements.")
 @click.option("--devices", "per_device", is_flag=True,
               help="One row per attempt and device: latest geomean, measurements, min, max, spread.")
-def log(as_json, per_device):
+@click.option("--wide", is_flag=True, help="Every column on every row (branch, device, verdict) and whole "
+              "hypotheses, however wide.")
+def log(as_json, per_device, wide):
     """The archive: every attempt of every experiment.
 
     "vs base" is the speedup over the attempt's base (what its experiment started
-    from), "vs baseline" over kgit/baseline; above 1 is faster. Both stay blank for
-    interpreter timings, which say nothing about speed; once attempts are re-measured
-    on a GPU, two more columns give the ranking device's geomean and speedup. The last
-    line is what the model calls cost, those that led to no commit included.
+    from), "vs baseline" over kgit/baseline; above 1 is faster. Interpreter timings
+    say nothing about speed, so they get no ratio (the columns are left out when no
+    attempt has one); once attempts are re-measured on a GPU, two more columns give
+    the ranking device's geomean and speedup. A column that is the same on every row
+    is said once above the table, and hypotheses are cut to fit the terminal;
+    --wide shows everything. The last line is what the model calls cost, those that
+    led to no commit included.
     """
     repo, _ = ex.load()
     if as_json:
@@ -216,7 +241,7 @@ def log(as_json, per_device):
     else:
         from kgit.review import spending
 
-        click.echo(report.log_table(attempts))
+        click.echo(report.log_table(attempts, width=shutil.get_terminal_size().columns, wide=wide))
         click.echo("\n" + spending.log_line(spending.load(repo, attempts)))
 
 
@@ -242,7 +267,7 @@ def remeasure(revs, device_tag, repeat, every, protocol, as_json):
 
     repo, config = ex.load()
     done = rm.remeasure(repo, config, revs, device_tag=device_tag, repeat=repeat, every=every, protocol=protocol,
-                        progress=None if as_json else _progress)
+                        progress=None if as_json else _watching())
     if as_json:
         _emit_json([{"sha": d.sha, **d.record} for d in done])
     else:
@@ -292,7 +317,7 @@ def config_(args, local, unset, as_json):
     """
     from kgit import settings
 
-    repo, _ = ex.load()
+    repo, _ = ex.load(archive=False)  # this machine's settings may come before the archive
     shown = settings.configure(repo, args, local=local, unset=unset)
     if as_json:
         _emit_json(shown.to_json())
@@ -335,7 +360,8 @@ def eval_candidate(folder):
 @click.argument("rev", default="HEAD")
 @click.option("--json", "as_json", is_flag=True, help="Print the attempt, its message body, its base's "
               "per-shape times and the diff stat as JSON.")
-def show(rev, as_json):
+@_verbose
+def show(rev, as_json, verbose):
     """One attempt (default HEAD): hypothesis, notes, per-shape timings against its base, diff stat.
 
     REV is a sha, a branch or a tag; a number N means experiment N's best correct
@@ -346,7 +372,7 @@ def show(rev, as_json):
     if as_json:
         _emit_json({**attempt.to_json(), "body": body, "base_times_us": base_times, "diffstat": diffstat})
     else:
-        click.echo(report.attempt_text(attempt, body, base_times, diffstat))
+        click.echo(report.attempt_text(attempt, body, base_times, diffstat, verbose))
 
 
 @cli.command()
@@ -400,7 +426,7 @@ def evolve(iterations, model, api_base, max_cost, jobs, dry_run, as_json):
         click.echo(evolve_mod.dry_run(repo, config))
         return
     try:
-        summary = evolve_mod.evolve(repo, config, progress=_progress)
+        summary = evolve_mod.evolve(repo, config, progress=_watching(as_json))
     except KgitError as e:
         # The run's summary is printed however the run ended; the error line follows it.
         if getattr(e, "summary", None) is not None:

@@ -153,7 +153,8 @@ class EvolveConfig:
     max_cost_usd: typing.Optional[float] = None
     max_wall_s: typing.Optional[float] = None
     jobs: int = 1
-    knowledge: list = field(default_factory=lambda: ["triton", "hopper", "cdna3", "fp8_gemm"])
+    # "auto": the documents and sections that fit the problem (kgit/scientist/knowledge.py); or names.
+    knowledge: typing.Union[str, list] = "auto"
     archive_tokens: int = 6000
     race: bool = True
     # Profile the best attempt of each iteration with this hardware profiler (docs/targets.md).
@@ -169,8 +170,11 @@ class EvolveConfig:
         for name in ("max_cost_usd", "max_wall_s"):
             if getattr(self, name) is not None:
                 _positive(f"{where}.{name}", getattr(self, name))
-        if not all(isinstance(k, str) for k in self.knowledge):
-            raise ConfigError(f"{where}.knowledge must be a list of document names, not {self.knowledge!r}.")
+        if isinstance(self.knowledge, str) and self.knowledge != "auto":
+            raise ConfigError(f"{where}.knowledge must be auto (the documents that fit the problem) or a list of "
+                              f"document names such as [auto, ours] or [triton, hopper], not {self.knowledge!r}.")
+        if not isinstance(self.knowledge, str) and not all(isinstance(k, str) for k in self.knowledge):
+            raise ConfigError(f"{where}.knowledge must be auto or a list of document names, not {self.knowledge!r}.")
 
 
 @dataclass

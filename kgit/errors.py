@@ -18,6 +18,11 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130  # Ctrl-C, as shells report SIGINT
 
 
+# What every command says when Ctrl-C stops it (with exit code 130): commits are whole or absent
+# (plumbing commits, refs moved last), so what was committed before the interrupt stands.
+INTERRUPTED_MESSAGE = "interrupted (Ctrl-C); every commit made so far is kept"
+
+
 class KgitError(Exception):
     """A problem the user can fix; the message names the fix."""
 

@@ -23,13 +23,14 @@ from dataclasses import dataclass, field
 from tabulate import tabulate
 
 from kgit import config as config_mod
+from kgit import live
 from kgit.evaluation import backends
 from kgit.evaluation.evaluated import Evaluation
 from kgit import workflow as experiments
 from kgit.archive import trailers as tr
 from kgit.archive.refs import ExperimentRef
 from kgit.archive.repo import Repo
-from kgit.errors import KgitError, LLMError, LLMRateLimited, LLMUnavailable
+from kgit.errors import INTERRUPTED_MESSAGE, KgitError, LLMError, LLMRateLimited, LLMUnavailable
 from kgit import problems as problem_mod
 from kgit_harness.result import STATUSES
 from kgit.archive import costlog, figures, measure, notebook, trees
@@ -194,7 +195,7 @@ class Run:
             except KeyboardInterrupt:
                 self.stopping.set()
                 self.summary.interrupted = True
-                self.summary.stop = "interrupted (Ctrl-C); every commit made so far is kept"
+                self.summary.stop = INTERRUPTED_MESSAGE
             except KgitError as e:
                 self.stopping.set()
                 failure = e
@@ -260,9 +261,8 @@ class Run:
             self._line(tag, "design", "design", f"skipped: {error}")
             return True
         if not plans:
-            self.summary.stop = ("the offline strategist has measured every configuration of the marked tunables; "
-                                 "mark more values (docs/tunables.md) or use an LLM (--model)")
-            self._line(tag, "design", "design", "search space exhausted")
+            self.summary.stop = designed.none_because or "the designer proposed no plan"
+            self._line(tag, "design", "design", f"no plan: {self.summary.stop}")
             return False
         if designed.fewer_because:
             self._line(tag, "design", "design", f"{len(plans)} of up to {self.config.evolve.pick} plan(s): "
@@ -378,7 +378,8 @@ class Run:
             self._line(tag, "write", "write", f"{plan.title} (base {base[:10]}), attempt {attempt}: " +
                        ("evaluating" if new_files is not None else
                         "the answer was cut at the output limit" if cut else "the edits did not apply"))
-            result, tree, reused = self._result(parent, new_files, edit_error, base, cut)
+            result, tree, reused = self._result(parent, new_files, edit_error, base, cut,
+                                                label=f"{tag} {plan.title}, attempt {attempt}")
             notes = [write_mod.notes(reply.text) if reply else "",
                      f"Not measured again: this tree equals attempt {reused[:10]}, whose result is repeated here."
                      if reused else ""]
@@ -404,9 +405,10 @@ class Run:
             self.summary.rows.append(Row("", branch or "-", number, attempt, NO_ANSWER, None, None,
                                          self.client.model("write"), None, None, reused="kept for the next run"))
 
-    def _result(self, parent: str, new_files, edit_error, base: str | None = None,
-                cut: bool = False) -> tuple[Evaluation, str, str]:
-        """(result, tree, sha whose result is reused or "") of one candidate: rejected, reused, or evaluated."""
+    def _result(self, parent: str, new_files, edit_error, base: str | None = None, cut: bool = False,
+                label: str = "evaluating") -> tuple[Evaluation, str, str]:
+        """(result, tree, sha whose result is reused or "") of one candidate: rejected, reused, or evaluated
+        (its stage on the live line under `label`, where the progress keeps one)."""
         parent_tree = trees.tree_of(self.repo, parent)
         if new_files is None:
             return (_rejected("answer cut at the output limit" if cut else "edits did not apply", edit_error),
@@ -422,7 +424,11 @@ class Run:
                 return Evaluation.of(seen[1].to_document()), tree, seen[0]  # a copy: the commit may change it
         candidate = self.repo.commit_tree(tree, [parent], "kgit: candidate for evaluation\n")
         race = self._race(base) if base else None
-        result = Evaluation.of(self.evaluate(candidate, race=race) if race else self.evaluate(candidate))
+        with live.evaluation(self.progress, label, self.config.evaluator.timeout_s) as watch:
+            given = {"race": race} if race else {}
+            if watch is not None and getattr(self.evaluate, "watches", False):
+                given["watch"] = watch
+            result = Evaluation.of(self.evaluate(candidate, **given))
         if result.device:
             with self.commit_lock:
                 self.measured_on = (result.device, result.harness, result.evaluator)
@@ -577,7 +583,11 @@ def dry_run(repo: Repo, config, *, client=None) -> str:
     best = experiments.best(attempts)
     if best is None:
         raise KgitError(f"{repo.root} has no kgit/baseline yet; run `kgit init --problem NAME` first.")
-    return "\n\n".join(run.scientist.preview(run.ctx, attempts, best))
+    from kgit.scientist.knowledge import describe
+
+    chosen = (f"knowledge: {config.evolve.knowledge}; the problem's traits, which choose the sections of auto: "
+              f"{describe(run.ctx.traits)}")
+    return "\n\n".join([chosen, *run.scientist.preview(run.ctx, attempts, best)])
 
 
 def summary_json(summary: Summary) -> dict:
@@ -602,8 +612,11 @@ def summary_text(summary: Summary) -> str:
              "" if r.cost is None else amount(r.cost)]
             for r in summary.rows]
     committed = [r for r in summary.rows if r.sha]
-    lines = [tabulate(rows, headers=["exp", "att", "branch", "sha", "status", "geomean us", "vs base", "tokens",
-                                     "cost usd"], tablefmt="simple", disable_numparse=True)
+    headers = ["exp", "att", "branch", "sha", "status", "geomean us", "vs base", "tokens", "cost usd"]
+    if summary.correctness_only:  # no ratio to show: the column goes
+        rows = [row[:6] + row[7:] for row in rows]
+        headers = headers[:6] + headers[7:]
+    lines = [tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
              if rows else "no attempts were made."]
     lines.append(f"\n{len(committed)} attempt(s) in {summary.iterations} iteration(s); "
                  f"{sum(r.status == 'ok' for r in committed)} correct. Stopped: {summary.stop}.")
@@ -629,7 +642,8 @@ def summary_text(summary: Summary) -> str:
     if after is not None:
         gained = "" if before is None or before.sha == after.sha else f" (was {before.sha[:10]})"
         if summary.correctness_only:
-            lines.append(f"best: {after.sha[:10]} {after.branch}{gained}: {summary.rule}")
+            lines.append(f"latest correct attempt: {after.sha[:10]} {after.branch}{gained}; nothing is ranked by "
+                         "speed: the archive has no GPU timings")
         else:
             lines.append(f"best: {after.sha[:10]} {after.branch} {after.geomean:.1f} us, "
                          f"{after.speedup_baseline or 1:.2f}x vs baseline{gained} ({summary.rule})")

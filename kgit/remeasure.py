@@ -11,6 +11,7 @@ import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from kgit import live
 from kgit.archive import measure
 from kgit.archive.remotes import sync  # noqa: F401  (kgit sync; the git side lives in the archive)
 from kgit.archive.repo import BASELINE_TAG
@@ -74,7 +75,9 @@ def remeasure(repo, config, revs=(), *, device_tag: str | None = None, repeat: i
         jobs = [sha for sha in shas for _ in range(repeat)]
 
         def one(sha):
-            judged = Evaluation.of(evaluator(sha))
+            with live.evaluation(progress, f"{sha[:10]}", config.evaluator.timeout_s) as watch:
+                watched = watch is not None and getattr(evaluator, "watches", False)
+                judged = Evaluation.of(evaluator(sha, watch=watch) if watched else evaluator(sha))
             record = failure_fields(judged) | measure.note_record(judged.result, tag="remeasure",
                                                                   evaluator=judged.evaluator)
             if device_tag:

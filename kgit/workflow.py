@@ -4,12 +4,14 @@ that `evolve` shares with `record`.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kgit import config as config_mod
+from kgit import live
 from kgit.evaluation import buildfacts, child as evaluate
 from kgit.evaluation.evaluated import Evaluation
 from kgit.archive import figures, measure
@@ -20,6 +22,7 @@ from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
 from kgit.errors import EvaluationFailed, KgitError, NotAKernelRepo
 from kgit import problems as problem_mod
 from kgit import settings
+from kgit.scientist import offline
 from kgit.scientist.protocol import is_offline
 from kgit_harness import racing
 
@@ -38,6 +41,7 @@ class Outcome:
     speedup_baseline: float | None = None
     base_times: dict = field(default_factory=dict)
     config_changes: list = field(default_factory=list)  # "key: old -> new" of a recorded .kgit.yaml edit
+    untuned: str = ""  # after init: what to do when the kernel marks no tunable parameter, else ""
 
 
 # -- init ------------------------------------------------------------------------
@@ -94,7 +98,9 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
 
             where = "" if gpu_driver_present() else " (no GPU here: in the Triton CPU interpreter)"
             progress(f"measuring the {task.name} baseline{where}...")
-        judged = Evaluation.of(evaluate.evaluate_tree(repo.root, config, state_dir=repo.state / "scratch"))
+        with live.evaluation(progress, "baseline", config.evaluator.timeout_s) as watch:
+            judged = Evaluation.of(evaluate.evaluate_tree(repo.root, config, state_dir=repo.state / "scratch",
+                                                          **({"watch": watch} if watch else {})))
         if judged.worker is None:
             from kgit.evaluation.backends import this_host
 
@@ -132,12 +138,19 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
         repo.tag_baseline(sha)
         _keep_notes(repo, sha, judged.result)
         repo.sync_index()
-    return Outcome(sha=sha, result=judged, speedup=1.0, speedup_baseline=1.0)
+    marked = any(offline.tunables(name, (repo.root / name).read_text(encoding="utf-8"))
+                 for name in task.files if (repo.root / name).is_file())
+    untuned = "" if marked else (f"{', '.join(task.files)} marks no tunable parameter, so the offline strategist "
+                                 f"(kgit evolve without --model) has nothing to try yet. {offline.MARK_HOW}.")
+    return Outcome(sha=sha, result=judged, speedup=1.0, speedup_baseline=1.0, untuned=untuned)
 
 
 def _tail(text: str, limit: int) -> str:
-    """At most `limit` characters of an error, its end kept: a traceback's last line says what failed."""
-    return text if len(text) <= limit else "...\n" + text[-limit:].split("\n", 1)[-1]
+    """At most `limit` characters of an error, its end kept (a traceback's last line says what
+    failed), in the user's terms: the kernel's place first, kgit's frames left out."""
+    from kgit.evaluation.excerpts import in_user_terms
+
+    return in_user_terms(text if len(text) <= limit else "...\n" + text[-limit:].split("\n", 1)[-1])
 
 
 def _check_overwrites(root: Path, names: list[str], force: bool):
@@ -167,11 +180,40 @@ def _extend_gitignore(path: Path):
 
 
 # -- reading -----------------------------------------------------------------------
-def load(path=".") -> tuple[Repo, config_mod.Config]:
+def load(path=".", *, archive: bool = True) -> tuple[Repo, config_mod.Config]:
     """The kernel repository around `path` and its configuration: `.kgit.yaml` with this
-    machine's own settings over it (`kgit config --local`)."""
+    machine's own settings over it (`kgit config --local`). `archive`: NotAKernelRepo, saying
+    where to go instead, when the .kgit.yaml has no archive beside it (no kgit/baseline)."""
     repo = Repo.find(path)
-    return repo, config_mod.load(repo.root, settings.local_file(repo))
+    config = config_mod.load(repo.root, settings.local_file(repo))  # a broken .kgit.yaml is said first
+    if archive and repo.baseline() is None:
+        raise NotAKernelRepo(no_archive_message(repo.root))
+    return repo, config
+
+
+# Where scripts/demo.sh makes its kernel repository unless KGIT_DEMO_DIR names another.
+DEMO_DIR = "~/kgit-demo"
+
+
+def no_archive_message(root: Path) -> str:
+    """What a folder with a .kgit.yaml but no kgit archive is, and where to go instead.
+
+    kgit's own checkout is one (its .kgit.yaml documents every key), and the folder the
+    demo leaves a person in: there the message points at the demo's kernel repository.
+    """
+    import kgit
+
+    demo = Path(os.environ.get("KGIT_DEMO_DIR") or DEMO_DIR).expanduser()
+    if Path(root).resolve() == Path(kgit.__file__).resolve().parent.parent:
+        found = (demo / ".kgit.yaml").exists()
+        where = (f"the demo's kernel repository is {demo}: `cd {demo}` and run kgit there" if found else
+                 f"`bash scripts/demo.sh` makes one in {demo} (or in $KGIT_DEMO_DIR)")
+        return (f"{root} is kgit's own checkout: its .kgit.yaml documents the settings, and it holds no "
+                f"experiments. kgit works in a kernel repository: {where}; or make one with "
+                "`kgit init mykernel --problem softmax` (see `kgit problems`).")
+    return (f"{root} has a .kgit.yaml but no kgit archive (no {BASELINE_TAG} tag), so there is nothing to show "
+            "yet. Make the archive here with `kgit init --force --config .kgit.yaml --problem NAME` (keeps these "
+            "settings; `kgit problems` lists the problems), or cd to the kernel repository you meant.")
 
 
 def best(attempts: list[Attempt]) -> Attempt | None:
@@ -187,9 +229,10 @@ def find(attempts: list[Attempt], sha: str) -> Attempt | None:
 def resolve(repo: Repo, rev: str, attempts: list[Attempt] | None = None) -> str:
     """The commit sha `rev` names: a git revision, or an experiment number.
 
-    N (or #N) is experiment N's best correct attempt (highest speedup over its base), or
-    its last attempt when none is correct. A number of four digits or more that is no
-    experiment may still be an abbreviated sha, so git gets to read it then.
+    N (or #N) is experiment N's best correct attempt by the ranking rule (figures.best: the
+    fastest on the ranking GPU, or the most recent where no GPU timed them), or its last
+    attempt when none is correct. A number of four digits or more that is no experiment may
+    still be an abbreviated sha, so git gets to read it then.
     """
     text = str(rev).strip()
     number = text[1:] if text.startswith("#") else text
@@ -198,8 +241,8 @@ def resolve(repo: Repo, rev: str, attempts: list[Attempt] | None = None) -> str:
         mine = sorted((a for a in attempts if a.experiment == int(number) and not a.is_baseline),
                       key=lambda a: a.attempt)
         if mine:
-            ok = [a for a in mine if a.ok]
-            return max(ok, key=lambda a: (a.speedup or 0.0, -a.geomean)).sha if ok else mine[-1].sha
+            found = best(mine)
+            return found.sha if found is not None else mine[-1].sha
         if int(number) == 0:
             return repo.rev(BASELINE_TAG)
         if len(number) < 4 or text.startswith("#"):
@@ -271,14 +314,15 @@ def record(repo: Repo, config, notes: str = "", *, allow_unchanged: bool = False
         if not allow_unchanged:
             _refuse_unchanged(repo, branch, tree, parent)
         if progress:
-            progress("evaluating the work tree...")
+            progress(f"evaluating the work tree (limit {config.evaluator.timeout_s:g} s, evaluator.timeout_s)...")
         changes = _config_changes(repo, parent, tree)
         if changes and progress:
             progress(f"note: this attempt also commits your change to .kgit.yaml ({'; '.join(changes)}); it "
                      "becomes part of the experiment's history. Settings of this machine alone go in "
                      "`kgit config --local` instead (docs/evaluators.md).")
         provisional = repo.commit_tree(tree, [parent], "kgit: provisional commit for evaluation\n")
-        judged = evaluate_rev(repo, config, provisional)
+        with live.evaluation(progress, "evaluating", config.evaluator.timeout_s) as watch:
+            judged = evaluate_rev(repo, config, provisional, watch=watch)
         outcome = commit_attempt(repo, config, branch=branch, tree=tree, parent=parent, result=judged,
                                  notes=notes, author=None, model="human",
                                  plan="Also changes .kgit.yaml: " + "; ".join(changes) if changes else "")
@@ -304,11 +348,24 @@ def _refuse_unchanged(repo: Repo, branch: str, tree: str, parent: str):
                             "`kgit record --allow-unchanged`.")
 
 
-def evaluate_rev(repo: Repo, config, rev: str) -> Evaluation:
-    """Evaluate a commit with the configured backend (kgit/backends.py): local GPUs, Ray, or a command."""
+def evaluate_rev(repo: Repo, config, rev: str, watch=None) -> Evaluation:
+    """Evaluate a commit with the configured backend (kgit/backends.py): local GPUs, Ray, or a command.
+    `watch(stage)` hears each stage where the backend reports them (`watches`)."""
     from kgit.evaluation.backends import get_evaluator
 
-    return Evaluation.of(get_evaluator(repo, config)(rev))
+    evaluator = get_evaluator(repo, config)
+    if watch is not None and getattr(evaluator, "watches", False):
+        return Evaluation.of(evaluator(rev, watch=watch))
+    return Evaluation.of(evaluator(rev))
+
+
+def evaluate_commit(repo: Repo, config, rev: str, progress=None) -> Evaluation:
+    """`kgit eval`: evaluate REV in a throwaway worktree, saying so first, with its stages on the live line."""
+    sha = resolve(repo, rev)
+    if progress:
+        progress(f"evaluating {rev} ({sha[:10]}) in a throwaway worktree (limit {config.evaluator.timeout_s:g} s)...")
+    with live.evaluation(progress, "evaluating", config.evaluator.timeout_s) as watch:
+        return evaluate_rev(repo, config, sha, watch=watch)
 
 
 def experiment_info(repo: Repo, attempts: list[Attempt], branch: str) -> dict:

@@ -16,11 +16,23 @@ if [ ! -f "$demo/.kgit.yaml" ]; then
     "$kgit" init "$demo" --problem "$problem"
 fi
 cd "$demo"
+echo "==> kgit evolve -n $iterations: $iterations iteration(s) of the offline strategist (no LLM)"
 "$kgit" evolve -n "$iterations"
 "$kgit" log
 echo
-echo "successful experiments: git -C $demo log --all --grep speedup --oneline"
-git log --all --grep speedup --oneline
+speedups="$(git log --all --grep speedup --oneline)"
+if [ -n "$speedups" ]; then
+    echo "Real speedups (beyond the noise, on a GPU): git -C $demo log --all --grep speedup --oneline"
+    echo "$speedups"
+else
+    echo "No speedup is claimed: without a GPU the kernels ran in Triton's interpreter on the CPU, which"
+    echo "shows that they are correct, not how fast they are. On a GPU, \`git log --all --grep speedup\`"
+    echo "lists the real ones (\`kgit remeasure --all\` there measures these)."
+fi
 echo
-echo "kgit is installed in $VENV. To type \`kgit ...\` yourself: source $VENV/bin/activate"
-echo "(or call $kgit), then: cd $demo && kgit report --open"
+echo "What this showed: kgit evolve tried $problem's marked tunables with the offline strategist; every"
+echo "experiment is a branch kgit/N-... of $demo, one commit per attempt (failures too), and the"
+echo "table above is \`kgit log\`."
+echo "Next: source $VENV/bin/activate (or call $kgit), then cd $demo and try"
+echo "  kgit show 1; kgit report --open; kgit evolve --model anthropic/claude-sonnet-4-5 -n 3 (an LLM, its key"
+echo "  in ANTHROPIC_API_KEY); docs/evolve.md says more."

@@ -99,3 +99,44 @@ def copy_built(template, dest) -> dict:
     """Copy an initialized kernel repository to `dest` and build the campaign there."""
     shutil.copytree(template, dest, symlinks=True)
     return build(dest)
+
+
+def build_interpreter(root) -> dict:
+    """A campaign timed only in the interpreter, as a machine without a GPU makes it: the
+    results carry the baseline's own device and harness, so every ratio kgit stores is an
+    interpreter ratio that no view may show.
+
+    #1 from the baseline: ok, at 1.03x its speed (a ratio above 1 that no view may call "improved")
+    #2 from #1: ok and the most recent, 0.88x the baseline's time
+    #3 from the baseline: a compile error
+    """
+    repo = Repo(root)
+    config = config_mod.load(repo.root)
+    baseline = next(a for a in repo.read() if a.is_baseline)
+    kernel = repo.git("show", f"{baseline.sha}:kernel.py")
+    shas = {"baseline": baseline.sha}
+
+    def doc(factor=None, status="ok", error=""):
+        out = {"schema": "kgit.result/1", "status": status, "device": baseline.device, "timing": baseline.timing,
+               "harness": baseline.harness, "ranking": "mean", "eval_s": 5.0}
+        if status == "ok":
+            times = {k: v / factor for k, v in baseline.times.items()}
+            out["shapes"] = [{"key": k, "mean_us": v} for k, v in times.items()]
+            product = 1.0
+            for v in times.values():
+                product *= v
+            out["geomean_us"] = product ** (1 / len(times))
+        else:
+            out["error"] = error
+        return out
+
+    for name, hypothesis, base, result_doc in (
+            ("e1", "BLOCK_SIZE 1024 -> 2048", baseline.sha, doc(1.03)),
+            ("e2", "NUM_WARPS 4 -> 8", "e1", doc(0.88)),
+            ("e3", "BLOCK_SIZE 1024 -> 512", baseline.sha, doc(status="compile-error", error="SyntaxError: x"))):
+        base = shas.get(base, base)
+        branch, _ = ex.start(repo, hypothesis, base, checkout=False)
+        tree = tree_with(repo, base, kernel + f"\n# {name}: {hypothesis}\n")
+        shas[name] = ex.commit_attempt(repo, config, branch=branch, tree=tree, parent=base, result=result_doc,
+                                       author=None, model="offline").sha
+    return shas

@@ -488,4 +488,4 @@ def test_cpu_runs_check_correctness_only_and_show_no_timings(kernel_repo):
     assert "incorrect: size=1 (seed 101):" in select_prompt
     assert "interpreter: not timed for speed" in design_prompt
     text = evolve.summary_text(summary)
-    assert "checked correctness only" in text and "most recent correct attempt" in text
+    assert "checked correctness only" in text and "latest correct attempt" in text and "best:" not in text

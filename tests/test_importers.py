@@ -284,3 +284,30 @@ def test_an_eval_py_kgit_does_not_recognise_is_named_with_the_way_out(tmp_path):
 def test_a_kernelbench_problem_is_timed_as_kernelbench_times_it(tmp_path):
     problem_dir, _ = importers.kernelbench_problem(KERNELBENCH, tmp_path / "out")
     assert yaml.safe_load((problem_dir / "task.yml").read_text())["protocol"] == "kernelbench-events"
+
+
+# -- the examples the docs import offline -------------------------------------------------------
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_the_documented_examples_import_offline_and_say_what_to_tune(tmp_path, run_kgit, fast_config):
+    """docs/problems.md's two commands, on the problems shipped under examples/: no network, and the
+    offline strategist says plainly that an imported kernel marks nothing it could tune."""
+    folder, file = EXAMPLES / "gpumode-grayscale", EXAMPLES / "kernelbench" / "1_square_matmul.py"
+    gm = run_kgit(tmp_path, "init", "grayscale", "--from-gpumode", str(folder), "--config", str(fast_config))
+    assert gm.exit_code == 0, gm.stderr
+    assert "note: kernel.py marks no tunable parameter" in gm.output and "kgit try" in gm.output
+    repo = tmp_path / "grayscale"
+    assert (repo / "kernel.py").read_text() == (folder / "submission.py").read_text()
+    assert sorted(p.name for p in (repo / "problem" / "gpumode").iterdir()) == ["reference.py", "task.py"]
+    evolved = run_kgit(repo, "evolve", "-n", "1")
+    assert evolved.exit_code == 0
+    assert "0 attempt(s)" in evolved.output and "nothing it can tune: kernel.py marks no tunable" in evolved.output
+    assert "measured every configuration" not in evolved.output
+    assert git(repo, "for-each-ref", "refs/heads/kgit/") == ""
+
+    kb = run_kgit(tmp_path, "init", "matmul", "--from-kernelbench", str(file), "--config", str(fast_config))
+    assert kb.exit_code == 0, kb.stderr
+    task = yaml.safe_load((tmp_path / "matmul" / "problem" / "task.yml").read_text())
+    assert task["benchmarks"][0]["N"] == 2048 and task["cpu"]["benchmarks"][0]["N"] == 64
+    assert "class ModelNew" in (tmp_path / "matmul" / "kernel.py").read_text()

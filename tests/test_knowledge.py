@@ -1,5 +1,5 @@
-"""The knowledge documents the designer reads: shipped as package data, substantial, named by the
-default configuration, and internally consistent where they state numbers."""
+"""The knowledge documents the designer reads: shipped as package data, substantial, chosen by the
+problem section by section, and internally consistent where they state numbers."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from types import SimpleNamespace
+
 from kgit import config as config_mod
+from kgit import problems as problem_mod
 from kgit import shipped
-from kgit.scientist import prompts
+from kgit.scientist import knowledge, prompts
 
 ROOT = Path(__file__).resolve().parents[1]
 KNOWLEDGE = shipped.prompts_dir() / "knowledge"
@@ -47,16 +50,56 @@ def test_document_is_package_data_and_substantial(name):
     assert "TODO" not in text and "TBD" not in text
 
 
-def test_default_config_names_only_existing_documents_and_they_load():
+def test_default_config_chooses_by_the_problem_and_every_document_loads():
     names = yaml.safe_load(config_mod.default_text())["evolve"]["knowledge"]
-    assert names, "the default should show the designer some knowledge"
-    assert names == config_mod.Config().evolve.knowledge
-    for name in names:
-        assert KNOWLEDGE.joinpath(f"{name}.md").is_file(), name
-    joined = prompts.knowledge(names, repo_root=None)
-    for name in names:
+    assert names == "auto" == config_mod.Config().evolve.knowledge
+    assert set(knowledge.BUILTIN) == set(DOCUMENTS)
+    joined = prompts.knowledge(names, repo_root=None, traits=set(knowledge.TRAITS))
+    for name in DOCUMENTS:
         title = KNOWLEDGE.joinpath(f"{name}.md").read_text(encoding="utf-8").splitlines()[0]
-        assert title in joined
+        assert title.split(" <!--")[0] in joined
+    assert "<!--" not in joined  # the trait comments never reach the model
+
+
+def _traits_of(problem: str, on_gpu: bool = False, device: str = "cpu") -> set:
+    folder = problem_mod.shipped()[problem]
+    environment = SimpleNamespace(on_gpu=on_gpu, device=device, ranked_on=None)
+    return knowledge.traits(problem_mod.load_task(folder), folder, environment)
+
+
+def test_traits_come_from_the_problem_and_where_it_runs():
+    assert _traits_of("softmax") == {"hopper", "cdna3", "interpreter"}  # its build targets, no GPU here
+    assert _traits_of("fp8_blockscale_gemm") == {"matmul", "fp8", "hopper", "cdna3", "interpreter"}
+    assert "interpreter" not in _traits_of("vector_add", on_gpu=True, device="NVIDIA H200")
+    task = SimpleNamespace(summary="", description="y = x @ w.T + b", forbidden=[], targets=[])
+    gpu = SimpleNamespace(on_gpu=True, device="AMD Instinct MI300X", ranked_on=None)
+    assert knowledge.traits(task, None, gpu) == {"matmul", "cdna3"}  # a product and the GPU that times it
+
+
+def test_a_softmax_designer_reads_no_gemm_fp8_or_tensor_core_material():
+    shown = prompts.knowledge("auto", None, _traits_of("softmax"))
+    for absent in ("FP8 GEMM practice", "wgmma", "MFMA (matrix cores)", "e4m3fnuz", "Split-K", "GROUP_M rows",
+                   "tl.dot\n", "Dense FP8 tensor"):
+        assert absent not in shown, absent
+    for present in ("# Triton optimization techniques", "## Block sizes", "4.8 TB/s", "5.3 TB/s", "waves_per_eu",
+                    "TRITON_INTERPRET=1"):
+        assert present in shown, present
+    everything = prompts.knowledge("auto", None, _traits_of("fp8_blockscale_gemm"))
+    whole = [prompts.knowledge([name], None) for name in DOCUMENTS]
+    assert all(doc in everything for doc in whole)  # the fp8 campaign's problem keeps every section
+    assert len(shown) < len(everything) / 3
+
+
+def test_a_list_of_names_shows_those_documents_whole_and_auto_can_join_them(tmp_path):
+    own = tmp_path / "prompts" / "knowledge"
+    own.mkdir(parents=True)
+    (own / "ours.md").write_text("# Our GPU\n\n## Numbers\nIt has 7 SMs.\n")
+    hopper = prompts.knowledge(["hopper"], tmp_path, {"interpreter"})
+    assert "wgmma" in hopper and "<!--" not in hopper  # named: whole, whatever the problem
+    joined = prompts.knowledge(["auto", "ours"], tmp_path, {"interpreter"})
+    assert "7 SMs" in joined and "# Triton optimization techniques" in joined and "NVIDIA Hopper" not in joined
+    with pytest.raises(config_mod.ConfigError, match="evolve.knowledge must be auto"):
+        config_mod.parse("evolve:\n  knowledge: all\n")
 
 
 def _peak_and_bandwidth():

@@ -59,9 +59,12 @@ def test_lineage_command_lists_the_chain_one_line_each(built, run_kgit):
     result = run_kgit(root, "lineage", shas["e2"])
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
-    assert len(lines) == 5  # header, its rule, baseline, #1, #2
+    assert len(lines) == 6  # header, its rule, baseline, #1, #2, what an interpreter timing is
     assert set(lines[1].replace(" ", "")) == {"-"}
-    assert [line.split()[2] for line in lines[2:]] == [shas[k][:10] for k in ("baseline", "e1.2", "e2.2")]
+    assert [line.split()[2] for line in lines[2:5]] == [shas[k][:10] for k in ("baseline", "e1.2", "e2.2")]
+    # The baseline's commit was timed in the interpreter: its timing is named so and gets no ratio.
+    assert "cpu (interpreter)" in lines[2] and "1.00x" not in lines[2]
+    assert lines[5].startswith("(interpreter: ") and "1.60x" in lines[4]
     dead_end = run_kgit(root, "lineage", "--json", shas["e3"])
     assert [a["sha"] for a in json.loads(dead_end.output)] == [shas["baseline"], shas["e3.1"]]
 
@@ -203,7 +206,8 @@ def test_lineage_tree_labels_never_overlap(parents, path):
                    for n, p in parents.items()}
     best_path = [SimpleNamespace(experiment=0, is_baseline=True)]
     best_path += [SimpleNamespace(experiment=n, is_baseline=False) for n in path]
-    campaign = SimpleNamespace(experiments=experiments, best_path=best_path)
+    campaign = SimpleNamespace(experiments=experiments, best_path=best_path, timed=True,
+                               speedup_of=lambda attempt: attempt.speedup_baseline)
     assert _labels_overlapping(campaign) == []
     # Every experiment is still named in the figure.
     fig = plots.lineage_figure(campaign)

@@ -25,10 +25,22 @@ NOISE_TRAILER = "Kgit-Noise"
 GPU_RULE = "the fastest geomean on {device} ({count} attempt(s) measured there by harness {harness}{through})"
 CPU_RULE = ("the most recent correct attempt: the archive has no GPU timings, and interpreter timings "
             "are never ranked")
+# What an interpreter timing is, wherever one is shown: a timing with its meaning, never a ratio.
+INTERPRETER_MEANING = "Triton's interpreter on the CPU, which shows that a kernel runs correctly, not how fast"
+# What measuring on a GPU would add to an archive that has only interpreter timings.
+GPU_WOULD_ADD = ("On a GPU, kgit ranks the attempts by speed, shows speedups over the baseline and each base "
+                 "(per shape too), draws the best-so-far curve, and marks real speedups for "
+                 "`git log --all --grep speedup`. Measure these attempts there with `kgit remeasure --all`, "
+                 "or run `kgit evolve` on a GPU host.")
 
 
 def is_interpreter(timing: str | None, device: str | None = None) -> bool:
     return timing == INTERPRETER or (device or "").lower() == "cpu"
+
+
+def timed(attempt) -> bool:
+    """Whether an attempt's own timing is a speed figure (a GPU's), so that ratios of it may be shown."""
+    return not is_interpreter(attempt.timing, attempt.device)
 
 
 def result_noise(result) -> float | None:

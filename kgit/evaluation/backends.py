@@ -188,8 +188,10 @@ def _spawner():
 class LocalEvaluator:
     """Harness children on this host, at most one per GPU at a time."""
 
-    # Accepts `race=` (an incumbent to race against; harness/racing.py).
+    # Accepts `race=` (an incumbent to race against; harness/racing.py) and `watch=` (told each
+    # stage of the evaluation, for a progress line).
     races = True
+    watches = True
 
     def __init__(self, repo, config, host: devices.Host | None = None, board: devices.Board = devices.BOARD,
                  warm: bool = False):
@@ -208,9 +210,13 @@ class LocalEvaluator:
     def slots(self) -> int:
         return len(self.devices) * self.config.evaluator.per_gpu
 
-    def __call__(self, sha: str, race: dict | None = None) -> dict:
+    def __call__(self, sha: str, race: dict | None = None, watch=None) -> dict:
         share = range(self.config.evaluator.per_gpu)
+        if watch is not None:
+            watch("waiting for a free " + ("GPU" if any(self.devices) else "CPU slot"))
         key = self.board.acquire([("local", d or devices.CPU, k) for k in share for d in self.devices])
+        if watch is not None:
+            watch("start")
         device = None if key[1] == devices.CPU else key[1]
         env = devices.pin_env(self.host, device)
         try:
@@ -223,16 +229,17 @@ class LocalEvaluator:
                         pair = self.warm.take(key, self.config, state, env)
                         self.warm.refill(key, self.config, state, env, device=key[1])
                         quiet = self.warm.quiet(key[1])
-                    given = {k: v for k, v in (("race", race), ("pair", pair), ("quiet", quiet)) if v is not None}
+                    given = {k: v for k, v in (("race", race), ("pair", pair), ("quiet", quiet), ("watch", watch))
+                             if v is not None}
                     doc = self.run(path, env, **given)
         finally:
             self.board.release(key)
         doc["worker"] = {**this_host(), "device": device or devices.CPU, "env": env}
         return doc
 
-    def run(self, path: Path, env: dict, race: dict | None = None, pair=None, quiet=None) -> dict:
+    def run(self, path: Path, env: dict, race: dict | None = None, pair=None, quiet=None, watch=None) -> dict:
         return evaluate.evaluate_tree(path, self.config, state_dir=self.repo.state / "scratch", devices_env=env,
-                                      race=race, pair=pair, quiet=quiet)
+                                      race=race, pair=pair, quiet=quiet, watch=watch)
 
 
 def this_host() -> dict:

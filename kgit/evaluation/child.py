@@ -25,7 +25,7 @@ from pathlib import Path
 
 from kgit.cleanup import remove_tree
 from kgit import secrets as kgit_secrets
-from kgit.evaluation import sandbox
+from kgit.evaluation import excerpts, sandbox
 from kgit.errors import ConfigError
 from kgit_harness import result as result_mod
 from kgit.problems import load_task
@@ -90,13 +90,13 @@ def stage_candidate(source_root: Path, problem_rel: str, files: list[str], scrat
 
 
 def evaluate_tree(source_root: Path, config, *, state_dir: Path, devices_env: dict | None = None,
-                  race: dict | None = None, pair: "Pair | None" = None, quiet=None) -> dict:
+                  race: dict | None = None, pair: "Pair | None" = None, quiet=None, watch=None) -> dict:
     """Evaluate the kernel in a checked-out tree; return the result document.
 
     `race` is the incumbent to race against (harness/racing.py), from `kgit evolve` only.
     `pair`: a judge and runner started ahead of need for this config (`Pair.ahead`), used
     instead of starting one; it is used once, whatever the outcome. `quiet`: what to hold
-    back while the timed loop runs (`Pair.evaluate`).
+    back while the timed loop runs, `watch`: told each stage (`Pair.evaluate`).
     """
     task = load_task(Path(source_root) / config.problem)
     reference = Path(source_root) / config.problem / "reference.py"
@@ -113,7 +113,8 @@ def evaluate_tree(source_root: Path, config, *, state_dir: Path, devices_env: di
         stage_candidate(source_root, config.problem, task.files, pair.scratch)
         # state_dir is <repo>/.git/kgit/scratch; the judge's build-facts cache sits beside it,
         # hidden from the runner with the repository (harness/factcache.py, docs/targets.md).
-        return pair.evaluate(config, race=race, targets_cache=state_dir.parent / "target-facts", quiet=quiet)
+        return pair.evaluate(config, race=race, targets_cache=state_dir.parent / "target-facts", quiet=quiet,
+                             watch=watch)
     finally:
         pair.discard()
 
@@ -242,11 +243,13 @@ class Pair:
         for pid in held:
             _signal(pid, signal.SIGCONT)
 
-    def evaluate(self, config, race: dict | None = None, targets_cache: Path | None = None, quiet=None) -> dict:
+    def evaluate(self, config, race: dict | None = None, targets_cache: Path | None = None, quiet=None,
+                 watch=None) -> dict:
         """Send the evaluation (the candidate's files are in place) and collect its result.
 
         `quiet` (`begin()`, `end()`): told when the judge's timed loop begins and ends (the
         judge's notice lines), and `end()` again once the evaluation is over, however it ended.
+        `watch(stage)`: told each stage in the user's words (`stage_of`), for a progress line.
         """
         assert not self.used, "a started pair is used for one evaluation only"
         self.used = True
@@ -270,7 +273,7 @@ class Pair:
         proc = self.proc
         result_r, self.result_r = self.result_r, None
         notice_r, self.notice_r = self.notice_r, None
-        streams["notices"] = _Notices(quiet)
+        streams["notices"] = _Notices(quiet, watch)
         try:
             status = _wait(proc, {result_r: streams["result"], proc.stdout.fileno(): streams["stdout"],
                                   proc.stderr.fileno(): streams["stderr"], notice_r: streams["notices"]}, ev.timeout_s)
@@ -285,6 +288,10 @@ class Pair:
         confined = doc.pop("confine", None) or {}
         doc["eval_s"] = elapsed
         doc["stdout"], doc["stderr"] = stdout, stderr
+        # The kernel is named as its author knows it (kernel.py), not by the scratch folder it was staged in.
+        for key in ("error", "stdout", "stderr"):
+            if isinstance(doc.get(key), str):
+                doc[key] = excerpts.relative_paths(doc[key], self.candidate_dir)
         doc["sandbox"] = {"namespaces": self.isolation.namespaces, "applied": confined.get("applied", []),
                           "missing": self.isolation.missing + confined.get("missing", [])}
         return kgit_secrets.redact_result(doc)  # the excerpt and output reach commits and prompts
@@ -349,22 +356,43 @@ def _namespace_members(judge: int) -> list[int]:
     return []
 
 
-class _Notices:
-    """The judge's notice lines, passed on to `quiet` ("checked": timing begins, "timed": it ended)."""
+# The judge's stage marks (harness/judge.py) in the words a person waiting reads: the last
+# mark passed says what runs now. "shape k/n" lines come as they are.
+STAGES = {
+    "judge up": "start", "runner spawned": "start", "torch imported": "start", "device ready": "start",
+    "candidate arrived": "start", "reference ready": "start", "runner ready": "compile",
+    "candidate imported": "checks", "checked": "timing", "benchmarks timed": "finish", "kernels split": "finish",
+    "gpu shapes captured": "finish", "timed": "finish", "result": "finish",
+}
 
-    def __init__(self, quiet):
-        self.quiet, self.rest = quiet, b""
+
+def stage_of(notice: str) -> str | None:
+    """The stage a judge's notice line begins, in the user's words; None for a line that names none."""
+    if notice.startswith("shape "):
+        return "timing " + notice
+    return STAGES.get(notice)
+
+
+class _Notices:
+    """The judge's notice lines: passed on to `quiet` ("checked": timing begins, "timed": it
+    ended) and, as stages (`stage_of`), to `watch`."""
+
+    def __init__(self, quiet, watch=None):
+        self.quiet, self.watch, self.rest = quiet, watch, b""
 
     def add(self, chunk: bytes):
         *lines, self.rest = (self.rest + chunk).split(b"\n")
-        self.rest = self.rest[-64:]  # the judge writes a few short lines; nothing to hoard
+        self.rest = self.rest[-128:]  # the judge writes a few short lines; nothing to hoard
         for line in lines:
-            if self.quiet is None:
-                continue
-            if line == b"checked":
-                self.quiet.begin()
-            elif line == b"timed":
-                self.quiet.end()
+            if self.quiet is not None:
+                if line == b"checked":
+                    self.quiet.begin()
+                elif line == b"timed":
+                    self.quiet.end()
+            if self.watch is not None:
+                stage = stage_of(line.decode("utf-8", errors="replace"))
+                if stage:
+                    self.watch(stage)
 
 
 def _result_doc(status: str, payload: bytes, code, stderr: str, timeout_s: float) -> dict:

@@ -31,6 +31,10 @@ class Experiment:
     number: int
     attempts: list
     parent: int | None = None  # experiment whose attempt was the base; 0 = baseline, None = unknown
+    # The best attempt's speed against its base on the campaign's device, when both were timed
+    # there for speed (`Campaign.experiment_ratio`); None otherwise.
+    ratio: float | None = None
+    timed: bool = True  # whether the best attempt has a speed figure (a GPU timing) at all
 
     @property
     def first(self) -> Attempt:
@@ -67,19 +71,26 @@ class Experiment:
 
     @property
     def status(self) -> str:
-        """improved, not-faster, or the last attempt's failure (incorrect, compile-error, ...)."""
+        """improved, not-faster, correct (no speed figure to compare), or the last attempt's
+        failure (incorrect, compile-error, ...)."""
         best = self.best
         if best is None:
             return self.attempts[-1].status
-        return "improved" if (best.speedup or 0.0) > 1.0 else "not-faster"
+        if not self.timed or self.ratio is None:
+            return "correct"
+        return "improved" if self.ratio > 1.0 else "not-faster"
 
     @property
     def outcome(self) -> str:
         best = self.best
         if best is None:
             return f"failed ({self.attempts[-1].status})"
+        if not self.timed:
+            return f"correct, attempt {best.attempt} (not timed on a GPU)"
+        if self.ratio is None:
+            return f"correct, attempt {best.attempt} (its base has no timing to compare with)"
         word = "improved" if self.status == "improved" else "not faster"
-        return f"{word}: {best.speedup or 0:.2f}x vs base, attempt {best.attempt}"
+        return f"{word}: {self.ratio:.2f}x vs base, attempt {best.attempt}"
 
 
 @dataclass
@@ -104,6 +115,12 @@ class Campaign:
         return self.spending or spending_mod.of([], self.attempts)
 
     @property
+    def timed(self) -> bool:
+        """Whether the campaign has speed figures: a GPU ranks it, or its best attempt was timed on one.
+        Without them, timings are shown with their meaning and never as a ratio or a ranking."""
+        return self.harness is not None or figures.timed(self.best)
+
+    @property
     def totals(self) -> dict:
         tried = [a for a in self.attempts if not a.is_baseline]
         ok = [a for a in tried if a.ok]
@@ -112,7 +129,7 @@ class Campaign:
             "success_rate": len(ok) / len(tried) if tried else None,
             **self.spent.to_json(), "gpu_s": sum(a.eval_s or 0.0 for a in self.attempts),
             "best_speedup": self.best_speedup(), "best_geomean_us": self.geomean_of(self.best),
-            "best_sha": self.best.sha, "device": self.device,
+            "best_sha": self.best.sha, "device": self.device, "timed": self.timed,
         }
 
     def measurement_of(self, attempt: Attempt) -> dict | None:
@@ -131,17 +148,34 @@ class Campaign:
         return found.get("geomean_us") if found else None
 
     def speedup_of(self, attempt: Attempt) -> float | None:
-        """The attempt's speedup over the baseline on the campaign's device."""
+        """The attempt's speedup over the baseline on the campaign's device; None where that
+        device's timing is the interpreter's, which is no speed figure."""
         if self.harness is None:
-            return 1.0 if attempt.is_baseline else attempt.speedup_baseline
+            if attempt.is_baseline:
+                return 1.0 if self.timed else None
+            return attempt.speedup_baseline if figures.timed(attempt) else None
         us = self.geomean_of(attempt)
         return self.baseline_geomean / us if us and self.baseline_geomean else None
 
-    def best_speedup(self) -> float:
-        return self.speedup_of(self.best) or 1.0
+    def best_speedup(self) -> float | None:
+        """The best attempt's speedup over the baseline; None when the campaign has no speed figures."""
+        return (self.speedup_of(self.best) or 1.0) if self.timed else None
+
+    def experiment_ratio(self, e: Experiment) -> float | None:
+        """Experiment `e`'s best attempt against its base on the campaign's device, or None."""
+        best = e.best
+        if best is None:
+            return None
+        if self.harness is None:
+            return best.speedup if figures.timed(best) else None
+        base = next((a for a in self.attempts if a.sha == e.base), None)
+        us, base_us = self.geomean_of(best), self.geomean_of(base) if base is not None else None
+        return base_us / us if us and base_us else None
 
     def shape_speedups(self) -> list[tuple[str, float, float, float]]:
-        """(shape, baseline us, best us, speedup) for the best attempt's shapes."""
+        """(shape, baseline us, best us, speedup) for the best attempt's shapes; none without speed figures."""
+        if not self.timed:
+            return []
         rows = []
         times = self.best.times if self.harness is None else (self.measurement_of(self.best) or {}).get("times", {})
         for key, us in times.items():
@@ -206,6 +240,9 @@ def from_attempts(attempts: list, baseline: Attempt, task=None) -> Campaign:
                         best_path=lineage(attempts, best.sha), device=device,
                         baseline_times=(base_m or {}).get("times", {}),
                         baseline_geomean=(base_m or {}).get("geomean_us"), harness=harness, evaluator=evaluator)
+    for e in experiments.values():
+        e.ratio = campaign.experiment_ratio(e)
+        e.timed = e.best is not None and (campaign.measurement_of(e.best) is not None if harness else figures.timed(e.best))
     if task is not None:
         campaign.references = references(task, best)
     return campaign
@@ -297,6 +334,12 @@ def compare(repo: Repo, rev_a: str, rev_b: str) -> dict:
             rows.append({"shape": key, "a_us": before, "b_us": after,
                          "speedup": before / after if after else None})
     ratio = measure.ratio(m_a, (m_b or {}).get("geomean_us"), (m_b or {}).get("times", {}))
+    # Two interpreter timings compare nothing about speed: shown side by side, never as a ratio.
+    interpreter = bool(m_a and m_b) and figures.is_interpreter(m_a.get("timing"), device)
+    if interpreter:
+        ratio = None
+        for row in rows:
+            row["speedup"] = None
     why = None
     if not a.measurements():  # notes that are no timing (a kernel split, build facts) do not count
         why = f"A ({a.sha[:10]}) has no timing: its status is {a.status}"
@@ -306,7 +349,7 @@ def compare(repo: Repo, rev_a: str, rev_b: str) -> dict:
         why = (f"A and B were never measured on one device with one harness (A: {a.device}, B: {b.device}); "
                f"measure B where A ran with `kgit remeasure {b.sha[:10]}`")
     return {"a": a.to_json(), "b": b.to_json(), "device": device, "rows": rows, "speedup": ratio,
-            "not_comparable": why, "diff": repo.diff(a.sha, b.sha)}
+            "interpreter": interpreter, "not_comparable": why, "diff": repo.diff(a.sha, b.sha)}
 
 
 def _attempt(repo: Repo, attempts: list, rev: str) -> Attempt:
@@ -323,6 +366,10 @@ def compare_text(doc: dict) -> str:
              f"B {b['sha'][:10]}  {b['branch']} attempt {b['attempt']}  {b['status']}  {_us(b['geomean_us'])}"]
     if doc["not_comparable"]:
         lines += ["", f"no timing comparison: {doc['not_comparable']}."]
+    elif doc.get("interpreter"):
+        rows = [[r["shape"], _num(r["a_us"], "{:.2f}"), _num(r["b_us"], "{:.2f}")] for r in doc["rows"]]
+        lines += ["", f"on {doc['device']}, from {figures.INTERPRETER_MEANING}: the times are shown, not compared",
+                  tabulate(rows, headers=["shape", "A us", "B us"], tablefmt="simple")]
     else:
         rows = [[r["shape"], _num(r["a_us"], "{:.2f}"), _num(r["b_us"], "{:.2f}"), _num(r["speedup"], "{:.2f}x")] for r in doc["rows"]]
         lines += ["", f"on {doc['device']}; speedup = A time / B time (above 1: B is faster)",
@@ -339,10 +386,18 @@ def lineage_of(repo: Repo, rev: str) -> list[Attempt]:
 
 
 def lineage_text(chain: list[Attempt]) -> str:
-    rows = [[a.experiment, a.attempt, a.sha[:10], a.status, _num(a.geomean, "{:.2f}"), _num(a.speedup, "{:.2f}x"),
-             _num(a.speedup_baseline, "{:.2f}x"), a.device, short(a.hypothesis, 60)] for a in chain]
-    return tabulate(rows, headers=["exp", "att", "sha", "status", "geomean us", "vs base", "vs baseline",
-                                   "measured on", "hypothesis"], tablefmt="simple")
+    """The chain as a table; an interpreter timing is named as such and gets no ratio."""
+    rows = []
+    for a in chain:
+        timed = figures.timed(a)
+        rows.append([a.experiment, a.attempt, a.sha[:10], a.status, _num(a.geomean, "{:.2f}"),
+                     _num(a.speedup if timed else None, "{:.2f}x"), _num(a.speedup_baseline if timed else None, "{:.2f}x"),
+                     a.device if timed or not a.ok else f"{a.device} (interpreter)", short(a.hypothesis, 60)])
+    table = tabulate(rows, headers=["exp", "att", "sha", "status", "geomean us", "vs base", "vs baseline",
+                                    "measured on", "hypothesis"], tablefmt="simple")
+    if any(a.ok and not figures.timed(a) for a in chain):
+        table += f"\n(interpreter: timings from {figures.INTERPRETER_MEANING}; they get no ratio)"
+    return table
 
 
 # -- the markdown report ---------------------------------------------------------------------
@@ -362,20 +417,36 @@ EXPERIMENT_HEADERS = ["#", "hypothesis", "from", "outcome", "attempts", "cost", 
 def summary_lines(campaign: Campaign) -> list[str]:
     t = campaign.totals
     rate = "-" if t["success_rate"] is None else f"{t['success_rate']:.0%}"
-    return [
+    lines = [
         f"{t['experiments']} experiments, {t['attempts']} attempts, {t['correct']} correct ({rate})",
         f"LLM cost {campaign.spent.text()}; "
         f"evaluation time {t['gpu_s'] / 60:.1f} min",
-        f"best: {t['best_sha'][:10]} {campaign.best.branch or 'baseline'}, {_us(t['best_geomean_us'])}, "
-        f"{t['best_speedup']:.2f}x vs baseline on {t['device']}",
     ]
+    if campaign.timed:
+        lines.append(f"best: {t['best_sha'][:10]} {campaign.best.branch or 'baseline'}, {_us(t['best_geomean_us'])}, "
+                     f"{t['best_speedup']:.2f}x vs baseline on {t['device']}")
+    else:
+        lines.append(f"latest correct attempt: {t['best_sha'][:10]} {campaign.best.branch or 'baseline'} (no GPU timing, "
+                     "so nothing is ranked by speed)")
+    return lines
 
 
 def markdown(campaign: Campaign, title: str) -> str:
     lines = [f"# kgit report: {title}", ""] + [f"- {line}" for line in summary_lines(campaign)]
-    if campaign.best.timing == "interpreter" and campaign.harness is None:
-        lines.append("- timings come from the Triton CPU interpreter and say nothing about GPU speed")
-    lines += ["", "## Best path", ""]
+    lines += _timed_markdown(campaign) if campaign.timed else _untimed_markdown(campaign)
+    lines += ["", "## Hypotheses", ""]
+    rows = [[n, short(h, 70).replace("|", "/"), p, o, k, c, m] for n, h, p, o, k, c, m in experiment_rows(campaign)]
+    lines.append(tabulate(rows, headers=EXPERIMENT_HEADERS, tablefmt="github") if rows else "No experiments yet.")
+    if not campaign.timed:
+        lines += ["", "## What a GPU would add", "", figures.GPU_WOULD_ADD]
+    if campaign.notebook:
+        lines += ["", "## Lab notebook (the designer's lessons so far)", ""] + [f"- {item}" for item in campaign.notebook]
+    return "\n".join(lines) + "\n"
+
+
+def _timed_markdown(campaign: Campaign) -> list[str]:
+    """The best path, the best attempt's per-shape speedups and the reference lines."""
+    lines = ["", "## Best path", ""]
     lines.append(tabulate([[a.experiment, a.sha[:10], _num(campaign.geomean_of(a), "{:.2f}"), _num(campaign.speedup_of(a), "{:.2f}x"),
                             short(a.hypothesis, 80)] for a in campaign.best_path],
                           headers=["exp", "sha", "geomean us", "vs baseline", "hypothesis"], tablefmt="github"))
@@ -390,12 +461,18 @@ def markdown(campaign: Campaign, title: str) -> str:
         lines += ["", "## Reference lines", ""]
         lines += [f"- {label}: {us:.2f} us (the best takes {(campaign.geomean_of(campaign.best) or 0) / us:.2f}x that)"
                   for label, us in campaign.references.items()]
-    lines += ["", "## Hypotheses", ""]
-    rows = [[n, short(h, 70).replace("|", "/"), p, o, k, c, m] for n, h, p, o, k, c, m in experiment_rows(campaign)]
-    lines.append(tabulate(rows, headers=EXPERIMENT_HEADERS, tablefmt="github") if rows else "No experiments yet.")
-    if campaign.notebook:
-        lines += ["", "## Lab notebook (the designer's lessons so far)", ""] + [f"- {item}" for item in campaign.notebook]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _untimed_markdown(campaign: Campaign) -> list[str]:
+    """Without speed figures: what every timing is, and the path to the latest correct attempt
+    with its timings named for what they are (the report says what a GPU would add at its end)."""
+    lines = [f"- every timing comes from {figures.INTERPRETER_MEANING}", "",
+             "## Path to the latest correct attempt", ""]
+    lines.append(tabulate([[a.experiment, a.sha[:10], a.status, _num(campaign.geomean_of(a), "{:.2f}"),
+                            short(a.hypothesis, 80)] for a in campaign.best_path],
+                          headers=["exp", "sha", "status", "interpreter us", "hypothesis"], tablefmt="github"))
+    return lines
 
 
 def _us(value):

@@ -8,10 +8,12 @@ references, hypotheses) so tests and people's tooling can find them.
 from __future__ import annotations
 
 import base64
+import re
 import datetime as dt
 from html import escape
 from pathlib import Path
 
+from kgit.archive import figures
 from kgit.review import plots
 from kgit.review import campaign as review
 
@@ -71,9 +73,15 @@ def render(campaign, title: str) -> str:
         f"<title>kgit report: {escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>kgit report: {escape(title)}</h1>",
         f'<p class="sub">generated {when} from the archive of {len(campaign.attempts)} commits</p>',
-        _summary(campaign), _progress(campaign), _lineage(campaign), _shapes(campaign),
-        _references(campaign), _targets(campaign), _hypotheses(campaign), _notebook(campaign), "</body></html>",
     ]
+    if campaign.timed:
+        parts += [_summary(campaign), _progress(campaign), _lineage(campaign), _shapes(campaign),
+                  _references(campaign), _targets(campaign), _hypotheses(campaign), _notebook(campaign)]
+    else:
+        # No speed figure anywhere: correctness and lineage lead, and the report says what a GPU would add.
+        parts += [_summary(campaign), _lineage(campaign), _hypotheses(campaign), _progress(campaign),
+                  _shapes(campaign), _targets(campaign), _notebook(campaign)]
+    parts.append("</body></html>")
     return "\n".join(p for p in parts if p)
 
 
@@ -91,27 +99,37 @@ def _img(png: bytes, alt: str) -> str:
 def _summary(c) -> str:
     t = c.totals
     rate = "-" if t["success_rate"] is None else f"{t['success_rate']:.0%}"
-    cards = [
-        (f"{t['best_speedup']:.2f}x", "best vs baseline"), (_us(t["best_geomean_us"]), "best geomean"),
-        (str(t["experiments"]), "experiments"), (str(t["attempts"]), "attempts"),
-        (rate, f"correct ({t['correct']})"), (c.spent.short(), "LLM cost"),
-        (f"{t['gpu_s'] / 60:.1f} min", "evaluation time"),
-    ]
+    counts = [(str(t["experiments"]), "experiments"), (str(t["attempts"]), "attempts"),
+              (rate, f"correct ({t['correct']})")]
+    spent = [(c.spent.short(), "LLM cost"), (f"{t['gpu_s'] / 60:.1f} min", "evaluation time")]
+    if c.timed:
+        cards = [(f"{t['best_speedup']:.2f}x", "best vs baseline"), (_us(t["best_geomean_us"]), "best geomean")]
+        cards += counts + spent
+    else:
+        cards = [(f"{t['correct']} of {t['attempts']}", "attempts correct")] + counts[:2] + spent
     html = ['<section id="summary"><h2>Summary</h2><div class="cards">']
     html += [f'<div class="card"><b>{escape(v)}</b><span>{escape(k)}</span></div>' for v, k in cards]
     html.append("</div>")
     best = c.best
-    html.append(f"<p>Best attempt: <code>{best.sha[:10]}</code> {escape(best.branch or 'baseline')} "
-                f"(attempt {best.attempt}) on {escape(c.device or 'unknown device')}: "
-                f"{escape(best.hypothesis)}. Reproduce with <code>kgit eval {best.sha[:10]}</code>.</p>")
-    if best.timing == "interpreter" and c.harness is None:
-        html.append('<p class="note">These timings come from the Triton CPU interpreter: they show that the '
-                    "kernels ran correctly, not how fast they are on a GPU.</p>")
+    if c.timed:
+        html.append(f"<p>Best attempt: <code>{best.sha[:10]}</code> {escape(best.branch or 'baseline')} "
+                    f"(attempt {best.attempt}) on {escape(c.device or 'unknown device')}: "
+                    f"{escape(best.hypothesis)}. Reproduce with <code>kgit eval {best.sha[:10]}</code>.</p>")
+    else:
+        html.append(f"<p>Latest correct attempt: <code>{best.sha[:10]}</code> {escape(best.branch or 'baseline')} "
+                    f"(attempt {best.attempt}): {escape(best.hypothesis)}. Reproduce with "
+                    f"<code>kgit eval {best.sha[:10]}</code>.</p>")
+        html.append(f'<p class="note">Every timing here comes from {escape(figures.INTERPRETER_MEANING)}, so '
+                    "nothing is ranked by speed and no speedup is shown (see what a GPU would add, below).</p>")
     html.append("</section>")
     return "\n".join(html)
 
 
 def _progress(c) -> str:
+    if not c.timed:
+        png = plots.correctness(c)
+        body = _img(png, "correct and failed attempts per experiment") if png else "<p>No experiments yet.</p>"
+        return f'<section id="progress"><h2>Correctness over experiments</h2>{body}</section>'
     png = plots.progress(c)
     body = _img(png, "best geomean over experiments") if png else "<p>No timed attempt yet.</p>"
     return f'<section id="progress"><h2>Progress</h2>{body}</section>'
@@ -120,10 +138,13 @@ def _progress(c) -> str:
 def _lineage(c) -> str:
     path = " &rarr; ".join(f"#{a.experiment}" if not a.is_baseline else "baseline" for a in c.best_path)
     return (f'<section id="lineage"><h2>Lineage</h2>{_img(plots.lineage_tree(c), "lineage tree of experiments")}'
-            f"<p>Best path: {path}</p></section>")
+            f"<p>{'Best path' if c.timed else 'Path to the latest correct attempt'}: {path}</p></section>")
 
 
 def _shapes(c) -> str:
+    if not c.timed:
+        return ('<section id="shapes"><h2>What a GPU would add</h2>'
+                f"<p>{_code(figures.GPU_WOULD_ADD)}</p></section>")
     png = plots.shape_speedups(c)
     if png is None:
         body = (f"<p>The baseline has no measurement on {escape(c.device)}; run "
@@ -149,7 +170,8 @@ def _references(c) -> str:
 
 def _targets(c) -> str:
     """Build facts of the baseline and the best attempt per target GPU (docs/targets.md)."""
-    pairs = [("baseline", c.baseline), ("best", c.best)] if c.best.sha != c.baseline.sha else [("baseline", c.baseline)]
+    label = "best" if c.timed else "latest correct"
+    pairs = [("baseline", c.baseline), (label, c.best)] if c.best.sha != c.baseline.sha else [("baseline", c.baseline)]
     names = list(dict.fromkeys(n for _, a in pairs for n in a.targets))
     if not names:
         return ""
@@ -174,6 +196,11 @@ def _hypotheses(c) -> str:
         rows.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
     return (f'<section id="hypotheses"><h2>Hypotheses</h2><table><tr>{head}</tr>{"".join(rows)}</table>'
             "</section>")
+
+
+def _code(text: str) -> str:
+    """Plain text with its `backquoted` commands set as code."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
 
 
 def _us(value) -> str:

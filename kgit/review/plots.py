@@ -18,9 +18,10 @@ from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa:
 
 from kgit.review.campaign import short  # noqa: E402
 
-# Colour per experiment status: improvements green, correct-but-slower grey, failures warm.
+# Colour per experiment status: improvements green, correct-but-slower grey, correct without a
+# speed figure (the interpreter) slate, which claims nothing about speed; failures warm.
 STATUS_COLOURS = {
-    "improved": "#2e7d32", "not-faster": "#9e9e9e", "baseline": "#1565c0",
+    "improved": "#2e7d32", "not-faster": "#9e9e9e", "correct": "#546e7a", "baseline": "#1565c0",
     "incorrect": "#e65100", "compile-error": "#c62828", "runtime-error": "#ad1457",
     "timeout": "#6a1b9a", "crash": "#4e342e", "rejected": "#f9a825",
 }
@@ -158,8 +159,8 @@ def lineage_figure(campaign):
     fits = lambda text: len(text) * 0.6 * LABEL_PT + 8 < column_pt  # noqa: E731
     for number in labelled:
         e = campaign.experiments[number]
-        best = e.best
-        tail = f" {best.speedup_baseline:.2f}x" if best and best.speedup_baseline else ""
+        ratio = campaign.speedup_of(e.best) if e.best else None
+        tail = f" {ratio:.2f}x" if ratio else ""
         if len(campaign.experiments) <= MAX_LABELLED and number not in has_child:
             text = f"#{number} {short(e.hypothesis, 28)}{tail}"
         else:
@@ -168,7 +169,8 @@ def lineage_figure(campaign):
     used = sorted({e.status for e in campaign.experiments.values()} | {"baseline"})
     handles = [plt.Line2D([], [], marker="o", linestyle="", color=STATUS_COLOURS.get(s, OTHER_COLOUR), label=s)
                for s in used]
-    handles.append(plt.Line2D([], [], color=BEST_COLOUR, linewidth=3, label="best path"))
+    handles.append(plt.Line2D([], [], color=BEST_COLOUR, linewidth=3,
+                              label="best path" if campaign.timed else "path to the latest correct"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     ax.set_xlim(-0.3, depth + 1.2)
     ax.set_ylim(rows - 0.5, -0.7)
@@ -179,6 +181,25 @@ def lineage_figure(campaign):
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     return fig
+
+
+def correctness(campaign) -> bytes | None:
+    """Stacked bars per experiment: correct and failed attempts (an archive with no speed figures)."""
+    numbers = list(campaign.experiments)
+    if not numbers:
+        return None
+    correct = [sum(a.ok for a in campaign.experiments[n].attempts) for n in numbers]
+    failed = [len(campaign.experiments[n].attempts) - c for n, c in zip(numbers, correct)]
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    ax.bar(numbers, correct, color=STATUS_COLOURS["correct"], label="correct")
+    ax.bar(numbers, failed, bottom=correct, color=STATUS_COLOURS["incorrect"], label="failed")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("experiment")
+    ax.set_ylabel("attempts")
+    ax.set_title("Attempts per experiment (no GPU timing: correctness only)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return _png(fig)
 
 
 def shape_speedups(campaign) -> bytes | None:

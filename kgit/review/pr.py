@@ -24,6 +24,7 @@ from tabulate import tabulate
 
 from kgit.review import campaign as review
 from kgit.archive import measure
+from kgit.archive.figures import GPU_WOULD_ADD, INTERPRETER_MEANING, timed as timed_for_speed
 from kgit.archive import trailers as tr
 from kgit.archive import remotes
 from kgit.archive.refs import ExperimentRef
@@ -219,11 +220,16 @@ class Figures:
         return (attempt.device, attempt.harness) == (self.best.device, self.best.harness)
 
     def vs_base(self, attempt) -> float | None:
+        """None for an interpreter timing: it is no speed figure, so no ratio of it is shown."""
+        if not timed_for_speed(attempt):
+            return None
         if self.base_m and self._same_run(attempt):
             return measure.ratio(self.base_m, attempt.geomean, attempt.times)
         return attempt.speedup  # measured elsewhere: its own trailer, against a base timing from there
 
     def vs_baseline(self, attempt) -> float | None:
+        if not timed_for_speed(attempt):
+            return None
         if self.baseline_m and self._same_run(attempt):
             return measure.ratio(self.baseline_m, attempt.geomean, attempt.times)
         return attempt.speedup_baseline
@@ -254,11 +260,15 @@ def pr_body(campaign, exp, bodies: dict, *, remote: str, branch: str, squashed: 
     plan = _plan(bodies.get(best.sha, ""))
     if plan:
         lines += ["### Plan and notes", "", plan, ""]
-    lines += [f"## Results on {best.device}", "", _results_table(figures), "",
-              f"Measured with `{best.timing}` timing, harness `{best.harness or 'unknown'}`; "
-              "speedup = old time / new time, above 1 is faster. " + figures.statement(), ""]
-    if best.timing == "interpreter":
-        lines += ["These timings come from the Triton CPU interpreter: they show correctness, not GPU speed.", ""]
+    if timed_for_speed(best):
+        lines += [f"## Results on {best.device}", "", _results_table(figures), "",
+                  f"Measured with `{best.timing}` timing, harness `{best.harness or 'unknown'}`; "
+                  "speedup = old time / new time, above 1 is faster. " + figures.statement(), ""]
+    else:
+        lines += [f"## Correctness on {best.device}", "", _results_table(figures, ratios=False), "",
+                  f"Correct on every test shape. Every timing here comes from {INTERPRETER_MEANING}: "
+                  "the times are listed, not compared, and this pull request claims no speedup. "
+                  + GPU_WOULD_ADD, ""]
     if len(stack) > 1:
         lines += ["## Stacked experiments", "",
                   f"This experiment builds on others that `{base_branch}` does not hold yet, so this pull request "
@@ -288,20 +298,21 @@ def _plan(body: str) -> str:
     return "\n\n".join(keep)
 
 
-def _results_table(figures: Figures) -> str:
+def _results_table(figures: Figures, ratios: bool = True) -> str:
+    """Per shape: the baseline's, the PR base's and this PR's times, and (`ratios`) the speedups."""
     best, base_m, baseline_m = figures.best, figures.base_m, figures.baseline_m
     before = (base_m or {}).get("times", {})
     first = (baseline_m or {}).get("times", {})
     rows = []
     for key, us in best.times.items():
         b, f = before.get(key), first.get(key)
-        rows.append([key, _f(f), _f(b), f"{us:.2f}", _x(b, us), _x(f, us)])
+        rows.append([key, _f(f), _f(b), f"{us:.2f}"] + ([_x(b, us), _x(f, us)] if ratios else []))
     g_base, g_first = (base_m or {}).get("geomean_us"), (baseline_m or {}).get("geomean_us")
     # The geomean row's ratios are the title's and the attempts table's (measure.ratio).
-    rows.append(["**geomean**", _f(g_first), _f(g_base), f"{best.geomean:.2f}", _r(figures.vs_base(best)),
-                 _r(figures.vs_baseline(best))])
-    return tabulate(rows, headers=["shape", "baseline us", "PR base us", "this PR us", "vs PR base", "vs baseline"],
-                    tablefmt="github")
+    rows.append(["**geomean**", _f(g_first), _f(g_base), f"{best.geomean:.2f}"]
+                + ([_r(figures.vs_base(best)), _r(figures.vs_baseline(best))] if ratios else []))
+    headers = ["shape", "baseline us", "PR base us", "this PR us"] + (["vs PR base", "vs baseline"] if ratios else [])
+    return tabulate(rows, headers=headers, tablefmt="github")
 
 
 def _attempts_table(exp, bodies: dict, figures: Figures) -> str:

@@ -22,37 +22,82 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def log_table(attempts) -> str:
+# Columns that may be said once above the table when every row has the same cell there.
+_FOLDED = ("measured on", "verdict")
+# Columns left out when every row's cell is blank (an archive with no speed figures).
+_DROPPED_BLANK = ("vs base", "verdict", "vs baseline")
+_MIN_HYPOTHESIS = 16
+
+
+def log_table(attempts, width: int | None = None, wide: bool = False) -> str:
+    """The archive, one row per attempt, oldest experiment first.
+
+    A column whose cell is the same on every row (the device and timing method of an
+    interpreter-only archive) is said once on a line above the table, an empty one is left
+    out, and the branch is left out (experiment N is kgit/N-...); the hypothesis is cut so
+    that a row fits `width` characters. `wide`: every column on every row, nothing cut.
+    """
     from kgit.archive import figures
 
     group = figures.gpu_group(attempts)
     on_gpu = {a.sha: g for a, g in group.entries} if group else {}
     baseline = next((a for a in attempts if a.is_baseline), None)
+    gpu_us, gpu_vs = (f"{group.device} us", f"vs baseline on {group.device}") if wide and group else ("gpu us", "gpu vs baseline")
     rows = []
     for a in sorted(attempts, key=lambda a: (a.experiment, a.attempt)):
+        # An interpreter timing says nothing about speed: no ratio, no verdict; its meaning is in "measured on".
+        timed = a.ok and figures.timed(a)
         measured = figures.describe(a.timing, a.device, figures.attempt_noise(a)) if a.ok else ""
-        verdict = figures.attempt_verdict(a, attempts).word if a.ok and not a.is_baseline else ""
-        # An interpreter timing says nothing about speed: its ratios are left blank, not shown as speedups.
-        timed = a.ok and not figures.is_interpreter(a.timing, a.device)
-        row = [a.experiment, a.attempt, a.branch, a.sha[:10], a.status, _num(a.geomean),
-               _num(a.speedup if timed else None, "{:.2f}x"), verdict,
-               _num(a.speedup_baseline if timed else None, "{:.2f}x"), measured]
+        row = {"exp": a.experiment, "att": a.attempt, "branch": a.branch, "sha": a.sha[:10], "status": a.status,
+               "geomean us": _num(a.geomean), "vs base": _num(a.speedup if timed else None, "{:.2f}x"),
+               "verdict": figures.attempt_verdict(a, attempts).word if timed and not a.is_baseline else "",
+               "vs baseline": _num(a.speedup_baseline if timed else None, "{:.2f}x"), "measured on": measured}
         if group:
             base_us = on_gpu.get(baseline.sha) if baseline else None
             us = on_gpu.get(a.sha)
-            row += [_num(us, "{:.2f}"), _num(base_us / us if us and base_us and not a.is_baseline else None,
-                                              "{:.2f}x")]
-        rows.append(row + [_short(a.hypothesis, 50)])
-    headers = ["exp", "att", "branch", "sha", "status", "geomean us", "vs base", "verdict", "vs baseline",
-               "measured on"]
-    if group:
-        headers += [f"{group.device} us", f"vs baseline on {group.device}"]
+            row[gpu_us] = _num(us, "{:.2f}")
+            row[gpu_vs] = _num(base_us / us if us and base_us and not a.is_baseline else None, "{:.2f}x")
+        row["hypothesis"] = a.hypothesis
+        rows.append(row)
+    if not rows:
+        return ""
+    columns = list(rows[0])
+    said = []
+    if not wide:
+        columns.remove("branch")
+        for name in _DROPPED_BLANK:
+            if all(not r[name] for r in rows):
+                columns.remove(name)
+        for name in _FOLDED:
+            values = {r[name] for r in rows if r[name]}
+            if name in columns and len(values) == 1 and all(r[name] or r["status"] != "ok" for r in rows):
+                columns.remove(name)
+                said.append(f"{name}, every correct attempt: {values.pop()}")
+        if group:
+            said.append(f"gpu: {group.device}, the device that ranks the attempts (harness {group.harness or 'unknown'})")
+        said.append("experiment N is the branch kgit/N-...; `kgit log --wide` shows every column")
+    cut = _hypothesis_width(rows, columns, width) if not wide else None
+    body = [[_short(r[c], cut or len(r[c])) if c == "hypothesis" else r[c] for c in columns] for r in rows]
     # disable_numparse: tabulate would print 1331040.0 as 1.33104e+06.
-    return tabulate(rows, headers=headers + ["hypothesis"], tablefmt="simple", disable_numparse=True)
+    table = tabulate(body, headers=columns, tablefmt="simple", disable_numparse=True)
+    return "\n".join(said + ([""] if said else []) + [table])
+
+
+def _hypothesis_width(rows: list[dict], columns: list[str], width: int | None) -> int | None:
+    """What is left of `width` for the hypothesis column once the others are laid out (tabulate
+    pads a header by two characters, and "simple" tables put two spaces between columns)."""
+    if not width:
+        return None
+    used = sum(max(len(c) + 2, *(len(str(r[c])) for r in rows)) + 2 for c in columns if c != "hypothesis")
+    return max(_MIN_HYPOTHESIS, width - used)
 
 
 def best_lines(attempts, attempt) -> list[str]:
-    """What `kgit best` prints: the attempt with the figures of the device that ranks it, then the rule."""
+    """What `kgit best` prints: the attempt with the figures of the device that ranks it, then the rule.
+
+    With no GPU timing in the archive nothing is ranked by speed: the attempt is named for
+    what it is, the latest correct one, beside what kgit can say and what a GPU would add.
+    """
     from kgit.archive import figures
 
     group = figures.gpu_group(attempts)
@@ -62,8 +107,14 @@ def best_lines(attempts, attempt) -> list[str]:
         baseline = next((a for a in attempts if a.is_baseline), None)
         us, base_us = on_device.get(attempt.sha), on_device.get(baseline.sha) if baseline else None
         figure = f"{us:.2f} us on {device}" + (f"  {base_us / us:.2f}x vs baseline there" if base_us and us else "")
-    elif figures.is_interpreter(attempt.timing, attempt.device):
-        figure = "correct (interpreter: not timed for speed)"
+    elif not figures.timed(attempt):
+        tried = [a for a in attempts if not a.is_baseline]
+        correct = sum(a.ok for a in tried)
+        return [f"{attempt.sha}  {attempt.branch}  latest correct attempt (not timed for speed)  {attempt.hypothesis}",
+                f"rule: {figures.rule(attempts)}.",
+                f"What kgit can rank here: correctness only ({correct} of {len(tried)} attempt(s) correct); every "
+                f"timing in the archive comes from {figures.INTERPRETER_MEANING}.",
+                figures.GPU_WOULD_ADD]
     else:
         figure = f"{_num(attempt.geomean, '{:.2f}')} us  {attempt.speedup_baseline or 1:.2f}x vs baseline"
     return [f"{attempt.sha}  {attempt.branch}  {figure}  {attempt.hypothesis}", f"rule: {figures.rule(attempts)}"]
@@ -86,8 +137,12 @@ def devices_table(attempts) -> str:
 
 
 def shape_table(result, before: dict | None = None) -> str:
-    """Per-shape statistics of one harness `Result`, against `before` times (key -> us) when given."""
+    """Per-shape statistics of one harness `Result`, against `before` times (key -> us) when given;
+    an interpreter result gets the base's times but no ratio (they are not speed figures)."""
+    from kgit.archive import figures
+
     ranking = result.ranking or "mean"
+    ratios = not figures.is_interpreter(result.timing, result.device)
     rows = []
     # Beside the ranked figure: the kernel's device time (flushed events) and the host time a call (GPU).
     per_call = any(s.get("device_us") is not None for s in result.shapes)
@@ -99,17 +154,41 @@ def shape_table(result, before: dict | None = None) -> str:
         if before is not None:
             b = before.get(s["key"])
             value = s.get(ranking + "_us")
-            row += [_num(b, "{:.2f}"), _num(b / value if b and value else None, "{:.2f}x")]
+            row += [_num(b, "{:.2f}")] + ([_num(b / value if b and value else None, "{:.2f}x")] if ratios else [])
         rows.append(row)
     headers = ["shape", "mean us", "median us", "min us", "std us", "n"]
     if per_call:
         headers += ["device us", "host us"]
     if before is not None:
-        headers += ["base us", "speedup"]
+        headers += ["base us"] + (["speedup"] if ratios else [])
     return tabulate(rows, headers=headers, tablefmt="simple")
 
 
-def result_summary(judged) -> str:
+def recorded_text(judged, base_times: dict, verbose: bool = False) -> str:
+    """What `kgit record` prints of its evaluation: the per-shape table against the base (an
+    interpreter result without ratios, and said so), or the summary of one that has no shapes."""
+    from kgit.archive import figures
+
+    result = judged.result
+    if not result.shapes:
+        return result_summary(judged, verbose)
+    lines = [shape_table(result, base_times)]
+    if figures.is_interpreter(result.timing, result.device):
+        lines.append(f"\ntimings: from {figures.INTERPRETER_MEANING}; no ratio is shown.")
+    if result.error:
+        lines += ["", "error:", error_text(result.error, verbose)]
+    return "\n".join(lines)
+
+
+def error_text(error: str, verbose: bool = False) -> str:
+    """A candidate's error for the terminal: its place in the kernel first, kgit's frames left
+    out unless `verbose` (kgit/evaluation/excerpts.py), at most its last 3000 characters."""
+    from kgit.evaluation.excerpts import in_user_terms
+
+    return in_user_terms(error.rstrip()[-3000:], verbose)
+
+
+def result_summary(judged, verbose: bool = False) -> str:
     """One evaluation (kgit.evaluation.evaluated.Evaluation) for the terminal."""
     result = judged.result
     lines = [f"status: {result.status}" + (f" ({result.reason})" if result.reason else ""),
@@ -127,7 +206,7 @@ def result_summary(judged) -> str:
         lines += kernel_lines({s["key"]: s["kernels"]["rows"] for s in result.shapes
                                if (s.get("kernels") or {}).get("rows")}, result.device)
     if result.error:
-        lines += ["", "error:", result.error.rstrip()[-3000:]]
+        lines += ["", "error:", error_text(result.error, verbose)]
     from kgit.evaluation.buildfacts import trailers
 
     lines += [f"{key[len('Kgit-'):].lower()}: {value}" for key, value in trailers(result)]
@@ -154,7 +233,24 @@ def latest_kernels(attempt) -> tuple[dict, str | None]:
     return newest["kernels"], newest.get("device_tag") or newest.get("device")
 
 
-def attempt_text(attempt, body: str, base_times: dict, diffstat: str) -> str:
+def _body_in_user_terms(body: str, verbose: bool) -> str:
+    """The commit body with its error excerpt paragraph in the user's terms (`error_text`)."""
+    out = []
+    for paragraph in body.split("\n\n"):
+        if paragraph.startswith("Error excerpt:"):
+            excerpt = "\n".join(line[4:] for line in paragraph.splitlines()[1:])
+            shown = error_text(excerpt, verbose).splitlines()
+            paragraph = "Error excerpt:\n" + "\n".join(("    " + line).rstrip() for line in shown)
+        out.append(paragraph)
+    return "\n\n".join(out)
+
+
+def attempt_text(attempt, body: str, base_times: dict, diffstat: str, verbose: bool = False) -> str:
+    """What `kgit show` prints; an interpreter attempt's timings come without ratios, an error
+    excerpt in the user's terms (the whole traceback with `verbose`)."""
+    from kgit.archive import figures
+
+    timed = figures.timed(attempt)
     lines = [
         f"{attempt.sha}  {attempt.branch}  attempt {attempt.attempt}",
         f"subject:    {attempt.subject}",
@@ -163,7 +259,8 @@ def attempt_text(attempt, body: str, base_times: dict, diffstat: str) -> str:
         f"base:       {attempt.base or '-'}",
         f"device:     {attempt.device} ({attempt.timing}, protocol {attempt.protocol or 'kgit-adaptive'})",
         f"geomean:    {_num(attempt.geomean, '{:.2f} us')}   vs base {_num(attempt.speedup, '{:.2f}x')}   "
-        f"vs baseline {_num(attempt.speedup_baseline, '{:.2f}x')}",
+        f"vs baseline {_num(attempt.speedup_baseline, '{:.2f}x')}" if timed else
+        f"geomean:    {_num(attempt.geomean, '{:.2f} us')} (from {figures.INTERPRETER_MEANING}; no ratio is shown)",
         f"model:      {attempt.model}" + (f"   cost {usd(attempt.cost, 6)}" if attempt.cost is not None else
                                            "   cost unpriced" if unpriced(attempt) else "")
         + (f"   {attempt.tokens:.0f} tokens" if attempt.tokens else "")
@@ -185,13 +282,15 @@ def attempt_text(attempt, body: str, base_times: dict, diffstat: str) -> str:
         if len(variants) > 1:  # the trailer is the worst of these
             lines += [f"              {kernel}: {facts}" for kernel, facts in variants]
     if body.strip():
-        lines += ["", body.strip()]
+        lines += ["", _body_in_user_terms(body.strip(), verbose)]
     if attempt.times:
         rows = []
         for key, value in attempt.times.items():
             b = base_times.get(key)
-            rows.append([key, f"{value:.2f}", _num(b, "{:.2f}"), _num(b / value if b else None, "{:.2f}x")])
-        lines += ["", tabulate(rows, headers=["shape", "time us", "base us", "speedup"], tablefmt="simple")]
+            rows.append([key, f"{value:.2f}", _num(b, "{:.2f}")] + ([_num(b / value if b else None, "{:.2f}x")]
+                                                                     if timed else []))
+        headers = ["shape", "time us", "base us"] + (["speedup"] if timed else [])
+        lines += ["", tabulate(rows, headers=headers, tablefmt="simple")]
     lines += kernel_lines(*latest_kernels(attempt))
     if diffstat.strip():
         lines += ["", diffstat.rstrip()]

@@ -17,15 +17,6 @@ from kgit.archive import figures
 _DOC_POINTER = re.compile(r"[^.]*\bdocs/[\w./-]+[^.]*\.?")
 
 
-def _own_frame() -> re.Pattern:
-    """A traceback frame in kgit's or the harness's installed sources, with the source line under it."""
-    import kgit
-    import kgit_harness
-
-    roots = "|".join(re.escape(str(Path(m.__file__).resolve().parent) + "/") for m in (kgit, kgit_harness))
-    return re.compile(rf'^[ \t]*File "(?:{roots})[^"]*", line \d+.*\n(?:[ \t]+(?!File ")\S.*\n)*?(?=[ \t]*File "|\S)', re.M)
-
-
 @dataclass
 class Environment:
     """Where candidates run: device, compiled or interpreted, versions, and the evaluator."""
@@ -236,6 +227,8 @@ def _function_source(path: Path, name: str) -> str:
 
 
 def candidate_error(text: str) -> str:
-    """An error as the writer should see it: the traceback frames of kgit and its harness removed."""
-    cleaned = _own_frame().sub("", text or "")
-    return re.sub(r"\n{3,}", "\n\n", cleaned)
+    """An error as the writer should see it: the traceback frames of kgit, its harness and Python's
+    import machinery removed."""
+    from kgit.evaluation.excerpts import without_own_frames
+
+    return without_own_frames(text)[0]

@@ -22,6 +22,10 @@ from kgit.scientist.answers import Plan
 
 _MARKER = re.compile(r"^(?P<lead>\s*)(?P<name>[A-Za-z_]\w*)(?P<eq>\s*=\s*)(?P<value>[^#\n]*?)"
                      r"(?P<gap>\s*)#\s*kgit:\s*tune\s+(?P<choices>.+?)\s*$")
+# How to give the offline strategist something to tune: an attempt whose kernel marks its parameters.
+MARK_HOW = ('Mark the parameters worth trying in an attempt: `kgit try "mark the tunables"`, add '
+            "`# kgit: tune V1 V2 ...` to their assignment lines (`BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 "
+            "2048`, docs/tunables.md), `kgit record`, then `kgit evolve` again")
 # The product of all choices is walked only this far when no single change is left.
 PRODUCT_LIMIT = 100_000
 
@@ -137,6 +141,15 @@ class Strategist:
                 if len(plans) >= pick:
                     return plans
         return plans + self._anywhere(best_sha, files_of[best_sha], measured, pick - len(plans))
+
+    def why_no_plans(self, base_sha: str) -> str:
+        """Why `plans` found nothing from `base_sha`: no marked tunable at all, or every configuration measured."""
+        files = self.files([base_sha])[base_sha]
+        if not any(tunables(path, text) for path, text in files.items()):
+            return (f"the offline strategist has nothing it can tune: {', '.join(self.editable)} marks no tunable "
+                    f"parameter. {MARK_HOW}; or use an LLM (--model)")
+        return ("the offline strategist has measured every configuration of the marked tunables; mark more values "
+                "(docs/tunables.md) or use an LLM (--model)")
 
     def _neighbours(self, files):
         """Single-parameter changes, nearest values first, round-robin over the parameters."""

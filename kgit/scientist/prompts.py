@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kgit import problems as problem_mod
 from kgit import shipped
+from kgit.scientist import knowledge as knowledge_mod
 from kgit.errors import ConfigError
 
 # "system" is the stable prefix every stage shares; "iteration" the writers' shared context.
@@ -59,21 +60,40 @@ def available_knowledge(repo_root: Path | None) -> list[str]:
     return sorted(names)
 
 
-def knowledge(names: list[str], repo_root: Path | None) -> str:
-    """The documents `evolve.knowledge` lists, joined; a clear error for one that does not exist."""
+def knowledge(names, repo_root: Path | None, traits: set[str] | None = None) -> str:
+    """The knowledge documents for the designer, joined; a clear error for one that does not exist.
+
+    `names` is `evolve.knowledge`: "auto" (or a list holding it) stands for the built-in documents
+    chosen by the problem's `traits` (kgit/scientist/knowledge.py), section by section; every other
+    name is one document, shown whole. A repository's own prompts/knowledge/<name>.md replaces the
+    built-in of that name.
+    """
+    names = [names] if isinstance(names, str) else list(names)
     parts = []
     for name in names:
-        candidates = [_builtin(f"knowledge/{name}.md")]
-        if repo_root is not None:
-            candidates.insert(0, Path(repo_root) / OVERRIDE_DIR / "knowledge" / f"{name}.md")
-        found = next((p for p in candidates if p.exists()), None)
-        if found is None:
-            have = ", ".join(available_knowledge(repo_root)) or "none"
-            raise ConfigError(f"evolve.knowledge lists {name!r}, but there is no knowledge document {name}.md "
-                              f"(available: {have}). Remove it from .kgit.yaml, or add "
-                              f"{OVERRIDE_DIR}/knowledge/{name}.md to the kernel repository.")
-        parts.append(found.read_text(encoding="utf-8").strip())
-    return "\n\n".join(parts) if parts else "(no knowledge documents selected in .kgit.yaml)"
+        chosen = name == knowledge_mod.AUTO
+        for doc in (knowledge_mod.BUILTIN if chosen else [name]):
+            text = _knowledge_file(doc, repo_root).read_text(encoding="utf-8")
+            shown = knowledge_mod.select(text, traits if chosen else None)
+            if shown and shown not in parts:
+                parts.append(shown)
+    if parts:
+        return "\n\n".join(parts)
+    return ("(no knowledge documents fit this problem)" if knowledge_mod.AUTO in names
+            else "(no knowledge documents selected in .kgit.yaml)")
+
+
+def _knowledge_file(name: str, repo_root: Path | None) -> Path:
+    candidates = [_builtin(f"knowledge/{name}.md")]
+    if repo_root is not None:
+        candidates.insert(0, Path(repo_root) / OVERRIDE_DIR / "knowledge" / f"{name}.md")
+    found = next((p for p in candidates if p.exists()), None)
+    if found is None:
+        have = ", ".join(available_knowledge(repo_root)) or "none"
+        raise ConfigError(f"evolve.knowledge lists {name!r}, but there is no knowledge document {name}.md "
+                          f"(available: {have}; or auto, the ones that fit the problem). Remove it from "
+                          f".kgit.yaml, or add {OVERRIDE_DIR}/knowledge/{name}.md to the kernel repository.")
+    return found
 
 
 def code_block(files: dict[str, str]) -> str:

@@ -16,6 +16,7 @@ from kgit.archive import notebook, trees
 from kgit.evaluation import buildfacts
 from kgit.scientist import context as context_mod
 from kgit.scientist import design as design_mod
+from kgit.scientist import knowledge as knowledge_mod
 from kgit.scientist import offline, prompts
 from kgit.scientist import select as select_mod
 from kgit.scientist import write as write_mod
@@ -44,6 +45,7 @@ class Context:
     archive_tokens: int
     targets: list = field(default_factory=list)  # the declared build targets (docs/targets.md)
     task: object = None  # the problem (its benchmark shapes and work formulas: the designer's rates)
+    traits: set = field(default_factory=set)  # what chose the knowledge sections (kgit/scientist/knowledge.py)
 
     @property
     def root(self):
@@ -62,8 +64,9 @@ def build(repo, config, task, problem_dir, attempts, host=None) -> Context:
     environment = context_mod.environment(config, attempts, host, task)
     text = prompts.task_text(task, environment.on_gpu, context_mod.check_text(task, problem_dir))
     declared = list(task.targets if config.targets is None else config.targets)
-    return Context(repo, text, environment, prompts.knowledge(config.evolve.knowledge, repo.root), list(task.files),
-                   config.evolve.pick, config.evolve.attempts, config.evolve.archive_tokens, declared, task)
+    traits = knowledge_mod.traits(task, problem_dir, environment, declared)
+    return Context(repo, text, environment, prompts.knowledge(config.evolve.knowledge, repo.root, traits), list(task.files),
+                   config.evolve.pick, config.evolve.attempts, config.evolve.archive_tokens, declared, task, traits)
 
 
 @dataclass
@@ -73,6 +76,7 @@ class Designed:
     error: str | None = None
     lessons: list | None = None
     fewer_because: str = ""
+    none_because: str = ""  # why `plans` is [] (the search is over), in words that say what to do
 
 
 @dataclass
@@ -189,7 +193,8 @@ class OfflineScientist(_Selector):
 
     def design(self, ctx, attempts, selection) -> Designed:
         strategist = offline.Strategist(ctx.repo, ctx.editable)
-        return Designed(strategist.plans(attempts, selection.base, ctx.pick))
+        plans = strategist.plans(attempts, selection.base, ctx.pick)
+        return Designed(plans, none_because="" if plans else strategist.why_no_plans(selection.base))
 
     def write(self, ctx, iteration, plan, files, error, attempt):
         if self.client is not None and not is_offline(self.client.model("write")):
@@ -198,10 +203,10 @@ class OfflineScientist(_Selector):
 
     def preview(self, ctx, attempts, best) -> list[str]:
         selection, _, _ = _Selector.select(OfflineScientist(), ctx, attempts, best)
-        plans = self.design(ctx, attempts, selection).plans
-        listing = "\n".join(f"- {p.title} (base {p.base[:10]}): {p.description}" for p in plans)
+        designed = self.design(ctx, attempts, selection)
+        listing = "\n".join(f"- {p.title} (base {p.base[:10]}): {p.description}" for p in designed.plans)
         return [f"# select (offline)\nbase: {best.sha[:10]} (the best correct attempt by kgit's ranking rule)",
-                f"# design (offline)\n{listing or 'every configuration of the marked tunables was measured'}"]
+                f"# design (offline)\n{listing or designed.none_because}"]
 
 
 def make(client) -> Scientist:
