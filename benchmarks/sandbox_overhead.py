@@ -43,6 +43,8 @@ def start_and_confine(mode: str) -> float:
         os.close(life_r)
         os.close(life_w)
         remove_tree(scratch)
+        for folder in set(spec["sandbox"]["cgroups"].values()):
+            sandbox.cgroups.remove(folder)
 
 
 def main():

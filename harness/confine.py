@@ -20,7 +20,7 @@ PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 MS_BIND, MS_REC = 4096, 16384
 AT_FDCWD, AT_RECURSIVE = -100, 0x8000
-MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = 0x1, 0x2
 SYS_MOUNT_SETATTR = 442  # same number on x86_64 and aarch64 (added in Linux 5.12)
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 CAPS_V3 = 0x20080522
@@ -102,13 +102,39 @@ def set_limits(cpu_s: int | None, nofile: int, fsize: int, data_bytes: int | Non
     return applied
 
 
-def join_cgroup(folder: str):
-    """Move this process (and so everything it starts) into the cgroup at `folder`."""
-    with open(os.path.join(folder, "cgroup.procs"), "w") as f:
-        f.write("0")  # "0": the writing process, whatever its number in our PID namespace
-    # The candidate runs as the files' owner: without this it could raise pids.max or
-    # move itself out, also on GPU hosts where the rest of the filesystem stays writable.
+def join_cgroups(folders) -> None:
+    """Move this process (and so everything it starts) into each cgroup folder of `folders`."""
+    for folder in dict.fromkeys(f for f in folders if f):
+        with open(os.path.join(folder, "cgroup.procs"), "w") as f:
+            f.write("0")  # "0": the writing process, whatever its number in our PID namespace
+    # A runner that is root of its user namespace owns root's cgroup files: without this it
+    # could raise its limits or move itself out (the view's /sys is read-only as well).
     _mount_setattr("/sys/fs/cgroup", recursive=True, set_=MOUNT_ATTR_RDONLY)
+
+
+def _cgroup_limits(cgroups: dict) -> tuple[list[str], list[str]]:
+    """What the joined cgroups hold the runner to, in words: (applied, missing)."""
+    applied = []
+    pids = cgroups.get("pids")
+    if pids:
+        applied.append(f"pids cgroup (pids.max={_read(pids, 'pids.max')})")
+    memory = cgroups.get("memory")
+    if memory:
+        v2 = os.path.exists(os.path.join(memory, "memory.max"))
+        limit = _read(memory, "memory.max" if v2 else "memory.limit_in_bytes")
+        swap = _read(memory, "memory.swap.max" if v2 else "memory.memsw.limit_in_bytes")
+        swap_off = swap == "0" if v2 else swap == limit
+        applied.append(f"memory cgroup (limit={limit} bytes, {'no swap' if swap_off else 'swap not limited'}; "
+                       "memfd, shared mappings and tmpfs count)")
+    return applied, []
+
+
+def _read(folder: str, name: str) -> str:
+    try:
+        with open(os.path.join(folder, name)) as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
 
 
 def nproc_counts_per_namespace() -> bool:
@@ -133,16 +159,19 @@ def _mount_setattr(path: str, recursive: bool, set_=0, clear=0):
     _check(ret, f"mount_setattr({path})")
 
 
-def _bind(source: str, target: str):
-    _check(libc().mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None), f"bind mount {target}")
-
-
-def _bind_self(path: str):
-    _check(libc().mount(path.encode(), path.encode(), None, MS_BIND | MS_REC, None), f"bind mount {path}")
-
-
-MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_RDONLY = 2, 4, 32, 1
-HIDE_BYTES = 1 << 20  # the empty tmpfs over a hidden folder holds only the paths mounted back
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_PRIVATE = 1, 2, 4, 32, 1 << 18
+MNT_DETACH = 2
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+# The view's root holds mount points only; on GPU hosts it stays writable (CUDA does not
+# start with every mount read-only), and this is all that can be written there.
+VIEW_ROOT_BYTES = 16 << 20
+DEV_BYTES = 1 << 20
+DEVICES = ("null", "zero", "full", "random", "urandom")
+DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+             "stderr": "/proc/self/fd/2"}
+# Parts of /proc that change the host, read-only as container runtimes make them: a
+# runner that is root of its user namespace is root's owner there (sysctls, sysrq).
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
 
 
 def _mount(source, target: str, fstype, flags: int, data):
@@ -150,119 +179,219 @@ def _mount(source, target: str, fstype, flags: int, data):
     _check(libc().mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
 
 
-def _tmpfs(target: str, size: int, mode: str):
-    _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(size)},mode={mode}")
+def _tmpfs(target: str, size: int, mode: str, owner=None):
+    data = f"size={int(size)},mode={mode}" + (f",uid={owner[0]},gid={owner[1]}" if owner else "")
+    _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, data)
 
 
-def _make_read_only(path: str):
-    """Read-only for the mount at `path` alone (its own mount flags kept)."""
+def _bind(source: str, target: str, read_only: bool = True):
+    """Bind `source` (with what is mounted below it) at `target`, read-only unless asked."""
+    _mount(source, target, None, MS_BIND | MS_REC, None)
+    if read_only:
+        _make_read_only(target, recursive=True)
+
+
+def _make_read_only(path: str, recursive: bool = False):
+    """Read-only and without set-user-ID programs for the mount at `path` (and those below
+    it if `recursive`), its other flags kept."""
     try:
-        _mount_setattr(path, recursive=False, set_=MOUNT_ATTR_RDONLY)
+        _mount_setattr(path, recursive=recursive, set_=MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID)
     except OSError as e:
         if e.errno != errno.ENOSYS:
             raise
-        # Before Linux 5.12: a remount must repeat the flags the mount already has.
+        # Before Linux 5.12: a remount must repeat the flags the mount already has, and
+        # reaches the top mount only.
         kept = os.statvfs(path).f_flag & (MS_NOSUID | MS_NODEV | 8 | 1024 | 2048 | 4096)
-        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept, None)
+        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | kept, None)
 
 
 def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def runtime_paths() -> list[str]:
-    """Folders this interpreter still reads after confinement: Python, its packages, the
-    harness, the CUDA/ROCm toolkits. A hidden folder holding one gets it mounted back."""
-    found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(os.path.abspath(__file__))]
-    found += [p for p in sys.path if p]
-    found += [os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "HIP_PATH")]
-    found += os.environ.get("LD_LIBRARY_PATH", "").split(":")
-    found += [os.path.dirname(os.environ.get(v, "")) for v in ("TRITON_PTXAS_PATH", "TRITON_HIP_LLD_PATH")]
-    return sorted({os.path.realpath(p) for p in found if p and os.path.isdir(p)})
+def _under(root: str, path: str) -> str:
+    return os.path.join(root, path.lstrip("/"))
 
 
-def private_view(scratch: str, keep: list[str], hide: list[str], scratch_bytes: int | None,
-                 runtime: list[str]) -> tuple[list[str], list[str]]:
-    """Build the candidate's view of the filesystem in this (private) mount namespace.
+def _mirror(root: str, path: str) -> str:
+    """Copy into the new root each symbolic link met on the way to `path`, so that `path`
+    resolves there as it does on the host; return where `path` really is."""
+    current = "/"
+    for name in [part for part in path.split("/") if part]:
+        step = os.path.join(current, name)
+        if os.path.islink(step):
+            link = _under(root, step)
+            if not os.path.lexists(link):
+                os.makedirs(os.path.dirname(link), exist_ok=True)
+                os.symlink(os.readlink(step), link)
+            current = os.path.realpath(step)
+        else:
+            current = step
+    return current
 
-    - each folder in `hide` is covered by an empty, read-only tmpfs: not read-only,
-      gone. Folders of `runtime` inside it are mounted back read-only at their place;
-    - the scratch becomes a fresh tmpfs of `scratch_bytes` (writing past it fails with
-      ENOSPC), and the folders of `keep` that sit inside it (the candidate, the problem)
-      are mounted back read-only.
 
-    The mounts back come from descriptors opened before anything was covered; they are
-    closed before returning. Returns the folders hidden, and what was not hidden and why.
+def _mount_point(target: str, like: str):
+    """An empty directory, or an empty file for a file, at `target` for a mount of `like`."""
+    if os.path.isdir(like):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if not os.path.exists(target):
+            open(target, "w").close()
+
+
+def _pivot(root: str):
+    """Make `root` this mount namespace's root and let the old root go."""
+    number = SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise OSError(errno.ENOSYS, f"pivot_root: unknown system-call number on {os.uname().machine}")
+    os.chdir(root)
+    _check(libc().syscall(number, b".", b"."), "pivot_root")
+    _check(libc().umount2(b".", MNT_DETACH), "umount of the old root")
+    os.chdir("/")
+
+
+def allowlisted_view(scratch: str, keep: list[str], view: dict, *, scratch_bytes: int, shm_bytes: int,
+                     read_only: bool, owner=None) -> tuple[list[str], list[str]]:
+    """Replace this (private) mount namespace's filesystem by the allowlist, and enter it.
+
+    The new root is an empty tmpfs holding, each at its host path: the folders of
+    `view["system"]` and `view["runtime"]` and the files of `view["etc"]`, read-only;
+    a /dev with the basic devices and those of `view["devices"]`; /proc (the PID
+    namespace's own) with the parts that change the host read-only; /sys read-only; a
+    fresh /tmp; the scratch as a fresh tmpfs of `scratch_bytes` owned by `owner`
+    (uid, gid) if given; and, read-only inside it, the folders of `keep` (the
+    candidate, the problem helpers). /dev/shm is a private tmpfs of `shm_bytes`, or
+    the host's where that is 0. With `read_only` the root and /dev are read-only too,
+    so the scratch, /tmp and /dev/shm are the only writable places. Nothing else of
+    the host is there: not HOME, the repository, other repositories or the rest of
+    /etc. Returns (applied, missing) in words; `missing` names the folders of
+    `view["private"]` (HOME, the repository) that a runtime folder holds.
     """
-    scratch = os.path.realpath(scratch)
-    keep = [os.path.realpath(p) for p in keep if p and os.path.isdir(p)]
-    refused, hidden = [], []
-    for folder in sorted({os.path.realpath(h) for h in hide if os.path.isdir(h)}, key=len):
-        if any(_inside(folder, h) for h in hidden) or _inside(folder, scratch):
-            continue  # covered already
-        holder = next((r for r in runtime if _inside(folder, r)), None)
-        if holder:
-            refused.append(f"{folder} is not hidden: the Python environment or toolkit in {holder} lives there")
-            continue
-        hidden.append(folder)
-    back = {p for p in runtime + keep if any(_inside(p, h) for h in hidden) or _inside(p, scratch) and p != scratch}
-    back = sorted(back, key=len)
-    back = [p for i, p in enumerate(back) if not any(_inside(p, q) for q in back[:i])]
-    fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for p in back}
-    # Parents before children: the folder a mount goes into must already be in the new view.
-    steps = sorted([(h, "hide") for h in hidden] + [(p, "back") for p in back]
-                   + ([(scratch, "scratch")] if scratch_bytes else []), key=lambda step: len(step[0]))
+    keep = [p for p in keep if p and os.path.isdir(p)]
+    # The scratch's own folders are covered below: held by descriptors opened before.
+    fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for p in keep}
+    mask = os.umask(0o022)  # mount points an unprivileged runner can pass through
+    root = os.path.realpath(scratch)  # the new root is mounted over the scratch folder, a place of our own
     try:
-        for path, what in steps:
-            os.makedirs(path, exist_ok=True)
-            if what == "hide":
-                _tmpfs(path, HIDE_BYTES, "0755")
-            elif what == "scratch":
-                _tmpfs(path, scratch_bytes, "0700")
-            else:
-                _bind(f"/proc/self/fd/{fds[path]}", path)
-                _make_read_only(path)
-        for path in hidden:
-            _make_read_only(path)
+        _mount(None, "/", None, MS_REC | MS_PRIVATE, None)  # nothing of ours reaches the host's mounts
+        _tmpfs(root, VIEW_ROOT_BYTES, "0755")
+        # Every symbolic link on the way is copied first, while the new root is bare.
+        sources = [_mirror(root, p) for p in view.get("system", []) + view.get("runtime", []) + view.get("etc", [])]
+        scratch_at, keep_at = _mirror(root, scratch), {p: _mirror(root, p) for p in keep}
+        placed = []
+        for real in sorted(set(sources), key=len):
+            if any(_inside(real, q) for q in placed) or not os.path.exists(real):
+                continue
+            _mount_point(_under(root, real), real)
+            _bind(real, _under(root, real))
+            placed.append(real)
+        _devices(root, view.get("devices", []), shm_bytes)
+        os.makedirs(_under(root, "/proc"), exist_ok=True)
+        _bind("/proc", _under(root, "/proc"), read_only=False)
+        for name in PROC_READ_ONLY:
+            part = _under(root, f"/proc/{name}")
+            if os.path.lexists(part):
+                _bind(part, part)
+        os.makedirs(_under(root, "/sys"), exist_ok=True)
+        _bind("/sys", _under(root, "/sys"))
+        os.makedirs(_under(root, "/tmp"), exist_ok=True)
+        _tmpfs(_under(root, "/tmp"), scratch_bytes, "1777")
+        os.makedirs(_under(root, scratch_at), exist_ok=True)
+        _tmpfs(_under(root, scratch_at), scratch_bytes, "0700", owner)
+        for path in sorted(keep, key=lambda p: len(keep_at[p])):
+            target = _under(root, keep_at[path])
+            os.makedirs(target, exist_ok=True)
+            _bind(f"/proc/self/fd/{fds[path]}", target)
+        if read_only:
+            _make_read_only(_under(root, "/dev"))
+            _make_read_only(root)
+        _pivot(root)
+    except OSError:
+        try:
+            libc().umount2(root.encode(), MNT_DETACH)  # back to the host's view; the caller says so
+        except OSError:
+            pass
+        raise
     finally:
+        os.umask(mask)
         for fd in fds.values():
             os.close(fd)
-    os.chdir(scratch)  # the old working directory is the folder under the new tmpfs
-    return hidden, refused
+    os.chdir(scratch)
+    missing = []
+    for folder in view.get("private", []):
+        holder = next((q for q in placed if _inside(os.path.realpath(folder), q)), None)
+        if holder:
+            missing.append(f"{folder} is in the view: it lies in {holder}, a folder the runtime needs")
+    applied = ["allowlisted filesystem (the scratch, the candidate, the problem helpers, Python and its packages, "
+               "the system's programs and libraries, the toolkits, basic /etc files, the devices, /proc and /sys; "
+               "nothing else of the host)"]
+    applied.append("read-only filesystem except the scratch folder, /tmp and /dev/shm" if read_only else
+                   "read-only libraries, /etc, /sys and the parts of /proc that change the host (the view's root, "
+                   "/tmp and /dev are private tmpfs mounts, left writable on a GPU host)")
+    return applied, missing
 
 
-def private_shm(size: int):
-    """A fresh, empty /dev/shm: POSIX shared memory neither outlives the evaluation nor is shared."""
-    if os.path.isdir("/dev/shm"):
-        _tmpfs("/dev/shm", size, "1777")
+def _devices(root: str, devices: list[str], shm_bytes: int):
+    """/dev: a small tmpfs with the basic devices, the GPU's device files and /dev/shm."""
+    dev = _under(root, "/dev")
+    os.makedirs(dev, exist_ok=True)
+    _tmpfs(dev, DEV_BYTES, "0755")
+    for name in DEVICES:
+        if os.path.exists(f"/dev/{name}"):
+            _mount_point(os.path.join(dev, name), f"/dev/{name}")
+            _bind(f"/dev/{name}", os.path.join(dev, name))
+    for name, target in DEV_LINKS.items():
+        os.symlink(target, os.path.join(dev, name))
+    for path in devices:
+        if not os.path.lexists(path) or not _inside(path, "/dev"):
+            continue
+        target = _under(root, path)
+        if os.path.islink(path):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            if not os.path.lexists(target):
+                os.symlink(os.readlink(path), target)
+            continue
+        _mount_point(target, path)
+        _bind(path, target)
+    shm = os.path.join(dev, "shm")
+    os.makedirs(shm, exist_ok=True)
+    if shm_bytes:
+        _tmpfs(shm, shm_bytes, "1777")  # neither outlives the evaluation nor is shared
+    elif os.path.isdir("/dev/shm"):
+        _bind("/dev/shm", shm, read_only=False)
 
 
-def read_only_except(writable: list[str]):
-    """Make every mount read-only except the mounts at `writable` (the scratch, /dev/shm).
+def become(uid: int, gid: int, groups: list[int]):
+    """Become `uid`/`gid` (with supplementary `groups`) for good, with no capabilities.
 
-    Mounts below a writable one (the candidate and problem folders mounted back)
-    keep their own read-only flag.
+    For kgit as root: the runner builds its view as root, then is an unprivileged user
+    of its own. glibc changes every thread's ids; changing them from root to another
+    user clears every capability, and the bounding set dropped first keeps them gone.
     """
-    for path in writable:
-        if not os.path.ismount(path):
-            _bind_self(path)  # a mount of its own, so it can stay writable
-    _mount_setattr("/", recursive=True, set_=MOUNT_ATTR_RDONLY)
-    for path in writable:
-        _mount_setattr(path, recursive=False, clear=MOUNT_ATTR_RDONLY)
+    drop_bounding_set()
+    os.setgroups([int(g) for g in groups])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    drop_capabilities(bounding=False)
 
 
-def drop_capabilities():
-    """Give up every capability (also across exec) so the mounts cannot be undone.
-
-    Inside a user namespace we are root of that namespace only; without capabilities
-    that root can no longer remount, mount or change owners.
-    """
+def drop_bounding_set():
     last = int(open("/proc/sys/kernel/cap_last_cap").read())
     for cap in range(last + 1):
         ret = libc().prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
         if ret != 0 and ctypes.get_errno() != errno.EINVAL:
             _check(ret, f"prctl(PR_CAPBSET_DROP, {cap})")
+
+
+def drop_capabilities(bounding: bool = True):
+    """Give up every capability (also across exec) so the mounts cannot be undone.
+
+    Inside a user namespace we are root of that namespace only; without capabilities
+    that root can no longer remount, mount or change owners.
+    """
+    if bounding:
+        drop_bounding_set()
     _check(libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     number = SYS_CAPSET.get(os.uname().machine)
     if number is None:
@@ -297,16 +426,24 @@ def apply(spec: dict) -> dict:
     if want.get("ipc_namespace"):
         applied.append("private IPC namespace")
 
-    if want.get("pids_cgroup"):
+    groups = {k: v for k, v in (want.get("cgroups") or {}).items() if v}
+    if groups:
         try:
-            join_cgroup(want["pids_cgroup"])
-            applied.append(f"pids cgroup (pids.max={open(want['pids_cgroup'] + '/pids.max').read().strip()})")
+            join_cgroups(groups.values())
+            applied.extend(_cgroup_limits(groups)[0])
         except OSError as e:
-            missing.append(f"pids cgroup ({e.strerror or e})")
+            missing.append(f"cgroups ({e.strerror or e})")
+            groups = {}
+    run_as = want.get("run_as")
     nproc = want.get("nproc")
-    if want.get("pid_namespace") and not nproc and not want.get("pids_cgroup"):
-        missing.append("process-count limit (root is exempt from RLIMIT_NPROC and no pids cgroup is writable)")
-    if nproc and not nproc_counts_per_namespace():
+    if want.get("pid_namespace"):
+        if not nproc and "pids" not in groups:
+            missing.append("process-count limit (root is exempt from RLIMIT_NPROC and no pids cgroup is writable)")
+        if want.get("memory_bytes") and "memory" not in groups:
+            missing.append("memory cgroup (no memory hierarchy kgit may write): memfd, POSIX shared memory, shared "
+                           "mappings and tmpfs files are not counted; RLIMIT_DATA holds private memory only")
+    if nproc and not run_as and not nproc_counts_per_namespace():
+        # In a user namespace: before Linux 5.14 the count is all of the user's processes.
         missing.append(f"process-count limit (Linux {os.uname().release} counts all of the user's processes)")
         nproc = None
     try:
@@ -317,38 +454,34 @@ def apply(spec: dict) -> dict:
         missing.append(f"resource limits ({e})")
 
     if want.get("pid_namespace"):
-        scratch = want["scratch"]
         keep = [spec.get("candidate_dir"), spec.get("helpers_dir")]
-        hide = list(want.get("hide") or [])
-        if want.get("hide_problem"):
-            hide.append(spec.get("problem_dir"))
-        else:
+        if not want.get("hide_problem"):
             keep.append(spec.get("problem_dir"))
         try:
-            hidden, refused = private_view(scratch, [p for p in keep if p], [h for h in hide if h],
-                                           want.get("scratch_bytes"), runtime_paths())
-            if want.get("scratch_bytes"):
-                applied.append(f"scratch is a tmpfs of {want['scratch_bytes']} bytes")
-            if hidden:
-                applied.append("hidden: " + ", ".join(hidden))
+            done, refused = allowlisted_view(
+                want["scratch"], [p for p in keep if p], want.get("view") or {},
+                scratch_bytes=int(want.get("scratch_bytes") or 1 << 30), shm_bytes=int(want.get("shm_bytes") or 0),
+                read_only=bool(want.get("read_only")), owner=run_as[:2] if run_as else None)
+            applied.extend(done)
+            applied.append(f"scratch is a tmpfs of {int(want.get('scratch_bytes') or 1 << 30)} bytes")
+            if want.get("shm_bytes"):
+                applied.append("private /dev/shm")
+            else:
+                missing.append("private /dev/shm (not on GPU hosts: CUDA IPC with the judge needs the host's)")
             missing.extend(refused)
         except OSError as e:
-            missing.append(f"private filesystem view: hidden folders, size-capped scratch ({e.strerror or e})")
-        if not want.get("shm_bytes"):
-            missing.append("private /dev/shm (not on GPU hosts: CUDA IPC with the judge needs the host's)")
-        else:
-            try:
-                private_shm(int(want["shm_bytes"]))
-                applied.append("private /dev/shm")
-            except OSError as e:
-                missing.append(f"private /dev/shm ({e.strerror or e})")
-    if want.get("read_only"):
+            missing.append(f"allowlisted filesystem, size-capped scratch, read-only filesystem ({e.strerror or e})")
+    if run_as:
         try:
-            read_only_except([p for p in (want["scratch"], "/dev/shm") if os.path.isdir(p)])
-            applied.append("read-only filesystem except the scratch folder")
+            become(*run_as)
+            applied.append(f"runs as uid {run_as[0]}, gid {run_as[1]}: an unprivileged user of its own, owner of "
+                           "none of the host's files")
+            applied.append("no capabilities")
+            die_with_parent(want.get("parent_pid"))  # changing ids cleared the parent-death signal
         except OSError as e:
-            missing.append(f"read-only filesystem ({e.strerror or e})")
-    if want.get("drop_caps"):
+            missing.append(f"unprivileged runner user ({e.strerror or e})")
+            run_as = None
+    if want.get("drop_caps") and not run_as:
         try:
             drop_capabilities()
             applied.append("no capabilities")

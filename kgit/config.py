@@ -41,6 +41,9 @@ class EvaluatorConfig:
     max_output_bytes: int = 20000
     # YAML reads a bare `off` as false, so false is accepted as "off".
     sandbox: typing.Union[str, bool] = "auto"
+    # Who the runner is when kgit runs as root (docs/sandbox.md): "auto" a user of its own
+    # where no GPU driver is present, "unprivileged" everywhere, "kgit" root of a user namespace.
+    runner_user: str = "auto"
     max_memory_gb: typing.Optional[float] = None
     # The size-capped tmpfs that is the candidate's writable scratch (namespaces only).
     scratch_gb: float = 1.0
@@ -70,6 +73,7 @@ class EvaluatorConfig:
         if self.sandbox is False:
             self.sandbox = "off"
         _choice(where + ".sandbox", self.sandbox, ("auto", "strict", "off"))
+        _choice(where + ".runner_user", self.runner_user, ("auto", "unprivileged", "kgit"))
         if self.max_memory_gb is not None:
             _positive(where + ".max_memory_gb", self.max_memory_gb)
         _positive(where + ".scratch_gb", self.scratch_gb)

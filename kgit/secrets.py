@@ -6,8 +6,10 @@ logs and prompts:
 - `ENV_ALLOW` and `SECRET_NAME`: the environment of evaluated code is built from the
   allowlist, and a name that looks like a credential is dropped even when listed;
 - `redact_text`: values of the user's secret-named variables, and text shaped like a
-  key (private key blocks, provider tokens, a long random value next to a key word),
-  replaced by `[redacted]`;
+  credential (private key blocks, provider tokens, JSON Web Tokens, passwords in URLs,
+  credential-named assignments of .env and config files, long random-looking runs),
+  replaced by `[redacted]`; kgit/archive applies it to every commit message, note and
+  branch description it writes, whatever wrote the text;
 - `redact_result`: the same over a result document's free text (error excerpt,
   captured output), the parts that end up in commit messages and prompts.
 
@@ -36,6 +38,7 @@ MASK = "[redacted]"
 # Values shorter than this are not masked literally: "1" or "true" would mask half the text.
 MIN_SECRET_LEN = 8
 
+# The shapes masked, each documented in docs/sandbox.md ("Redaction").
 _PRIVATE_KEY = re.compile(
     r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY( BLOCK)?-----.*?(-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|\Z)", re.S)
 _TOKENS = re.compile("|".join([
@@ -46,14 +49,46 @@ _TOKENS = re.compile("|".join([
     r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",             # AWS access key ids
     r"\bxox[abposr]-[A-Za-z0-9-]{10,}",           # Slack
     r"\bAIza[0-9A-Za-z_-]{35}",                   # Google API keys
+    r"\bya29\.[0-9A-Za-z_-]{20,}",                # Google OAuth access tokens
     r"\bhf_[A-Za-z0-9]{30,}",                     # Hugging Face
+    r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}",    # Stripe
+    r"\bnpm_[A-Za-z0-9]{36}\b",                   # npm
+    r"\bpypi-[A-Za-z0-9_-]{50,}",                 # PyPI
+    r"\bgsk_[A-Za-z0-9]{40,}",                    # Groq
+    r"\bxai-[A-Za-z0-9]{40,}",                    # xAI
+    r"\br8_[A-Za-z0-9]{30,}",                     # Replicate
+    r"\bdapi[0-9a-f]{32}\b",                      # Databricks
+    r"\bdop_v1_[0-9a-f]{64}\b",                   # DigitalOcean
+    r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}",  # SendGrid
+    r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",  # JSON Web Tokens
 ]))
-_BEARER = re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}")
+_BEARER = re.compile(r"(?i)(\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{8,}")
+# scheme://user:password@host: the password.
+_URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:/@]+:)([^\s@/]+)(?=@)")
+# An environment or .env line, a constant: NAME=value, NAME: value, export NAME="value",
+# where NAME is spelt in capitals and names a credential. The whole value, whatever its shape.
+_SECRET_ASSIGNMENT = re.compile(
+    r"\b((?:[A-Z][A-Z0-9_]*?)?(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|CREDENTIALS?|AUTH|SESSION|COOKIE|PRIVATE)"
+    r"[A-Z0-9_]*[\"']?\s*[:=]\s*[\"']?)([^\s\"',;()]{%d,})(?![\w(])" % MIN_SECRET_LEN)
+# A credential key of a config file with a quoted value ("password": "...", api_key: '...').
+_QUOTED_SECRET = re.compile(
+    r"(?i)([\"']?\b(?:api[_-]?key|access[_-]?key|secret[_-]?key|client[_-]?secret|secret|token|auth[_-]?token|"
+    r"access[_-]?token|refresh[_-]?token|password|passwd|pwd|credentials?|private[_-]?key)[\"']?\s*[:=]\s*[\"'])"
+    r"([^\"'\s]{%d,})(?=[\"'])" % MIN_SECRET_LEN)
 # key = value, key: "value", --api-key value ... where the value looks random: at least 20
 # characters of hex or base64 alphabet holding both letters and digits.
 _KEYWORD_VALUE = re.compile(
     r"(?i)((?:api[_-]?key|access[_-]?key|secret|token|password|passwd|credential|auth|private[_-]?key)"
     r"[\w-]*[\"']?\s*(?:[:=]|\s)\s*[\"']?)([A-Za-z0-9+/_.=-]{20,})")
+# .netrc: machine HOST login USER password VALUE.
+_NETRC = re.compile(r"(\blogin\s+\S+\s+password\s+)(\S+)")
+# Any other random-looking run: 32 or more characters of the base64 alphabet mixing upper
+# case, lower case and digits, where letters seldom run four of one case (words do:
+# "Kernel", "BLOCK"). Most generated keys are caught (about 19 in 20 of 32 random
+# characters, more of longer ones); names of kernels, tests and C++ symbols are not.
+_LONG_RUN = re.compile(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+_=-]{32,}(?![A-Za-z0-9+/_=-])")
+_WORDLIKE = re.compile(r"[a-z]{4,}|[A-Z]{4,}")
+WORDLIKE_SHARE = 0.4
 
 
 def is_secret_name(name: str) -> bool:
@@ -77,8 +112,18 @@ def _looks_random(value: str) -> bool:
     return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
 
 
+def _random_run(match) -> str:
+    """A long run masked when it looks generated (see _LONG_RUN); mangled C++ names (_Z...) kept."""
+    run = match.group(0)
+    mixed = any(c.islower() for c in run) and any(c.isupper() for c in run) and any(c.isdigit() for c in run)
+    if run.startswith("_Z") or not mixed:
+        return run
+    wordlike = sum(len(m) for m in _WORDLIKE.findall(run)) / len(run)
+    return MASK if wordlike < WORDLIKE_SHARE else run
+
+
 def redact_text(text: str, environ=None) -> str:
-    """The text with known secret values and key-shaped strings replaced by [redacted]."""
+    """The text with known secret values and secret-shaped strings replaced by [redacted]."""
     if not text:
         return text
     for value in secret_values(environ):
@@ -86,7 +131,23 @@ def redact_text(text: str, environ=None) -> str:
     text = _PRIVATE_KEY.sub(MASK, text)
     text = _TOKENS.sub(MASK, text)
     text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
-    return _KEYWORD_VALUE.sub(lambda m: m.group(1) + MASK if _looks_random(m.group(2)) else m.group(0), text)
+    text = _URL_PASSWORD.sub(lambda m: m.group(1) + MASK, text)
+    text = _SECRET_ASSIGNMENT.sub(lambda m: m.group(1) + MASK, text)
+    text = _QUOTED_SECRET.sub(lambda m: m.group(1) + MASK, text)
+    text = _NETRC.sub(lambda m: m.group(1) + MASK, text)
+    text = _KEYWORD_VALUE.sub(lambda m: m.group(1) + MASK if _looks_random(m.group(2)) else m.group(0), text)
+    return _LONG_RUN.sub(_random_run, text)
+
+
+def redact_data(value, environ=None):
+    """`redact_text` over every string of a JSON-like value (dict keys kept as they are)."""
+    if isinstance(value, str):
+        return redact_text(value, environ)
+    if isinstance(value, dict):
+        return {k: redact_data(v, environ) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_data(v, environ) for v in value]
+    return value
 
 
 # The free-text parts of a result document: what a commit message or a prompt quotes.

@@ -28,7 +28,7 @@ def once(name):
     return True
 
 
-def snoop(secrets, port, outside, marker):
+def snoop(secrets, port, outside, marker, runtime=None):
     if not once("snoop"):
         return
     report = {"env_keys": sorted(os.environ)}
@@ -55,6 +55,13 @@ def snoop(secrets, port, outside, marker):
         report["wrote_outside"] = True
     except OSError as e:
         report["wrote_outside"] = str(e)
+    try:
+        # Python's folder, which the view holds (the control run names a folder of its own).
+        with open(os.path.join(runtime or sys.prefix, "escaped.txt"), "w") as f:
+            f.write("escaped")
+        report["wrote_runtime"] = True
+    except OSError as e:
+        report["wrote_runtime"] = e.strerror
     try:
         with open(os.path.join(os.environ.get("HOME", "."), "allowed.txt"), "w") as f:
             f.write("fine")
@@ -118,6 +125,19 @@ def spin():
 def hog(gib):
     import torch
     return [torch.empty(1 << 28, dtype=torch.float32) for _ in range(gib)]
+
+
+HELD = []
+
+
+def memfd_hog(mib):
+    """Host memory RLIMIT_DATA does not count: a memfd filled with write(), kept open."""
+    if not once("memfd"):
+        return
+    fd = os.memfd_create("hog")
+    for _ in range(mib // 16):
+        os.write(fd, b"x" * (16 << 20))
+    HELD.append(fd)
 
 
 def shout(megabytes):

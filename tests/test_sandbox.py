@@ -127,7 +127,7 @@ def test_the_probe_detects_leaks_when_nothing_stops_it(tmp_path):
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
         port = listener.getsockname()[1]
-        code = f"import hostile; hostile.snoop(['sk-control-123'], {port}, {str(outside)!r}, '')"
+        code = f"import hostile; hostile.snoop(['sk-control-123'], {port}, {str(outside)!r}, '', {str(tmp_path)!r})"
         proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                               env={**os.environ, "OPENAI_API_KEY": "sk-control-123"}, timeout=60)
     report = json.loads(proc.stdout.split("KGIT-PROBE ", 1)[1])
@@ -135,6 +135,7 @@ def test_the_probe_detects_leaks_when_nothing_stops_it(tmp_path):
     assert report["env_has_secret"] is True
     assert report["proc_environ_with_secret"], "the probe must find its own environ"
     assert report["wrote_outside"] is True and outside.read_text() == "escaped"
+    assert report["wrote_runtime"] is True
 
 
 def test_kernel_still_passes_while_snooping(snooped):
@@ -162,8 +163,10 @@ def test_network_is_cut(snooped):
 @needs_namespaces
 def test_only_the_scratch_folder_is_writable(snooped):
     report = snooped["report"]
-    assert report["wrote_outside"] is not True and "Read-only" in report["wrote_outside"]
+    # tmp_path is in the view's /tmp, a private tmpfs: whatever the write did, the host has no file.
     assert not snooped["outside"].exists()
+    assert report["wrote_runtime"] is not True and report["wrote_runtime"] in (
+        "Read-only file system", "Permission denied"), report["wrote_runtime"]
     assert report["wrote_home"] is True  # HOME is the scratch folder
 
 
@@ -183,7 +186,7 @@ def test_detached_process_does_not_outlive_the_evaluation(snooped):
 def test_result_says_what_was_applied(snooped):
     box = snooped["doc"]["sandbox"]
     assert box["namespaces"] is NAMESPACES
-    assert "read-only filesystem except the scratch folder" in box["applied"] or not NAMESPACES
+    assert "read-only filesystem except the scratch folder, /tmp and /dev/shm" in box["applied"] or not NAMESPACES
     if NAMESPACES:
         assert box["missing"] == []
     else:
@@ -257,8 +260,13 @@ def test_killing_kgit_kills_the_evaluation(tmp_path):
     assert _gone(str(scratch / "spec.json"), within_s=10)
 
 
-def test_strict_mode_refuses_without_namespaces(monkeypatch):
+def _refuse_namespaces(monkeypatch):
     monkeypatch.setattr(sandbox, "probe", lambda: (False, "the OS refused new namespaces (test)"))
+    monkeypatch.setattr(sandbox, "probe_root", lambda: (False, "the OS refused new namespaces (test)"))
+
+
+def test_strict_mode_refuses_without_namespaces(monkeypatch):
+    _refuse_namespaces(monkeypatch)
     with pytest.raises(sandbox.SandboxUnavailable, match="evaluator.sandbox: auto"):
         sandbox.plan("strict")
     iso = sandbox.plan("auto")
@@ -341,17 +349,34 @@ def test_gpu_evaluation_works_inside_the_sandbox(tmp_path):
     assert doc["timing"] == "events" and doc["device"] != "cpu"
     assert doc["sandbox"]["namespaces"] is NAMESPACES
     if NAMESPACES:
-        # Not applied on GPU hosts: the read-only root (CUDA does not start under it), a
-        # private /dev/shm (CUDA IPC with the judge fails under it); and as root without a
-        # writable pids cgroup there is no process-count limit.
-        assert all("read-only filesystem" in m or "process-count limit" in m or "private /dev/shm" in m
+        # Not applied on GPU hosts: a private /dev/shm (CUDA IPC with the judge fails under
+        # it); as root, by default, the unprivileged user (the next test applies it).
+        assert all("private /dev/shm" in m or "unprivileged runner user" in m
                    for m in doc["sandbox"]["missing"]), doc["sandbox"]
         applied = doc["sandbox"]["applied"]
-        for step in ("trusted init as PID 1", "private IPC namespace", "scratch is a tmpfs", "hidden: ",
-                     "no capabilities"):
+        for step in ("trusted init as PID 1", "private IPC namespace", "scratch is a tmpfs", "allowlisted filesystem",
+                     "read-only libraries", "memory cgroup", "no capabilities"):
             assert any(a.startswith(step) for a in applied), (step, applied)
-    # No host-memory limit where a GPU driver is present unless asked for.
+    # No data limit where a GPU driver is present unless asked for (the memory cgroup holds).
     assert not any("data=" in a for a in doc["sandbox"]["applied"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(os.geteuid() != 0, reason="the unprivileged runner is for kgit running as root")
+@needs_namespaces
+def test_gpu_evaluation_works_as_an_unprivileged_user_in_the_view(tmp_path):
+    """The H200 check of `evaluator.runner_user: unprivileged`: the judge (root) hands its
+    inputs to a runner of another user through CUDA IPC, and the runner's view holds the
+    driver's files. If this passes, `auto` can apply the unprivileged user on GPU hosts too
+    (kgit/evaluation/sandbox.py, _unprivileged_runner)."""
+    source = (problem_mod.shipped()["vector_add"] / "kernel.py").read_text()
+    doc = _run_source(tmp_path, source, _config(runner_user="unprivileged"))
+    assert doc["status"] == "ok", (doc.get("error"), doc["stderr"][-3000:])
+    assert doc["timing"] == "events" and doc["device"] != "cpu"
+    applied = doc["sandbox"]["applied"]
+    assert any(a.startswith("runs as uid ") for a in applied), doc["sandbox"]
+    assert any(a.startswith("allowlisted filesystem") for a in applied), doc["sandbox"]
+    assert all("private /dev/shm" in m for m in doc["sandbox"]["missing"]), doc["sandbox"]
 
 
 @pytest.mark.gpu
@@ -396,7 +421,8 @@ CONFINED = textwrap.dedent('''
 ''')
 
 
-def _run_confined(scratch: Path, code: str, mode: str = "auto", problem: bool = False, **settings):
+def _run_confined(scratch: Path, code: str, mode: str = "auto", problem: bool = False, memory_gb=None,
+                  **settings):
     """Run `code` the way the harness runs a candidate: through `Isolation.command` (with
     the trusted init) and `confine.apply`. Returns (confine report, completed process)."""
     isolation = sandbox.plan(mode)
@@ -404,7 +430,7 @@ def _run_confined(scratch: Path, code: str, mode: str = "auto", problem: bool = 
     candidate_dir.mkdir(parents=True, exist_ok=True)
     (candidate_dir / "kernel.py").write_text("# the candidate\n")
     spec = {"candidate_dir": str(candidate_dir),
-            "sandbox": isolation.child_settings(scratch, 60, None, **settings)}
+            "sandbox": isolation.child_settings(scratch, 60, memory_gb, **settings)}
     if problem:
         (scratch / "problem").mkdir(exist_ok=True)
         (scratch / "problem" / "task.yml").write_text("name: test\n")
@@ -539,11 +565,13 @@ def test_fork_bomb_stops_at_the_process_limit(tmp_path):
 
 
 def test_without_namespaces_the_process_limit_is_reported_missing(monkeypatch, tmp_path):
-    monkeypatch.setattr(sandbox, "probe", lambda: (False, "the OS refused new namespaces (test)"))
+    _refuse_namespaces(monkeypatch)
     iso = sandbox.plan("auto")
     settings = iso.child_settings(tmp_path, 60, None, max_processes=40)
-    assert settings["nproc"] is None and settings["scratch_bytes"] is None and settings["hide"] == []
-    for words in ("process-count limit", "trusted init", "size-capped scratch", "hidden HOME and repository"):
+    assert settings["nproc"] is None and settings["scratch_bytes"] is None and settings["view"] is None
+    assert settings["cgroups"] == {} and settings["run_as"] is None
+    for words in ("process-count limit", "trusted init", "size-capped scratch", "memory cgroup",
+                  "allowlisted and read-only filesystem", "unprivileged user"):
         assert words in iso.missing[0], iso.missing
     assert iso.command(["python", "x"], lifeline_fd=5) == ["python", "x"]
 
@@ -580,6 +608,10 @@ HIDDEN = textwrap.dedent('''
     paths = json.loads(sys.argv[3])
     seen = {name: os.path.exists(path) for name, path in paths.items()}
     try:
+        seen["sibling_env_read"] = open(paths["sibling_env"]).read()
+    except OSError as e:
+        seen["sibling_env_read"] = e.strerror
+    try:
         open(os.path.join(paths["candidate"], "new.py"), "w").write("x")
         seen["candidate_writable"] = True
     except OSError as e:
@@ -595,18 +627,23 @@ HIDDEN = textwrap.dedent('''
 
 
 def _hidden_setup(tmp_path, monkeypatch):
-    home, repo = tmp_path / "home", tmp_path / "repo"
+    home, repo, sibling = tmp_path / "home", tmp_path / "repo", tmp_path / "other-repo"
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "id_ed25519").write_text("a key")
     monkeypatch.setenv("HOME", str(home))
     (repo / ".git").mkdir(parents=True)
     (repo / ".git" / "config").write_text("[core]\n")
     (repo / "kernel.py").write_text("# the kernel being optimised\n")
+    # Another project of the same user beside it, with its credentials in a .env file.
+    (sibling / ".git").mkdir(parents=True)
+    (sibling / ".git" / "config").write_text("[core]\n")
+    (sibling / ".env").write_text("DEPLOY_PASSWORD=correct-horse-battery-staple\n")
     scratch = repo / ".git" / "kgit" / "scratch" / "eval-1"
     paths = {"home_key": str(home / ".ssh" / "id_ed25519"), "repo_config": str(repo / ".git" / "config"),
              "repo_kernel": str(repo / "kernel.py"), "candidate": str(scratch / "candidate"),
              "candidate_kernel": str(scratch / "candidate" / "kernel.py"),
-             "problem_task": str(scratch / "problem" / "task.yml")}
+             "problem_task": str(scratch / "problem" / "task.yml"),
+             "sibling_env": str(sibling / ".env"), "sibling_config": str(sibling / ".git" / "config")}
     return scratch, paths
 
 
@@ -617,16 +654,26 @@ def _run_hidden(scratch, paths, mode="auto", **settings):
 
 
 @needs_namespaces
-def test_home_and_the_repository_are_hidden(tmp_path, monkeypatch):
+def test_home_and_the_repository_are_not_in_the_view(tmp_path, monkeypatch):
     scratch, paths = _hidden_setup(tmp_path, monkeypatch)
     report, seen = _run_hidden(scratch, paths)
     assert seen["home_key"] is False and seen["repo_config"] is False and seen["repo_kernel"] is False, seen
     assert seen["candidate_kernel"] is True and seen["problem_task"] is True
     assert seen["candidate_writable"] == "Read-only file system"
-    # The descriptors used to mount folders back are closed: no way back to what is hidden.
+    # The descriptors used to mount folders into the view are closed: no way back to the host's.
     assert not [fd for fd in seen["fds"] if fd.startswith(str(tmp_path))], seen["fds"]
-    hidden = next(a for a in report["applied"] if a.startswith("hidden: "))
-    assert str((tmp_path / "home").resolve()) in hidden and str((tmp_path / "repo").resolve()) in hidden
+    assert any(a.startswith("allowlisted filesystem") for a in report["applied"]), report
+    assert not any("is in the view" in m for m in report["missing"]), report
+
+
+@needs_namespaces
+def test_a_sibling_repository_and_its_secrets_are_not_readable(tmp_path, monkeypatch):
+    # A list of hidden folders (HOME, the repository) left the rest of the disk readable;
+    # the view holds what is allowlisted, so another project's .env is simply not there.
+    scratch, paths = _hidden_setup(tmp_path, monkeypatch)
+    _, seen = _run_hidden(scratch, paths)
+    assert seen["sibling_env_read"] == "No such file or directory", seen
+    assert seen["sibling_env"] is False and seen["sibling_config"] is False, seen
 
 
 @needs_namespaces
@@ -637,12 +684,103 @@ def test_the_problem_folder_is_hidden_when_asked(tmp_path, monkeypatch):
 
 
 def test_without_namespaces_home_and_the_repository_stay_visible(tmp_path, monkeypatch):
-    """Control, and what `off` (or refused namespaces) leaves: everything readable, said so."""
+    '''Control, and what `off` (or refused namespaces) leaves: everything readable, said so.'''
     scratch, paths = _hidden_setup(tmp_path, monkeypatch)
     report, seen = _run_hidden(scratch, paths, mode="off")
     assert seen["home_key"] is True and seen["repo_config"] is True
-    assert not any(a.startswith("hidden") for a in report["applied"])
+    assert seen["sibling_env_read"].startswith("DEPLOY_PASSWORD=")
+    assert not any(a.startswith("allowlisted") for a in report["applied"])
     assert sandbox.plan("off").missing == ["sandbox switched off (evaluator.sandbox: off)"]
+
+
+OWNER = textwrap.dedent('''
+    import json, os, sys
+    path = sys.argv[3]
+    out = {"euid": os.geteuid(), "uid_map": open("/proc/self/uid_map").read().split()}
+    out["owner"] = os.stat(path).st_uid == os.geteuid()
+    try:
+        out["read"] = open(path).read()
+    except OSError as e:
+        out["read"] = e.strerror
+    print("KGIT-OWNER " + json.dumps(out), flush=True)
+''')
+
+
+@needs_namespaces
+@pytest.mark.skipif(os.geteuid() != 0, reason="about kgit running as root (CI, containers); as an ordinary user "
+                                               "the runner is that user, who owns no file of root's")
+def test_the_runner_owns_none_of_roots_files(tmp_path, monkeypatch):
+    # With `--map-root-user` the runner was root of its namespace mapped onto root: the owner
+    # of every file of root's in its view. Now it is a user of its own.
+    monkeypatch.setattr(sandbox, "gpu_driver_present", lambda: False)  # `auto` gives GPU hosts the old mapping
+    private = tmp_path / "candidate" / "root-only.txt"
+    private.parent.mkdir(parents=True)
+    private.write_text("root's alone")
+    private.chmod(0o600)
+    report, proc = _run_confined(tmp_path, OWNER.replace("sys.argv[3]", repr(str(private))))
+    seen = _said(proc, "KGIT-OWNER")
+    assert seen["read"] == "Permission denied" and seen["owner"] is False, seen
+    assert seen["euid"] in sandbox.RUNNER_IDS, seen
+    assert seen["uid_map"] == ["0", "0", "4294967295"], seen  # no user namespace: the host's own uid
+    assert any(a.startswith(f"runs as uid {seen['euid']}") for a in report["applied"]), report
+
+
+def _memory_hog(how: str, mib: int) -> str:
+    return textwrap.dedent(f'''
+        import mmap, os
+        chunk, held = b"x" * (16 << 20), 0
+        if {how!r} == "memfd":
+            fd = os.memfd_create("hog")
+        else:
+            area = mmap.mmap(-1, {mib} << 20, flags=mmap.MAP_SHARED)
+        while held < ({mib} << 20):
+            if {how!r} == "memfd":
+                os.write(fd, chunk)
+            else:
+                area[held:held + len(chunk)] = chunk
+            held += len(chunk)
+            print("KGIT-HELD", held, flush=True)
+        print("KGIT-HOG done", flush=True)
+    ''')
+
+
+@needs_namespaces
+@pytest.mark.parametrize("how", ["memfd", "shared mapping"])
+def test_memory_past_the_limit_through_memfd_or_a_shared_mapping_is_stopped(tmp_path, how):
+    # RLIMIT_DATA (the only limit before) counts neither: both ran to 512 MiB under a 256 MiB limit.
+    report, proc = _run_confined(tmp_path, _memory_hog(how, 512), memory_gb=0.25)
+    held = [int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("KGIT-HELD ")]
+    assert "KGIT-HOG done" not in proc.stdout and max(held, default=0) <= 256 << 20, (held, proc.stderr[-2000:])
+    assert proc.returncode == 128 + signal.SIGKILL  # the kernel's out-of-memory kill, passed on by the init
+    assert any(a.startswith(f"memory cgroup (limit={256 << 20} bytes") for a in report["applied"]), report
+
+
+@needs_namespaces
+def test_an_evaluation_past_its_memory_limit_says_so(tmp_path):
+    problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.memfd_hog(3072)")
+    doc = evaluate.run_child(problem_dir, candidate_dir, _config(max_memory_gb=1), scratch)
+    assert doc["status"] != "ok"
+    assert "went past its host memory limit (1 GiB" in doc["error"], doc["error"][-2000:]
+
+
+@needs_namespaces
+def test_fork_bomb_stops_where_no_pids_cgroup_can_be_made(tmp_path, monkeypatch):
+    # As root without a pids cgroup the runner had no process limit at all (root is exempt
+    # from RLIMIT_NPROC); an unprivileged runner is held by RLIMIT_NPROC.
+    from kgit.evaluation import cgroups
+
+    found = cgroups.hierarchy if hasattr(cgroups, "hierarchy") else None
+    monkeypatch.setattr(cgroups, "pids_hierarchy", lambda: None)
+    monkeypatch.setattr(cgroups, "hierarchy", lambda controller: None if controller == "pids" else found(controller),
+                        raising=False)
+    monkeypatch.setattr(sandbox, "gpu_driver_present", lambda: False)  # `auto`: unprivileged where kgit is root
+    report, proc = _run_confined(tmp_path, FORK_BOMB, max_processes=40)
+    forks = _said(proc, "KGIT-FORKS")
+    assert forks["started"] < 40 and forks["error"] == "Resource temporarily unavailable", forks
+    assert forks["raised_limit"] is not True, forks
+    assert not any(a.startswith("pids cgroup") for a in report["applied"]), report
+    assert any("nproc=40" in a for a in report["applied"]), report
+    assert _gone("time.sleep(60)", within_s=10)
 
 
 INIT_ATTACK = textwrap.dedent('''
@@ -729,6 +867,40 @@ def test_key_shaped_text_is_redacted_from_the_error(tmp_path, monkeypatch):
     text = doc["error"] + doc["stdout"] + doc["stderr"]
     for leaked in (secret, "ghp_a1B2", "MIIEowIBAAKCAQEA", "BEGIN RSA PRIVATE KEY"):
         assert leaked not in text
+
+
+COMMIT_SECRETS = {
+    "a .env line": ("DEPLOY_PASSWORD=correct-horse-battery-staple", "correct-horse-battery-staple"),
+    "a JSON web token": ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJrZ2l0LXRlc3QifQ.c2lnbmF0dXJlLW9mLXRoZS10b2tlbg",
+                         "c2lnbmF0dXJlLW9mLXRoZS10b2tlbg"),
+    "a password in a URL": ("postgres://admin:s3cr3tPassw0rd@db.internal/prod", "s3cr3tPassw0rd"),
+    "a generated key": ("Zq8vR2mK9xLp4Tn7Wb3Yc6Hd1Fg5Js0Qa", "Zq8vR2mK9xLp4Tn7Wb3Yc6Hd1Fg5Js0Qa"),
+}
+
+
+def test_secret_shaped_text_is_kept_out_of_the_commit(tmp_path, monkeypatch):
+    """A candidate that read another project's .env printed it in its error: the commit
+    body, its Kgit-Cause and the notes beside it keep none of it, whatever wrote the text."""
+    from conftest import git, init_with_one_attempt
+    from kgit.archive.refs import NOTES_REF
+    from kgit.archive.repo import Repo
+    from kgit_harness import result as result_mod
+
+    leaked = " ".join(text for text, _ in COMMIT_SECRETS.values())
+    error = ("Traceback (most recent call last):\n  File \"kernel.py\", line 3, in custom_kernel\n"
+             f"RuntimeError: could not parse ../other-repo/.env: {leaked}")
+    baseline = result_mod.new("ok", device="cpu", timing="wall", geomean_us=10.0,
+                              shapes=[{"key": "n=1", "mean_us": 10.0}], eval_s=0.5)
+    root = tmp_path / "k"
+    _, sha = init_with_one_attempt(root, monkeypatch, baseline, result_mod.new("runtime-error", error=error, eval_s=0.5))
+    Repo(root).add_note(sha, {"lessons": f"the kernel printed {leaked}"})
+    message = git(root, "show", "-s", "--format=%B", sha)
+    cause = git(root, "show", "-s", "--format=%(trailers:key=Kgit-Cause,valueonly)", sha)
+    note = git(root, "notes", "--ref", NOTES_REF, "show", sha)
+    assert "could not parse ../other-repo/.env" in message and "[redacted]" in cause, (message, cause)
+    for name, (_, core) in COMMIT_SECRETS.items():
+        for where, text in (("body", message), ("Kgit-Cause", cause), ("notes", note)):
+            assert core not in text, f"{name} kept in the {where}: {text}"
 
 
 def test_an_aten_alias_of_a_forbidden_op_is_rejected(tmp_path):

@@ -27,6 +27,7 @@ from kgit.archive import trailers as tr
 from kgit.archive.attempt import LOG_FORMAT, Attempt, parse_log, parse_records  # noqa: F401  (Attempt, parse_log: the archive's API)
 from kgit.archive.refs import BASELINE_TAG, BRANCH_PREFIX, NOTES_REF, ExperimentRef
 from kgit.errors import GitError, KgitError, LockedError, NotAKernelRepo
+from kgit.secrets import redact_data, redact_text
 
 FALLBACK_NAME, FALLBACK_EMAIL = "kgit", "kgit@localhost"
 
@@ -172,6 +173,9 @@ class Repo:
         return self.git("status", "--porcelain", "--untracked-files=no")
 
     def commit_tree(self, tree: str, parents: list[str], message: str, author: str | None = None) -> str:
+        """A commit of `tree`; anything secret-shaped in the message (the body, the cause,
+        every trailer value) is masked first (kgit/secrets.py), whoever wrote the text."""
+        message = redact_text(message)
         args = ["commit-tree", tree]
         for parent in parents:
             args += ["-p", parent]
@@ -239,7 +243,7 @@ class Repo:
 
     def create_branch(self, branch: str, base: str, hypothesis: str, reference: str | None = None):
         self.git("branch", branch, base)
-        self.git("config", f"branch.{branch}.description", tr.one_line(hypothesis))
+        self.git("config", f"branch.{branch}.description", redact_text(tr.one_line(hypothesis)))
         self.git("config", f"branch.{branch}.kgitbase", base)
         if reference:
             self.git("config", f"branch.{branch}.kgitreference", reference)
@@ -256,7 +260,7 @@ class Repo:
     # -- notes -------------------------------------------------------------------
     def add_note(self, sha: str, record: dict):
         """Append one measurement record (a JSON line) to the commit's note; history is never rewritten."""
-        line = json.dumps(record, sort_keys=True, separators=(",", ":"))
+        line = json.dumps(redact_data(record), sort_keys=True, separators=(",", ":"))
         with _NOTES:
             self.git("notes", "--ref", NOTES_REF, "append", "-m", line, sha, env=self.identity_env())
 

@@ -40,6 +40,9 @@ def child_env(scratch: Path, extra: dict | None = None) -> dict:
         "HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONDONTWRITEBYTECODE": "1",
         "TRITON_CACHE_DIR": str(scratch / "triton-cache"), "TRITON_HOME": str(scratch),
         "MPLCONFIGDIR": str(scratch),
+        # An unprivileged runner's uid has no account: getpass.getuser() (torch.compile's
+        # cache folder) reads these before it would fail on the password file.
+        "USER": "kgit-runner", "LOGNAME": "kgit-runner",
     })
     env.update(extra or {})
     return {k: v for k, v in env.items() if not SECRET_PATTERN.search(k)}
@@ -86,7 +89,17 @@ def stage_candidate(source_root: Path, problem_rel: str, files: list[str], scrat
             dest = candidate_dir / name
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest)
+            _readable(candidate_dir, dest)
     return problem_dir, candidate_dir
+
+
+def _readable(top: Path, path: Path):
+    """Readable by all (the folders on the way passable): the runner may be a user of its own
+    (docs/sandbox.md). The scratch above, made by mkdtemp, is kgit's alone on the host."""
+    path.chmod(path.stat().st_mode | 0o444)
+    while path != top:
+        path = path.parent
+        path.chmod(path.stat().st_mode | 0o555)
 
 
 def evaluate_tree(source_root: Path, config, *, state_dir: Path, devices_env: dict | None = None,
@@ -132,7 +145,7 @@ def run_child(problem_dir: Path, candidate_dir: Path, config, scratch: Path, dev
 def start_key(config, devices_env: dict | None) -> tuple:
     """What a started pair was started for: one started under other settings is not used."""
     ev = config.evaluator
-    return (ev.sandbox, ev.timeout_s, ev.max_memory_gb, ev.scratch_gb, ev.max_processes,
+    return (ev.sandbox, ev.runner_user, ev.timeout_s, ev.max_memory_gb, ev.scratch_gb, ev.max_processes,
             tuple(sorted((devices_env or {}).items())))
 
 
@@ -153,7 +166,7 @@ class Pair:
                  devices_env: dict | None = None, *, owns_scratch: bool, warm: bool = False):
         self.scratch, self.problem_dir, self.candidate_dir = Path(scratch), problem_dir, candidate_dir
         self.owns_scratch, self.key = owns_scratch, start_key(config, devices_env)
-        self.isolation = sandbox.plan(config.evaluator.sandbox)
+        self.isolation = sandbox.plan(config.evaluator.sandbox, config.evaluator.runner_user)
         sandbox.protect_parent()
         ev = config.evaluator
         self.start_spec = {
@@ -180,7 +193,7 @@ class Pair:
         `warm`: kept for a candidate that does not exist yet (not used at once)."""
         state_dir.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f"eval-{os.getpid()}-", dir=state_dir))
-        (scratch / "candidate").mkdir()
+        (scratch / "candidate").mkdir(mode=0o755)
         try:
             return cls(config, scratch, scratch / "problem", scratch / "candidate", devices_env, owns_scratch=True,
                        warm=warm)
@@ -205,7 +218,9 @@ class Pair:
             self.proc = subprocess.Popen(
                 cmd, cwd=self.scratch, env=child_env(self.scratch, devices_env), stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(result_w, life_r, go_r, notice_w),
-                start_new_session=True,
+                # What the judge writes for its runner (the problem helpers) must be readable
+                # by an unprivileged runner whatever kgit's own umask.
+                start_new_session=True, umask=0o022,
             )
         except BaseException:
             for fd in (result_r, life_w, go_w, notice_r):
@@ -286,6 +301,12 @@ class Pair:
         payload = bytes(streams["result"].head + streams["result"].tail)
         doc = _result_doc(status, payload, proc.returncode, stderr, ev.timeout_s)
         confined = doc.pop("confine", None) or {}
+        memory = (self.start_spec["sandbox"].get("cgroups") or {}).get("memory")
+        if doc.get("status") != "ok" and sandbox.cgroups.oom_kills(memory):
+            limit = self.start_spec["sandbox"].get("memory_bytes") or 0
+            doc["error"] = (f"The evaluated code went past its host memory limit ({limit / (1 << 30):.3g} GiB: "
+                            "evaluator.max_memory_gb, or half the RAM) and the kernel killed it.\n"
+                            + (doc.get("error") or ""))
         doc["eval_s"] = elapsed
         doc["stdout"], doc["stderr"] = stdout, stderr
         # The kernel is named as its author knows it (kernel.py), not by the scratch folder it was staged in.
@@ -311,7 +332,8 @@ class Pair:
             for stream in (self.proc.stdout, self.proc.stderr):
                 if stream is not None:
                     stream.close()
-        sandbox.cgroups.remove(self.start_spec["sandbox"].get("pids_cgroup"))
+        for folder in set((self.start_spec["sandbox"].get("cgroups") or {}).values()):
+            sandbox.cgroups.remove(folder)
         if self.owns_scratch:
             remove_tree(self.scratch)
 

@@ -1,15 +1,18 @@
 """What isolation this host allows for evaluated code, and how to ask for it.
 
 The parent side of the sandbox (the child side is harness/confine.py). On Linux
-the child starts under `unshare` in new user, network, PID, IPC and mount namespaces:
-no network, no view of other processes (so not of kgit's /proc/<pid>/environ either),
-no SysV shared memory or message queue shared with anything else, and a small trusted
+the runner starts under `unshare` in new network, PID, IPC and mount namespaces: no
+network, no view of other processes (so not of kgit's /proc/<pid>/environ either), no
+SysV shared memory or message queue shared with anything else, and a small trusted
 init (harness/pidone.py) as PID 1 that ends the namespace, and every process in it,
-when kgit's lifeline closes. Inside, the harness hides HOME and the kernel repository
-under empty tmpfs mounts, gives the candidate a size-capped tmpfs as its scratch,
-makes the rest of the filesystem read-only, limits the process count and drops all
-capabilities. Where the OS refuses a namespace (containers often do), evaluation
-still runs, and the result says plainly what was not applied; `evaluator.sandbox: strict` refuses to run instead.
+when kgit's lifeline closes. Inside, the runner sees an allowlisted filesystem (its
+scratch, the candidate, the problem helpers, Python, the system libraries, the GPU
+device files; nothing else of the host), read-only but for the scratch, joins a pids
+and a memory cgroup, and gives up root: when kgit runs as root the runner becomes an
+unprivileged user of its own (no user namespace is needed for that), otherwise it
+runs as kgit's user in a user namespace without capabilities. Where the OS refuses a
+part (containers often do), evaluation still runs and the result says plainly what
+was not applied; `evaluator.sandbox: strict` refuses to run instead.
 See docs/sandbox.md for what is and is not stopped.
 """
 
@@ -17,7 +20,10 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import glob
+import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -32,7 +38,15 @@ PR_SET_DUMPABLE = 4
 # --kill-child: PID 1 of the namespace (the trusted init) gets SIGKILL if unshare itself
 # is killed; its death takes every process the candidate started with it.
 NAMESPACE_ARGS = ["--user", "--map-root-user", "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
+# kgit as root with an unprivileged runner: no user namespace. The runner builds its view
+# as real root inside the new mount namespace, then becomes RUNNER_IDS' user for good.
+ROOT_NAMESPACE_ARGS = ["--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
 GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd")
+# The runner's uid and gid when kgit runs as root: one per evaluation from a block no
+# account uses (under 2**31, which some tools read as a signed number), so two evaluations
+# never share a process count or each other's files in the host's /dev/shm.
+RUNNER_IDS = range(0x77000000, 0x77000000 + (1 << 16))
+RUNNER_USERS = ("auto", "unprivileged", "kgit")
 
 
 class SandboxUnavailable(KgitError):
@@ -41,11 +55,12 @@ class SandboxUnavailable(KgitError):
 
 @dataclass
 class Isolation:
-    """How one evaluation's child is started and confined."""
+    """How one evaluation's runner is started and confined."""
 
-    prefix: list = field(default_factory=list)  # command that wraps `python -m kgit_harness`
+    prefix: list = field(default_factory=list)  # command that wraps the runner (or `python -m kgit_harness`)
     namespaces: bool = False
     missing: list = field(default_factory=list)  # what this host would not allow, in words
+    unprivileged: bool = False  # kgit is root and the runner becomes a user of its own
 
     def command(self, argv: list, lifeline_fd: int | None = None) -> list:
         """The command line that starts `argv` (the harness or the judge's runner) confined.
@@ -58,30 +73,33 @@ class Isolation:
         return pidone.command(self.prefix, argv, lifeline_fd)
 
     def child_settings(self, scratch, timeout_s: float, max_memory_gb: float | None, *, scratch_gb: float = 1.0,
-                       max_processes: int | None = None, hide=(), hide_problem: bool = False,
+                       max_processes: int | None = None, hide_problem: bool = False,
                        trusted_init: bool = True) -> dict:
-        """The `sandbox` part of the harness spec (read by confine.apply in the child).
+        """The `sandbox` part of the runner's spec (read by confine.apply in the child).
 
-        `hide`: folders to cover with an empty tmpfs on top of HOME and the kernel
-        repository the scratch belongs to. `hide_problem`: the problem folder is not
-        mounted back into the scratch (the judge's runner does not need it).
-        `trusted_init`: the command came from `command(..., lifeline_fd)`.
+        `hide_problem`: the problem folder is left out of the runner's view (the judge's
+        runner gets its inputs from the judge). `trusted_init`: the command came from
+        `command(..., lifeline_fd)`.
         """
         nproc = max_processes or default_max_processes()
+        gpu = gpu_driver_present()
         data = None
         if max_memory_gb:
             data = int(max_memory_gb * (1 << 30))
-        elif not gpu_driver_present():
+        elif not gpu:
             # Only without a GPU driver: CUDA and ROCm map large private regions that a
             # data limit would count, so there the limit is the user's explicit choice.
             data = _memory_total() // 2 or None
+        # The memory cgroup counts what is resident, not what is mapped, so GPU hosts get one too.
+        memory = int(max_memory_gb * (1 << 30)) if max_memory_gb else (_memory_total() // 2 or None)
+        run_as = runner_identity() if self.unprivileged else None
         return {
             "parent_pid": None if self.namespaces else os.getpid(),
             "pid_namespace": self.namespaces,
-            # Measured on an H200 (driver 580): with every mount read-only, /dev and
-            # /dev/shm left writable, CUDA still fails to start (cudaGetDeviceCount: error
-            # 304), so on GPU hosts the read-only view is not applied; docs/sandbox.md.
-            "read_only": self.namespaces and not gpu_driver_present(),
+            # Measured on an H200 (driver 580): with every mount read-only, CUDA does not
+            # start (cudaGetDeviceCount: error 304), so on GPU hosts the view's root, /tmp
+            # and /dev stay writable (private tmpfs mounts); the libraries stay read-only.
+            "read_only": self.namespaces and not gpu,
             "drop_caps": self.namespaces or os.geteuid() == 0,
             "scratch": str(scratch),
             # CPU seconds count every thread; this is a backstop for a lost wall clock.
@@ -91,13 +109,17 @@ class Isolation:
             "data_bytes": data,
             "ipc_namespace": self.namespaces,
             "trusted_init": self.namespaces and trusted_init,
-            "nproc": nproc if self.namespaces and os.geteuid() != 0 else None,
-            "pids_cgroup": cgroups.pids_cgroup(nproc) if self.namespaces else None,
+            # Root is exempt from RLIMIT_NPROC; any other user of the runner is held by it,
+            # also where no pids cgroup can be made.
+            "nproc": nproc if self.namespaces and (run_as or os.geteuid() != 0) else None,
+            "cgroups": cgroups.evaluation_cgroups({"pids": nproc, "memory": memory}) if self.namespaces else {},
+            "memory_bytes": memory if self.namespaces else None,
+            "run_as": run_as,
             "scratch_bytes": int(scratch_gb * (1 << 30)) if self.namespaces else None,
             # Measured on the H200: with a private /dev/shm in the runner, CUDA IPC from the
             # judge fails (cudaErrorMapBufferObjectFailed), so GPU hosts keep the host's.
-            "shm_bytes": 0 if gpu_driver_present() else 1 << 30,
-            "hide": hidden_folders(scratch, hide) if self.namespaces else [],
+            "shm_bytes": 0 if gpu else 1 << 30,
+            "view": {**view_paths(), "private": private_folders(scratch)} if self.namespaces else None,
             "hide_problem": bool(hide_problem),
         }
 
@@ -115,8 +137,10 @@ def repository_of(folder) -> Path | None:
     return None
 
 
-def hidden_folders(scratch, extra=()) -> list[str]:
-    """HOME, the repository holding the scratch and `extra`, as real paths, without duplicates."""
+def private_folders(scratch) -> list[str]:
+    """HOME (both `$HOME` and the password-file home) and the repository holding the
+    scratch: none of them is in the runner's view, unless a runtime folder holds one
+    (a virtual environment made at HOME's top, say), which the result then reports."""
     import pwd
 
     found = [os.path.expanduser("~")]
@@ -125,14 +149,89 @@ def hidden_folders(scratch, extra=()) -> list[str]:
     except KeyError:
         pass
     found.append(repository_of(scratch))
-    found.extend(extra)
-    out = []
-    for path in found:
-        if path and os.path.isdir(path):
-            real = os.path.realpath(path)
-            if real != "/" and real not in out:
-                out.append(real)
-    return out
+    return sorted({os.path.realpath(p) for p in found if p and os.path.isdir(p) and os.path.realpath(p) != "/"})
+
+
+def runner_identity() -> list:
+    """[uid, gid, supplementary groups] for an unprivileged runner: a fresh id from
+    RUNNER_IDS, and the groups that own the GPU device files (ROCm's /dev/kfd and
+    /dev/dri are often `render` or `video`, 0660), but never root's group."""
+    ident = RUNNER_IDS[secrets.randbelow(len(RUNNER_IDS))]
+    groups = set()
+    for path in gpu_device_files():
+        try:
+            gid = os.stat(path).st_gid
+        except OSError:
+            continue
+        if gid != 0:
+            groups.add(gid)
+    return [ident, ident, sorted(groups)]
+
+
+def gpu_device_files() -> list[str]:
+    """The device files CUDA and ROCm open: NVIDIA's nodes and capability folders, AMD's kfd and DRI nodes."""
+    found = []
+    for pattern in ("/dev/nvidia*", "/dev/kfd", "/dev/dri/*"):
+        found.extend(sorted(glob.glob(pattern)))
+    return found
+
+
+# Files of /etc that Python, the dynamic linker and the GPU stacks read; nothing else of
+# /etc (shadow, sudoers, ssh keys, credentials of other services) is in the view.
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "localtime",
+             "timezone", "os-release", "lsb-release", "alternatives", "hosts", "mime.types", "protocols",
+             "services", "OpenCL")
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+@functools.lru_cache(maxsize=None)
+def _interpreter_paths() -> tuple:
+    """The runner's interpreter folders: what `python -I` puts on sys.path (its .pth files
+    included) and its prefixes, asked of that interpreter once per kgit process."""
+    code = "import json, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix] + sys.path))"
+    try:
+        out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60)
+        return tuple(json.loads(out.stdout))
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
+
+
+def _ld_conf_folders() -> list[str]:
+    """Library folders the dynamic linker was configured with (/etc/ld.so.conf and its includes)."""
+    found = []
+    for conf in ["/etc/ld.so.conf", *sorted(glob.glob("/etc/ld.so.conf.d/*.conf"))]:
+        try:
+            lines = Path(conf).read_text().splitlines()
+        except OSError:
+            continue
+        found.extend(line.split("#")[0].strip() for line in lines if line.strip().startswith("/"))
+    return found
+
+
+def view_paths() -> dict:
+    """What the runner's filesystem view holds besides its scratch, candidate and problem helpers.
+
+    `system`: folders bound read-only as they are (the system's programs and libraries);
+    `runtime`: Python's folders, the harness, the CUDA and ROCm toolkits and the library
+    folders the environment and the dynamic linker name; `etc`: the files of /etc listed
+    in ETC_FILES; `devices`: the GPU device files. The paths are as this host spells
+    them; the runner mirrors symbolic links on the way.
+    """
+    import kgit_harness
+
+    runtime = list(_interpreter_paths())
+    runtime += [os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(kgit_harness.__file__)]
+    runtime += [os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "HIP_PATH")]
+    runtime += os.environ.get("LD_LIBRARY_PATH", "").split(":")
+    runtime += [os.path.dirname(os.environ.get(v, "")) for v in ("TRITON_PTXAS_PATH", "TRITON_HIP_LLD_PATH")]
+    runtime += glob.glob("/opt/rocm*") + glob.glob("/usr/local/cuda*") + _ld_conf_folders()
+    runtime = sorted({os.path.abspath(p) for p in runtime if p and os.path.isdir(p)})
+    return {
+        "system": [p for p in SYSTEM_FOLDERS if os.path.lexists(p)],
+        "runtime": [p for p in runtime if p != "/"],
+        "etc": [f"/etc/{name}" for name in ETC_FILES if os.path.lexists(f"/etc/{name}")],
+        "devices": gpu_device_files(),
+    }
 
 
 def gpu_driver_present() -> bool:
@@ -152,14 +251,25 @@ def _memory_total() -> int:
 
 @functools.lru_cache(maxsize=None)
 def probe() -> tuple[bool, str]:
-    """Can this process start a child in fresh user, network, PID and mount namespaces?"""
+    """Can this process start a child in fresh user, network, PID, IPC and mount namespaces?"""
+    return _try_unshare(tuple(NAMESPACE_ARGS))
+
+
+@functools.lru_cache(maxsize=None)
+def probe_root() -> tuple[bool, str]:
+    """As root: can this process start a child in fresh network, PID, IPC and mount namespaces
+    without a user namespace (for an unprivileged runner)?"""
+    return _try_unshare(tuple(ROOT_NAMESPACE_ARGS))
+
+
+def _try_unshare(args: tuple) -> tuple[bool, str]:
     if not sys.platform.startswith("linux"):
         return False, f"namespaces are Linux-only (this is {sys.platform})"
     unshare = shutil.which("unshare")
     if not unshare:
         return False, "the `unshare` program (util-linux) is not installed"
     try:
-        proc = subprocess.run([unshare, *NAMESPACE_ARGS, "true"], capture_output=True, text=True, timeout=30)
+        proc = subprocess.run([unshare, *args, "true"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, f"`unshare` could not run ({e})"
     if proc.returncode != 0:
@@ -168,17 +278,36 @@ def probe() -> tuple[bool, str]:
     return True, ""
 
 
-def plan(mode: str = "auto") -> Isolation:
-    """The isolation to use for the next evaluation under `evaluator.sandbox` = mode."""
+def _unprivileged_runner(runner_user: str) -> tuple[bool, str]:
+    """(become an unprivileged user?, why not) for kgit running as root."""
+    if runner_user == "kgit":
+        return False, ("unprivileged runner user (evaluator.runner_user: kgit): the runner is root of its user "
+                       "namespace, mapped onto root")
+    if runner_user == "auto" and gpu_driver_present():
+        return False, ("unprivileged runner user (a GPU driver is present, where CUDA and ROCm IPC between the judge "
+                       "as root and another user is not yet verified; evaluator.runner_user: unprivileged applies "
+                       "it): the runner is root of its user namespace, mapped onto root")
+    ok, why = probe_root()
+    return ok, "" if ok else f"unprivileged runner user: {why}"
+
+
+def plan(mode: str = "auto", runner_user: str = "auto") -> Isolation:
+    """The isolation to use for the next evaluation under `evaluator.sandbox` = mode and
+    `evaluator.runner_user` = runner_user."""
     if mode == "off":
         return Isolation(missing=["sandbox switched off (evaluator.sandbox: off)"])
     ok, why = probe()
-    if ok:
-        missing = ["read-only filesystem (a GPU driver is present, and CUDA does not start under it)"] \
-            if gpu_driver_present() else []
-        return Isolation(prefix=[shutil.which("unshare"), *NAMESPACE_ARGS], namespaces=True, missing=missing)
+    if os.geteuid() == 0:
+        drop, why_not = _unprivileged_runner(runner_user)
+        if drop:
+            return Isolation(prefix=[shutil.which("unshare"), *ROOT_NAMESPACE_ARGS], namespaces=True,
+                             unprivileged=True)
+        if ok:
+            return Isolation(prefix=[shutil.which("unshare"), *NAMESPACE_ARGS], namespaces=True, missing=[why_not])
+    elif ok:
+        return Isolation(prefix=[shutil.which("unshare"), *NAMESPACE_ARGS], namespaces=True)
     missing = [f"network cut, PID, IPC and mount namespaces (so no trusted init, process-count limit, "
-               f"size-capped scratch, hidden HOME and repository, read-only filesystem): {why}"]
+               f"memory cgroup, size-capped scratch, allowlisted and read-only filesystem, unprivileged user): {why}"]
     if mode == "strict":
         raise SandboxUnavailable(
             f"evaluator.sandbox is strict but {missing[0]}. Allow user namespaces "
@@ -198,15 +327,17 @@ def protect_parent() -> bool:
     return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
 
 
-def describe(mode: str = "auto") -> dict:
+def describe(mode: str = "auto", runner_user: str = "auto") -> dict:
     """What an evaluation here gets, for `kgit sandbox` and the docs' checks."""
     try:
-        iso = plan(mode)
+        iso = plan(mode, runner_user)
     except SandboxUnavailable as e:
         return {"mode": mode, "namespaces": False, "missing": [str(e)]}
-    limit = None
+    limit = memory = None
     if iso.namespaces:
-        # Root is exempt from RLIMIT_NPROC, so as root only a pids cgroup limits processes.
-        limit = "pids cgroup" if cgroups.pids_hierarchy() else ("RLIMIT_NPROC" if os.geteuid() != 0 else None)
-    return {"mode": mode, "namespaces": iso.namespaces, "missing": iso.missing,
-            "euid": os.geteuid(), "gpu_driver": gpu_driver_present(), "process_limit": limit}
+        limit = "pids cgroup" if cgroups.hierarchy("pids") else (
+            "RLIMIT_NPROC" if iso.unprivileged or os.geteuid() != 0 else None)
+        memory = "memory cgroup" if cgroups.hierarchy("memory") else "RLIMIT_DATA (private memory only)"
+    return {"mode": mode, "namespaces": iso.namespaces, "missing": iso.missing, "euid": os.geteuid(),
+            "unprivileged_runner": iso.unprivileged, "gpu_driver": gpu_driver_present(), "process_limit": limit,
+            "memory_limit": memory}
