@@ -96,8 +96,9 @@ def set_limits(cpu_s: int | None, nofile: int, fsize: int, data_bytes: int | Non
     if data_bytes:
         lower(resource.RLIMIT_DATA, "data", data_bytes)
     if nproc:
-        # Counted per user namespace (Linux 5.14+): every process and thread in ours,
-        # and nothing outside it; apply() checks the kernel before asking for it.
+        # Counted for the runner's uid: in a user namespace (Linux 5.14+) every process and
+        # thread in ours, and nothing outside it (apply() checks the kernel first); an
+        # unprivileged runner's uid is its own, so only its processes count.
         lower(resource.RLIMIT_NPROC, "nproc", nproc)
     return applied
 
@@ -107,13 +108,17 @@ def join_cgroups(folders) -> None:
     for folder in dict.fromkeys(f for f in folders if f):
         with open(os.path.join(folder, "cgroup.procs"), "w") as f:
             f.write("0")  # "0": the writing process, whatever its number in our PID namespace
-    # A runner that is root of its user namespace owns root's cgroup files: without this it
-    # could raise its limits or move itself out (the view's /sys is read-only as well).
-    _mount_setattr("/sys/fs/cgroup", recursive=True, set_=MOUNT_ATTR_RDONLY)
+    try:
+        # A runner that is root of its user namespace owns root's cgroup files: without this
+        # it could raise its limits or move itself out. (The view's /sys is read-only too, and
+        # an unprivileged runner owns none of them.)
+        _make_read_only("/sys/fs/cgroup", recursive=True)
+    except OSError:
+        pass
 
 
-def _cgroup_limits(cgroups: dict) -> tuple[list[str], list[str]]:
-    """What the joined cgroups hold the runner to, in words: (applied, missing)."""
+def _cgroup_limits(cgroups: dict) -> list[str]:
+    """What the joined cgroups hold the runner to, in words."""
     applied = []
     pids = cgroups.get("pids")
     if pids:
@@ -126,7 +131,7 @@ def _cgroup_limits(cgroups: dict) -> tuple[list[str], list[str]]:
         swap_off = swap == "0" if v2 else swap == limit
         applied.append(f"memory cgroup (limit={limit} bytes, {'no swap' if swap_off else 'swap not limited'}; "
                        "memfd, shared mappings and tmpfs count)")
-    return applied, []
+    return applied
 
 
 def _read(folder: str, name: str) -> str:
@@ -332,8 +337,22 @@ def allowlisted_view(scratch: str, keep: list[str], view: dict, *, scratch_bytes
     return applied, missing
 
 
+GPU_DEVICE_PATTERNS = ("/dev/nvidia*", "/dev/kfd", "/dev/dri/*")
+
+
+def gpu_device_files() -> list[str]:
+    """The device files CUDA and ROCm open: NVIDIA's nodes and capability folders, AMD's kfd and DRI nodes."""
+    import glob
+
+    return [path for pattern in GPU_DEVICE_PATTERNS for path in sorted(glob.glob(pattern))]
+
+
 def _devices(root: str, devices: list[str], shm_bytes: int):
-    """/dev: a small tmpfs with the basic devices, the GPU's device files and /dev/shm."""
+    """/dev: a small tmpfs with the basic devices, the GPU's device files and /dev/shm.
+
+    `devices` (from kgit) and those present now both go in: a node the driver made since
+    kgit looked (the judge's CUDA start makes /dev/nvidia-uvm on a fresh host) is not missed.
+    """
     dev = _under(root, "/dev")
     os.makedirs(dev, exist_ok=True)
     _tmpfs(dev, DEV_BYTES, "0755")
@@ -343,7 +362,7 @@ def _devices(root: str, devices: list[str], shm_bytes: int):
             _bind(f"/dev/{name}", os.path.join(dev, name))
     for name, target in DEV_LINKS.items():
         os.symlink(target, os.path.join(dev, name))
-    for path in devices:
+    for path in sorted(set(devices) | set(gpu_device_files())):
         if not os.path.lexists(path) or not _inside(path, "/dev"):
             continue
         target = _under(root, path)
@@ -430,7 +449,7 @@ def apply(spec: dict) -> dict:
     if groups:
         try:
             join_cgroups(groups.values())
-            applied.extend(_cgroup_limits(groups)[0])
+            applied.extend(_cgroup_limits(groups))
         except OSError as e:
             missing.append(f"cgroups ({e.strerror or e})")
             groups = {}
@@ -477,10 +496,14 @@ def apply(spec: dict) -> dict:
             applied.append(f"runs as uid {run_as[0]}, gid {run_as[1]}: an unprivileged user of its own, owner of "
                            "none of the host's files")
             applied.append("no capabilities")
-            die_with_parent(want.get("parent_pid"))  # changing ids cleared the parent-death signal
         except OSError as e:
             missing.append(f"unprivileged runner user ({e.strerror or e})")
             run_as = None
+        else:
+            try:
+                die_with_parent(want.get("parent_pid"))  # changing ids cleared the parent-death signal
+            except OSError as e:
+                missing.append(f"parent-death signal after the change of user ({e.strerror})")
     if want.get("drop_caps") and not run_as:
         try:
             drop_capabilities()

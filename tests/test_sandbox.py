@@ -444,6 +444,8 @@ def _run_confined(scratch: Path, code: str, mode: str = "auto", problem: bool = 
     finally:
         os.close(life_r)
         os.close(life_w)
+        for folder in set((spec["sandbox"].get("cgroups") or {}).values()):
+            sandbox.cgroups.remove(folder)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("KGIT-CONFINE ")]
     assert lines, proc.stderr[-3000:]
     return json.loads(lines[0][len("KGIT-CONFINE "):]), proc

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from kgit.errors import KgitError
 from kgit.evaluation import cgroups
-from kgit_harness import pidone
+from kgit_harness import confine, pidone
 
 PR_SET_DUMPABLE = 4
 # --kill-child: PID 1 of the namespace (the trusted init) gets SIGKILL if unshare itself
@@ -169,11 +169,23 @@ def runner_identity() -> list:
 
 
 def gpu_device_files() -> list[str]:
-    """The device files CUDA and ROCm open: NVIDIA's nodes and capability folders, AMD's kfd and DRI nodes."""
-    found = []
-    for pattern in ("/dev/nvidia*", "/dev/kfd", "/dev/dri/*"):
-        found.extend(sorted(glob.glob(pattern)))
-    return found
+    """The device files CUDA and ROCm open (one list, the runner's: harness/confine.py)."""
+    _make_nvidia_uvm_node()
+    return confine.gpu_device_files()
+
+
+def _make_nvidia_uvm_node():
+    """CUDA needs /dev/nvidia-uvm, which the driver's set-user-ID `nvidia-modprobe` makes
+    the first time a CUDA process starts on a host. A runner cannot run it (its view
+    has no set-user-ID programs and a /dev of its own), so kgit does what that first
+    CUDA process would have done, before the runner's view is built."""
+    if os.path.exists("/dev/nvidiactl") and not os.path.exists("/dev/nvidia-uvm"):
+        tool = shutil.which("nvidia-modprobe")
+        if tool:
+            try:
+                subprocess.run([tool, "-u", "-c=0"], capture_output=True, timeout=60)
+            except (OSError, subprocess.TimeoutExpired):
+                pass  # then the runner finds no node, and CUDA's error says so
 
 
 # Files of /etc that Python, the dynamic linker and the GPU stacks read; nothing else of
