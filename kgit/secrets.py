@@ -66,10 +66,12 @@ _BEARER = re.compile(r"(?i)(\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=-]{8,}")
 # scheme://user:password@host: the password.
 _URL_PASSWORD = re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:/@]+:)([^\s@/]+)(?=@)")
 # An environment or .env line, a constant: NAME=value, NAME: value, export NAME="value",
-# where NAME is spelt in capitals and names a credential. The whole value, whatever its shape.
+# where NAME is spelt in capitals and names a credential. The whole value, whatever its shape;
+# not a call or an attribute (`PAD_TOKEN = tokenizer.pad_token_id(x)`): the lookahead takes
+# the whole run at once, so a shorter piece of it is never tried instead.
 _SECRET_ASSIGNMENT = re.compile(
     r"\b((?:[A-Z][A-Z0-9_]*?)?(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|CREDENTIALS?|AUTH|SESSION|COOKIE|PRIVATE)"
-    r"[A-Z0-9_]*[\"']?\s*[:=]\s*[\"']?)([^\s\"',;()]{%d,})(?![\w(])" % MIN_SECRET_LEN)
+    r"[A-Z0-9_]*[\"']?\s*[:=]\s*[\"']?)(?=([^\s\"',;()]{%d,}))\2(?![\w(])" % MIN_SECRET_LEN)
 # A credential key of a config file with a quoted value ("password": "...", api_key: '...').
 _QUOTED_SECRET = re.compile(
     r"(?i)([\"']?\b(?:api[_-]?key|access[_-]?key|secret[_-]?key|client[_-]?secret|secret|token|auth[_-]?token|"

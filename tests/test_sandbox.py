@@ -921,6 +921,11 @@ def test_an_aten_alias_of_a_forbidden_op_is_rejected(tmp_path):
     "AKIAIOSFODNN7EXAMPLE", "xoxb-123456789012-abcdefghijkl", "hf_abcdefghijklmnopqrstuvwxyz012345",
     "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload", "api_key=9f8e7d6c5b4a39281706f5e4d3c2b1a0",
     "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", 'TOKEN: "a1b2c3d4e5f6a7b8c9d0e1f2"',
+    "DEPLOY_PASSWORD=correct-horse-battery-staple", "export DB_PASS='hunter2hunter2'",
+    '"client_secret": "plainwordsonly"', "password: 'longenoughpassphrase'",
+    "postgres://admin:s3cr3tPassw0rd@db", "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJlLW9mLWl0",
+    "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "ya29.a0AfH6SMBx3kAbCdEfGhIjKlMnOp", "npm_abcdefghijklmnopqrstuvwxyz0123456789",
+    "login bob password tr0ub4dor", "generated Zq8vR2mK9xLp4Tn7Wb3Yc6Hd1Fg5Js0Qa",
 ])
 def test_key_shaped_text_is_masked(text):
     from kgit import secrets
@@ -928,7 +933,7 @@ def test_key_shaped_text_is_masked(text):
     masked = secrets.redact_text(f"error: {text} (while loading)", environ={})
     assert "[redacted]" in masked
     assert masked.startswith("error: ")
-    core = text.split("\n")[1] if "\n" in text else text.split()[-1].strip('"')
+    core = text.split("\n")[1] if "\n" in text else text.split()[-1].strip('"\'').split("=")[-1].split(":")[-1]
     assert core not in masked, masked
 
 
@@ -937,6 +942,11 @@ def test_key_shaped_text_is_masked(text):
     "triton autotune key=['M', 'N', 'K'] best config BLOCK_M=128",
     "the token budget is 6000; cache key a1b2 is short",
     "File \"/home/me/kernels/kernel.py\", line 12, in custom_kernel",
+    "_ZN2at6native29vectorized_elementwise_kernelILi4EZZZNS0_23gelu_kernel_implERNS_18TensorIteratorBaseE",
+    "commit 3f786850e387550fdab836ed7e6dc881de23001b of kgit/12-tile-over-BLOCK_K",
+    "TritonKernel_BLOCK_SIZE_M128_N64_K32_NumWarps8Stages3 and GemmUniversalAdapter2Sm90TmaWarpSpecialized",
+    "MAX_TOKENS = 4096; key_states = self.k_proj(hidden_states); PAD_TOKEN = tokenizer.pad_token_id(x)",
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True on NVIDIA H200 sm_90a",
 ])
 def test_ordinary_error_text_is_left_alone(text):
     from kgit import secrets
@@ -1053,7 +1063,7 @@ def test_a_hostile_leftover_scratch_does_not_break_cleanup(tmp_path):
     assert repo.clean_worktrees() == 0
 
 
-def test_pids_cgroup_folders_are_found_in_v1_v2_and_containers():
+def test_cgroup_folders_are_found_in_v1_v2_and_containers():
     from kgit.evaluation import cgroups
 
     mountinfo = "\n".join([
@@ -1065,6 +1075,20 @@ def test_pids_cgroup_folders_are_found_in_v1_v2_and_containers():
     assert cgroups.candidates(mountinfo, membership) == [
         (Path("/sys/fs/cgroup/pids/user.slice/session-3"), 1), (Path("/sys/fs/cgroup/unified/box"), 2)]
     assert cgroups.candidates("20 1 0:5 / /proc rw - proc proc rw", membership) == []
+    # memory: its own v1 hierarchy first, then the unified one.
+    assert cgroups.candidates(mountinfo, membership, "memory") == [
+        (Path("/sys/fs/cgroup/memory/x"), 1), (Path("/sys/fs/cgroup/unified/box"), 2)]
+
+
+def test_out_of_memory_kills_are_read_from_v1_and_v2(tmp_path):
+    from kgit.evaluation import cgroups
+
+    (tmp_path / "v2").mkdir()
+    (tmp_path / "v2" / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\n")
+    (tmp_path / "v1").mkdir()
+    (tmp_path / "v1" / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+    assert cgroups.oom_kills(str(tmp_path / "v2")) == 1 and cgroups.oom_kills(str(tmp_path / "v1")) == 3
+    assert cgroups.oom_kills(None) == 0 and cgroups.oom_kills(str(tmp_path / "none")) == 0
 
 
 @needs_namespaces
