@@ -256,13 +256,51 @@ def _pivot(root: str):
     os.chdir("/")
 
 
+# Files of /etc that Python, the dynamic linker and the GPU stacks read; nothing else of
+# /etc (shadow, sudoers, ssh keys, credentials of other services) is in the view.
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "localtime",
+             "timezone", "os-release", "lsb-release", "alternatives", "hosts", "mime.types", "protocols",
+             "services", "OpenCL")
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+def runtime_folders() -> list[str]:
+    """Folders this interpreter and the GPU stacks read: Python's prefixes and sys.path
+    (this is the runner's own interpreter, before any candidate code), the harness, the
+    CUDA and ROCm toolkits, and the library folders the environment and the dynamic
+    linker's configuration name. As this host spells them (links are mirrored)."""
+    import glob
+
+    found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(os.path.abspath(__file__))]
+    found += [p for p in sys.path if p]
+    found += [os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "HIP_PATH")]
+    found += os.environ.get("LD_LIBRARY_PATH", "").split(":")
+    found += [os.path.dirname(os.environ.get(v, "")) for v in ("TRITON_PTXAS_PATH", "TRITON_HIP_LLD_PATH")]
+    found += glob.glob("/opt/rocm*") + glob.glob("/usr/local/cuda*")
+    for conf in ["/etc/ld.so.conf", *sorted(glob.glob("/etc/ld.so.conf.d/*.conf"))]:
+        try:
+            with open(conf) as f:
+                found += [line.split("#")[0].strip() for line in f if line.strip().startswith("/")]
+        except OSError:
+            pass
+    return sorted({os.path.abspath(p) for p in found if p and os.path.isdir(p)} - {"/"})
+
+
+def view_sources() -> list[str]:
+    """Everything the view mounts from the host's disks, read-only: the system's folders,
+    the runtime's, and the allowlisted files of /etc."""
+    etc = [f"/etc/{name}" for name in ETC_FILES]
+    return [p for p in [*SYSTEM_FOLDERS, *runtime_folders(), *etc] if os.path.lexists(p)]
+
+
 def allowlisted_view(scratch: str, keep: list[str], view: dict, *, scratch_bytes: int, shm_bytes: int,
                      read_only: bool, owner=None) -> tuple[list[str], list[str]]:
     """Replace this (private) mount namespace's filesystem by the allowlist, and enter it.
 
-    The new root is an empty tmpfs holding, each at its host path: the folders of
-    `view["system"]` and `view["runtime"]` and the files of `view["etc"]`, read-only;
-    a /dev with the basic devices and those of `view["devices"]`; /proc (the PID
+    The new root is an empty tmpfs holding, each at its host path: what `view_sources`
+    names, read-only; a /dev with the basic devices and the GPU's device files (those of
+    `view["devices"]` and those present now); /proc (the PID
     namespace's own) with the parts that change the host read-only; /sys read-only; a
     fresh /tmp; the scratch as a fresh tmpfs of `scratch_bytes` owned by `owner`
     (uid, gid) if given; and, read-only inside it, the folders of `keep` (the
@@ -282,7 +320,7 @@ def allowlisted_view(scratch: str, keep: list[str], view: dict, *, scratch_bytes
         _mount(None, "/", None, MS_REC | MS_PRIVATE, None)  # nothing of ours reaches the host's mounts
         _tmpfs(root, VIEW_ROOT_BYTES, "0755")
         # Every symbolic link on the way is copied first, while the new root is bare.
-        sources = [_mirror(root, p) for p in view.get("system", []) + view.get("runtime", []) + view.get("etc", [])]
+        sources = [_mirror(root, p) for p in view_sources()]
         scratch_at, keep_at = _mirror(root, scratch), {p: _mirror(root, p) for p in keep}
         placed = []
         for real in sorted(set(sources), key=len):

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import glob
-import json
 import os
 import secrets
 import shutil
@@ -119,7 +117,9 @@ class Isolation:
             # Measured on the H200: with a private /dev/shm in the runner, CUDA IPC from the
             # judge fails (cudaErrorMapBufferObjectFailed), so GPU hosts keep the host's.
             "shm_bytes": 0 if gpu else 1 << 30,
-            "view": {**view_paths(), "private": private_folders(scratch)} if self.namespaces else None,
+            # What the view holds is the runner's to find (harness/confine.py, view_sources);
+            # kgit names what must not be in it, so the result can say if a runtime folder holds it.
+            "view": {"private": private_folders(scratch), "devices": gpu_device_files()} if self.namespaces else None,
             "hide_problem": bool(hide_problem),
         }
 
@@ -186,64 +186,6 @@ def _make_nvidia_uvm_node():
                 subprocess.run([tool, "-u", "-c=0"], capture_output=True, timeout=60)
             except (OSError, subprocess.TimeoutExpired):
                 pass  # then the runner finds no node, and CUDA's error says so
-
-
-# Files of /etc that Python, the dynamic linker and the GPU stacks read; nothing else of
-# /etc (shadow, sudoers, ssh keys, credentials of other services) is in the view.
-ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "localtime",
-             "timezone", "os-release", "lsb-release", "alternatives", "hosts", "mime.types", "protocols",
-             "services", "OpenCL")
-SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-
-
-@functools.lru_cache(maxsize=None)
-def _interpreter_paths() -> tuple:
-    """The runner's interpreter folders: what `python -I` puts on sys.path (its .pth files
-    included) and its prefixes, asked of that interpreter once per kgit process."""
-    code = "import json, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix] + sys.path))"
-    try:
-        out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60)
-        return tuple(json.loads(out.stdout))
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
-
-
-def _ld_conf_folders() -> list[str]:
-    """Library folders the dynamic linker was configured with (/etc/ld.so.conf and its includes)."""
-    found = []
-    for conf in ["/etc/ld.so.conf", *sorted(glob.glob("/etc/ld.so.conf.d/*.conf"))]:
-        try:
-            lines = Path(conf).read_text().splitlines()
-        except OSError:
-            continue
-        found.extend(line.split("#")[0].strip() for line in lines if line.strip().startswith("/"))
-    return found
-
-
-def view_paths() -> dict:
-    """What the runner's filesystem view holds besides its scratch, candidate and problem helpers.
-
-    `system`: folders bound read-only as they are (the system's programs and libraries);
-    `runtime`: Python's folders, the harness, the CUDA and ROCm toolkits and the library
-    folders the environment and the dynamic linker name; `etc`: the files of /etc listed
-    in ETC_FILES; `devices`: the GPU device files. The paths are as this host spells
-    them; the runner mirrors symbolic links on the way.
-    """
-    import kgit_harness
-
-    runtime = list(_interpreter_paths())
-    runtime += [os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(kgit_harness.__file__)]
-    runtime += [os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "HIP_PATH")]
-    runtime += os.environ.get("LD_LIBRARY_PATH", "").split(":")
-    runtime += [os.path.dirname(os.environ.get(v, "")) for v in ("TRITON_PTXAS_PATH", "TRITON_HIP_LLD_PATH")]
-    runtime += glob.glob("/opt/rocm*") + glob.glob("/usr/local/cuda*") + _ld_conf_folders()
-    runtime = sorted({os.path.abspath(p) for p in runtime if p and os.path.isdir(p)})
-    return {
-        "system": [p for p in SYSTEM_FOLDERS if os.path.lexists(p)],
-        "runtime": [p for p in runtime if p != "/"],
-        "etc": [f"/etc/{name}" for name in ETC_FILES if os.path.lexists(f"/etc/{name}")],
-        "devices": gpu_device_files(),
-    }
 
 
 def gpu_driver_present() -> bool:
