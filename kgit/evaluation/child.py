@@ -193,7 +193,8 @@ class Pair:
         `warm`: kept for a candidate that does not exist yet (not used at once)."""
         state_dir.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=f"eval-{os.getpid()}-", dir=state_dir))
-        (scratch / "candidate").mkdir(mode=0o755)
+        (scratch / "candidate").mkdir()
+        (scratch / "candidate").chmod(0o755)  # readable by an unprivileged runner whatever the umask
         try:
             return cls(config, scratch, scratch / "problem", scratch / "candidate", devices_env, owns_scratch=True,
                        warm=warm)

@@ -44,7 +44,6 @@ GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd")
 # account uses (under 2**31, which some tools read as a signed number), so two evaluations
 # never share a process count or each other's files in the host's /dev/shm.
 RUNNER_IDS = range(0x77000000, 0x77000000 + (1 << 16))
-RUNNER_USERS = ("auto", "unprivileged", "kgit")
 
 
 class SandboxUnavailable(KgitError):
