@@ -86,8 +86,9 @@ _KEYWORD_VALUE = re.compile(
 _NETRC = re.compile(r"(\blogin\s+\S+\s+password\s+)(\S+)")
 # Any other random-looking run: 32 or more characters of the base64 alphabet mixing upper
 # case, lower case and digits, where letters seldom run four of one case (words do:
-# "Kernel", "BLOCK"). Most generated keys are caught (about 19 in 20 of 32 random
-# characters, more of longer ones); names of kernels, tests and C++ symbols are not.
+# "Kernel", "BLOCK") and few separators split it. Most generated keys are caught (about
+# 19 in 20 of 32 random characters, more of longer ones, 9 in 10 url-safe ones); names
+# of kernels, tests and C++ symbols are not.
 _LONG_RUN = re.compile(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+_=-]{32,}(?![A-Za-z0-9+/_=-])")
 _WORDLIKE = re.compile(r"[a-z]{4,}|[A-Z]{4,}")
 WORDLIKE_SHARE = 0.4
@@ -115,10 +116,12 @@ def _looks_random(value: str) -> bool:
 
 
 def _random_run(match) -> str:
-    """A long run masked when it looks generated (see _LONG_RUN); mangled C++ names (_Z...) kept."""
+    """A long run masked when it looks generated (see _LONG_RUN). Kept: mangled C++ names
+    (_Z...) and names made of parts (library kernels such as nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NNT:
+    more separators than a url-safe key's one in 32)."""
     run = match.group(0)
     mixed = any(c.islower() for c in run) and any(c.isupper() for c in run) and any(c.isdigit() for c in run)
-    if run.startswith("_Z") or not mixed:
+    if run.startswith("_Z") or not mixed or run.count("_") + run.count("-") >= max(4, len(run) // 12):
         return run
     wordlike = sum(len(m) for m in _WORDLIKE.findall(run)) / len(run)
     return MASK if wordlike < WORDLIKE_SHARE else run

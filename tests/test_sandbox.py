@@ -951,6 +951,7 @@ def test_key_shaped_text_is_masked(text):
     "_ZN2at6native29vectorized_elementwise_kernelILi4EZZZNS0_23gelu_kernel_implERNS_18TensorIteratorBaseE",
     "commit 3f786850e387550fdab836ed7e6dc881de23001b of kgit/12-tile-over-BLOCK_K",
     "TritonKernel_BLOCK_SIZE_M128_N64_K32_NumWarps8Stages3 and GemmUniversalAdapter2Sm90TmaWarpSpecialized",
+    "kernels nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NNT and cutlass_80_wmma_Tensorop_bf16_s161616gemm_32x32",
     "MAX_TOKENS = 4096; key_states = self.k_proj(hidden_states); PAD_TOKEN = tokenizer.pad_token_id(x)",
     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True on NVIDIA H200 sm_90a",
 ])
