@@ -299,13 +299,12 @@ def allowlisted_view(scratch: str, keep: list[str], view: dict, *, scratch_bytes
     """Replace this (private) mount namespace's filesystem by the allowlist, and enter it.
 
     The new root is an empty tmpfs holding, each at its host path: what `view_sources`
-    names, read-only; a /dev with the basic devices and the GPU's device files (those of
-    `view["devices"]` and those present now); /proc (the PID
-    namespace's own) with the parts that change the host read-only; /sys read-only; a
-    fresh /tmp; the scratch as a fresh tmpfs of `scratch_bytes` owned by `owner`
-    (uid, gid) if given; and, read-only inside it, the folders of `keep` (the
-    candidate, the problem helpers). /dev/shm is a private tmpfs of `shm_bytes`, or
-    the host's where that is 0. With `read_only` the root and /dev are read-only too,
+    names, read-only; a /dev with the basic devices and the GPU's device files (those
+    of `view["devices"]` and those present now); /proc (the PID namespace's own) with
+    the parts that change the host read-only; /sys read-only; a fresh /tmp; the scratch
+    as a fresh tmpfs of `scratch_bytes` owned by `owner` (uid, gid) if given; and,
+    read-only inside it, the folders of `keep` (the candidate, the problem helpers).
+    /dev/shm is a private tmpfs of `shm_bytes`, or the host's where that is 0. With `read_only` the root and /dev are read-only too,
     so the scratch, /tmp and /dev/shm are the only writable places. Nothing else of
     the host is there: not HOME, the repository, other repositories or the rest of
     /etc. Returns (applied, missing) in words; `missing` names the folders of
