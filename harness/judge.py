@@ -240,12 +240,10 @@ class Slots:
             copy = _narrowed(self.torch, copy, leaves)
         return copy
 
-    def call(self, slot: int, *, clock: str | None = None, flush: bool = True, empty: bool = False,
-             fresh: bool = False) -> dict:
-        """One call of the slot: untimed, or timed by the runner's `clock` (events or wall); `fresh`:
-        on new tensors the runner makes from the slot, never handed to the kernel before."""
+    def call(self, slot: int, *, clock: str | None = None, flush: bool = True, empty: bool = False) -> dict:
+        """One call of the slot: untimed, or timed by the runner's `clock` (events or wall)."""
         reply = self.runner.ask({"op": "call", "id": self.id, "slot": slot, "clock": clock, "flush": flush,
-                                 "empty": empty, "fresh": fresh})
+                                 "empty": empty})
         reply["us"] = channel.number(reply, "us")
         reply["host_us"] = channel.number(reply, "host_us")
         reply["output"] = channel.text(reply, "output", 2000, optional=True)

@@ -184,20 +184,6 @@ def widens(torch, narrow, wide) -> bool:
     return False
 
 
-def fresh_copy(torch, data):
-    """`data` with every tensor copied into new memory of this process's allocator, same layout."""
-    if isinstance(data, torch.Tensor):
-        return torch.empty_strided(data.shape, data.stride(), dtype=data.dtype, device=data.device).copy_(data)
-    if isinstance(data, (tuple, list)):
-        return type(data)(fresh_copy(torch, d) for d in data)
-    if isinstance(data, dict):
-        return {k: fresh_copy(torch, v) for k, v in data.items()}
-    fields = shared.plain_fields(data)
-    if fields is not None:
-        return type(data)(**{k: fresh_copy(torch, v) for k, v in fields.items()})
-    return data
-
-
 def _cast(dtypes: list) -> list | None:
     """The dtypes outputs were widened from (None for each that matched), or None when none was."""
     return dtypes if any(dtypes) else None
@@ -214,7 +200,6 @@ class Session:
         # an address or object once handed to the kernel is then never handed out again in
         # this evaluation (a GPU's arenas are too large to keep; see docs/harness.md).
         self.retired: list = []
-        self.kept: dict = {}  # shape id -> the fresh inputs handed to its calls (op_call `fresh`)
         self.candidate: Candidate | None = None
         self.split: kernelsplit.Session | None = None
         self.rid = None  # the request being served: every message about it carries its id
@@ -301,9 +286,6 @@ class Session:
         return {"op": "done"}
 
     def op_forget(self, message, fds) -> dict:
-        kept = self.kept.pop(message["id"], None)
-        if kept is not None and not self.on_gpu:
-            self.retired.append(kept)
         gone = self.shapes.pop(message["id"], None)
         if gone is not None and not self.on_gpu:
             self.retired.append(gone)  # the views too: no later tensor takes one of their id()s
@@ -323,15 +305,6 @@ class Session:
             self._sync()
             return {"op": "done", "us": 0.0, "host_us": 0.0, "output": None}
         clock = message.get("clock")
-        given, check_copy = data, None
-        if message.get("fresh"):
-            # As an evaluator's generate_input makes them, in the kernel's own process: tensors
-            # of this process's allocator with the slot's values, kept until the shape is
-            # forgotten so that no later call is handed their addresses, and beside them a
-            # copy made and dropped as the evaluator's check copy is.
-            data = fresh_copy(self.torch, given)
-            self.kept.setdefault(message["id"], []).append(data)
-            check_copy = fresh_copy(self.torch, data)
         if clock in ("events", "wall"):
             out, us, host_us = cand.clock.time_call(lambda: cand.kernel(data), cand.guarded(), clock=clock,
                                                     flush=bool(message.get("flush", True)))
@@ -339,18 +312,12 @@ class Session:
             with cand.guarded():
                 out = cand.kernel(data)
             us = host_us = 0.0
-        del check_copy
         copied = cand.clock.perf_counter()
         dtypes = []
-        why = deliver(self.torch, out, self._target(given, out_buffer), out_buffer is None, dtypes)
+        why = deliver(self.torch, out, self._target(data, out_buffer), out_buffer is None, dtypes)
         if clock:
             # Back-to-back calls pay for the copy-out too: part of the host time the judge allows.
             host_us += (cand.clock.perf_counter() - copied) * 1e6
-        if data is not given:
-            # What the kernel did to its inputs, where the judge checks them.
-            for mine, theirs in zip(shared.tensors(data), shared.tensors(given)):
-                if mine.data_ptr() != theirs.data_ptr():
-                    theirs.copy_(mine)
         self._sync()
         return {"op": "done", "us": us, "host_us": host_us, "output": why, "dtypes": _cast(dtypes)}
 

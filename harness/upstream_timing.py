@@ -7,12 +7,11 @@ to call the kernel and time the call with the protocol's clock, copies the outpu
 anything else happens, checks it as the protocol says, and bounds the runner's figure by
 its own clock (timing.settle).
 
-- fresh (gpumode-leaderboard-wall, gpumode-leaderboard-events): every timed call's inputs,
-  new values from a new seed, are made into new tensors by the runner's own allocator, as
-  the evaluator's generate_input makes them in the kernel's process, and kept for the shape,
-  so no call sees a tensor object or a storage address it has seen before; every output is
-  checked. Memory for the protocol's most calls where it allows, fewer (said in the
-  shape's `note`) where it does not.
+- fresh (gpumode-leaderboard-wall, gpumode-leaderboard-events): every timed call gets its
+  own slot of the shape's arena, a slot never handed out before in this evaluation, so no
+  call sees a tensor object or a storage address it has seen before, and new values from a
+  new seed; every output is checked. The arena holds the protocol's most calls where memory
+  allows, fewer (said in the shape's `note`) where it does not.
 - batch (gpumode-batch): `batch` distinct tuples made once; each timed sample calls them
   all back to back between one pair of events after an L2 flush; every output of every
   sample is checked (each sample's outputs poisoned first, which upstream does not do).
@@ -142,14 +141,14 @@ def _finish(protocol, ctx, times, judge_times, host, call_us, out, empties) -> d
     return stats
 
 
-def _device_time(ctx, slots, slots_free: list[int], make, fresh: bool = False) -> float | None:
+def _device_time(ctx, slots, slots_free: list[int], make) -> float | None:
     """Median device time of a few flushed, event-timed calls (GPU only; informative)."""
     if not ctx.on_gpu or not slots_free:
         return None
     figures = []
     for slot in slots_free:
         private = make()
-        timed = timing.timed_call(slots, slot, private, ctx.calibration, clock="events", flush=True, fresh=fresh)
+        timed = timing.timed_call(slots, slot, private, ctx.calibration, clock="events", flush=True)
         if timed.reply["output"] or _check(ctx, private, slots.data(slot), timed.out):
             return None  # the figures would not be the kernel's: leave it out (its timed calls were right)
         figures.append(timed.reply["us"])
@@ -165,14 +164,13 @@ def _fresh(protocol, ctx, shape, first_shape) -> dict:
     if not ctx.on_gpu:
         wanted = min(wanted, max(int(ctx.settings["min_reps"]), 3) * 4)
     device = DEVICE_CALLS if ctx.on_gpu else 0
-    # The runner keeps every timed call's inputs for the shape (and one copy more beside the
-    # call): that is what must fit; the judge's arena holds two slots (the first check, the
-    # warm-up and the round trips in slot 0; each timed call's values pass through slot 1).
-    fits = _capacity(ctx, first, wanted + device + 3, min(protocol.min_calls, wanted) + 3) - 3
-    calls = min(wanted, fits)
-    device = min(device, fits - calls)
+    # Slot 0 serves the first check, the warm-up and the round trips; every timed call, and each
+    # of the device figure's, gets a slot of its own that no call was handed before.
+    capacity = _capacity(ctx, first, 1 + wanted + device, 1 + min(protocol.min_calls, wanted))
+    calls = min(wanted, capacity - 1)
+    device_slots = list(range(1 + calls, capacity))
     with PHASES.span("timing: arenas"):
-        slots = ctx.new_slots(first, 2)
+        slots = ctx.new_slots(first, capacity)
     try:
         error = _first_check(ctx, slots, 0, first)
         if error:
@@ -184,12 +182,12 @@ def _fresh(protocol, ctx, shape, first_shape) -> dict:
         for i in range(calls):
             with PHASES.span("timing: inputs"):
                 private = checking.make_input(ctx.reference, shape, seed(1 + i))
-            timed = timing.timed_call(slots, 1, private, ctx.calibration, clock=protocol.clock,
-                                      flush=protocol.flush, fresh=True)
+            timed = timing.timed_call(slots, 1 + i, private, ctx.calibration, clock=protocol.clock,
+                                      flush=protocol.flush)
             if timed.reply["output"]:
                 return {"error": f"timed call {i}: {timed.reply['output']}", **timing.stats(times or [0.0])}
             with PHASES.span("timing: re-checks"):
-                why = _check(ctx, private, slots.data(1), timed.out)
+                why = _check(ctx, private, slots.data(1 + i), timed.out)
             if why:
                 return {"error": f"timed call {i} gave a wrong result: {why}", **timing.stats(times or [0.0])}
             judge_us = max(timed.call_us - round_trip, timed.call_us / 100)
@@ -204,8 +202,8 @@ def _fresh(protocol, ctx, shape, first_shape) -> dict:
         stats["rechecked"] = len(times)
         if calls < wanted and len(times) == calls:
             stats["note"] = (f"{calls} fresh calls fit in the memory a shape may take; the protocol allows {wanted}")
-        stats["device_us"] = _device_time(ctx, slots, [1] * device,
-                                          lambda: checking.make_input(ctx.reference, shape, seed(10_000)), fresh=True)
+        stats["device_us"] = _device_time(ctx, slots, device_slots,
+                                          lambda: checking.make_input(ctx.reference, shape, seed(10_000)))
         return stats
     finally:
         ctx.retire(slots)
