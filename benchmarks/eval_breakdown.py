@@ -164,6 +164,7 @@ def main():
     parser.add_argument("--problems", nargs="+", default=["vector_add", "softmax"])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--fast", action="store_true", help="short timing settings (as in the tests)")
+    parser.add_argument("--protocol", help="time under this timing protocol instead of each problem's own")
     parser.add_argument("--warm-wait", type=float, default=15.0,
                         help="seconds a warm pair gets to start before its candidate arrives")
     parser.add_argument("--beside", action="store_true",
@@ -178,7 +179,11 @@ def main():
           f"timing {'fast' if args.fast else 'default'}; median of {args.repeats}")
     with tempfile.TemporaryDirectory(prefix="kgit-breakdown-") as tmp:
         for problem in args.problems:
-            repo = Repo(make_repo(Path(tmp) / problem, problem, args.fast))
+            def edit(data):
+                if args.protocol:
+                    data["timing"]["protocol"] = args.protocol
+
+            repo = Repo(make_repo(Path(tmp) / problem, problem, args.fast, edit))
             config = config_mod.load(repo.root)
             cold = [one(repo, config, env, None) for _ in range(args.repeats)]
             warm = [one(repo, config, env, args.warm_wait) for _ in range(args.repeats)]

@@ -288,10 +288,6 @@ class Clock:
             return out, (t1 - t0) * 1e6, (t1 - t0) * 1e6
         if clock == "wall":
             with region:
-                # A one-thread kernel first: the GPU then runs this process's work, not the judge's
-                # (its fill), when the clock starts, as in an evaluator's own single process.
-                if self.sleep is not None:
-                    self.sleep(1)
                 self.synchronize()
                 t0 = self.perf_counter()
                 out = call()
@@ -359,6 +355,20 @@ def measure(task, reference, shape, secret, settings, on_gpu, torch, new_slots, 
     if error:
         return {"error": error, **stats}
     return stats
+
+
+def batch_bound(task, reference, shape, seed, first, out, new_slots, calibration, target_rse, stats, torch) -> str | None:
+    """The judge's clock over back-to-back calls into `stats` (host_batch_us, judge_batch: the bound
+    `settle` holds the runner's event figure to), on an arena of its own; or why an output was wrong."""
+    batch = batch_count(stats["mean_us"], _slot_bytes(first, out), _free_bytes(torch))
+    with PHASES.span("timing: arenas"):
+        batch_slots = new_slots(first, batch)
+    try:
+        with PHASES.span("timing: back-to-back batches"):
+            return _judge_batch(task, reference, batch_slots, shape, seed, batch, time.perf_counter, calibration,
+                                target_rse, stats)
+    finally:
+        batch_slots.close()
 
 
 def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,

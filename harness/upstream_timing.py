@@ -131,14 +131,27 @@ def _finish(protocol, ctx, times, judge_times, host, call_us, out, empties) -> d
     stats["host_call_us"] = statistics.fmean(host)
     stats["host_us"] = stats["host_call_us"] if ctx.on_gpu else None
     stats["judge_batch"] = timing.stats(judge_times)
-    if ctx.on_gpu:
-        stats["bound"] = "calls"  # timing.settle bounds the runner's figure by the judge's over each call
+    if ctx.on_gpu and (protocol.clock == "wall" or protocol.inputs == "batch"):
+        # timing.settle bounds the runner's figure by the judge's clock over each call (or each
+        # sample of a batch, by the call): it covers what the runner's clock covers (synchronize
+        # to synchronize, or one pair of events over the batch) and little besides.
+        stats["bound"] = "calls"
         # A fresh output is copied into the judge's buffer by the runner, inside the judge's clock.
         stats["copy_out_us"] = ctx.calibration.copy_us(out) if ctx.task.output is None else 0.0
     floor = timing.floor_verdict(call_us, empties)
     if floor:
         stats.update(error=floor, refused=timing.FLOOR_REASON)
     return stats
+
+
+def _events_bound(protocol, ctx, shape, seed, first, out, stats) -> str | None:
+    """On a GPU, for a protocol whose figure is device events: the judge's clock over back-to-back
+    calls as the bound (timing.batch_bound), as kgit-adaptive has it. A single call's clock would
+    hold the flush and the GPU hold that precede the events, which are not the kernel's."""
+    if not ctx.on_gpu or protocol.clock != "events" or stats.get("error"):
+        return None
+    return timing.batch_bound(ctx.task, ctx.reference, shape, seed, first, out, ctx.new_slots, ctx.calibration,
+                              float(ctx.settings["target_rse"]), stats, ctx.torch)
 
 
 def _device_time(ctx, slots, slots_free: list[int], make) -> float | None:
@@ -200,6 +213,9 @@ def _fresh(protocol, ctx, shape, first_shape) -> dict:
                 break
         stats = _finish(protocol, ctx, times, judge_times, host, call_us, timed.out, empties)
         stats["rechecked"] = len(times)
+        error = _events_bound(protocol, ctx, shape, seed, first, timed.out, stats)
+        if error:
+            return {"error": error, **stats}
         if calls < wanted and len(times) == calls:
             stats["note"] = (f"{calls} fresh calls fit in the memory a shape may take; the protocol allows {wanted}")
         stats["device_us"] = _device_time(ctx, slots, device_slots,
@@ -304,6 +320,9 @@ def _fixed(protocol, ctx, shape, first_shape) -> dict:
                     return {"error": f"timed call {rep} gave a wrong result: {why}", **timing.stats(times)}
         stats = _finish(protocol, ctx, times, judge_times, host, call_us, last[1], empties)
         stats["rechecked"] = len(checked)
+        error = _events_bound(protocol, ctx, shape, seed, first, last[1], stats)
+        if error:
+            return {"error": error, **stats}
         stats["device_us"] = _device_time(ctx, slots, [0] * DEVICE_CALLS, lambda: first)
         return stats
     finally:

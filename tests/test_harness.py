@@ -767,3 +767,54 @@ def test_a_call_cheaper_than_the_round_trips_noise_still_gets_a_positive_figure(
     stats = _measure_in_process(lambda data: data[2].copy_(data[0] + data[1]),
                                 {"warmup": 0, "min_reps": 3, "target_rse": 0.5, "max_time_s": 0.0})
     assert slow_empty["n"] == 1 and stats["min_us"] > 0 and stats["mean_us"] > 0, stats
+
+
+class _GpuContext:
+    """What upstream_timing asks of the judge (judge.TimingContext), with the GPU path taken on
+    a CPU kernel through _ReportingSlots."""
+
+    def __init__(self, us, host_us, calibration):
+        self.task = problem.load_task(problem.shipped()["vector_add"])
+        self.reference = _load_reference("vector_add")
+        self.secret, self.on_gpu, self.torch, self.calibration = 5, True, torch, calibration
+        self.settings = {"warmup": 0, "min_reps": 3, "target_rse": 0.05, "max_time_s": 0.0}
+        self.us, self.host_us = us, host_us
+
+    def slot_bytes(self, sample):
+        return 1 << 10
+
+    def new_slots(self, sample, count):
+        return _ReportingSlots(_slow_add, sample, count, self.task.output, self.us, self.host_us)
+
+    def free_bytes(self):
+        return 1 << 34
+
+    def retire(self, slots):
+        pass
+
+
+def _slow_add(data):
+    end = time.perf_counter() + 0.003
+    while time.perf_counter() < end:
+        pass
+    a, b, out = data
+    out.copy_(a + b)
+
+
+@pytest.mark.parametrize("name, bound", [("gpumode-leaderboard-wall", "calls"),
+                                          ("gpumode-leaderboard-events", "batch")])
+def test_a_fresh_protocols_figure_is_bound_by_the_judges_clock_on_a_gpu(name, bound):
+    from kgit_harness import protocols, upstream_timing
+
+    protocol = protocols.get(name)
+    cal = timing.Calibration(ping_us=100.0, copy_fixed_us=50.0, copy_us_per_byte=0.0)
+    honest = upstream_timing.measure(protocol, _GpuContext(None, None, cal), {"size": 64, "seed": 1}, True)
+    assert "error" not in honest and timing.settle(honest) is None, honest
+    assert honest["clock"] == protocol.clock and honest["mean_us"] >= 3000.0
+    # The wall figure is bound over each call; an events figure over back-to-back calls, since a
+    # single call's clock would hold the flush and the hold before the events.
+    assert ("judge_call_us" if bound == "calls" else "host_batch_us") in honest
+    assert (honest.get("bound") == "calls") == (bound == "calls")
+    forged = upstream_timing.measure(protocol, _GpuContext(1.0, 1.0, cal), {"size": 64, "seed": 1}, True)
+    why = timing.settle(forged)
+    assert why and "judge's clock" in why, forged
