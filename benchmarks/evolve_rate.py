@@ -3,10 +3,13 @@
 Makes a throwaway kernel repository of a shipped problem (the default .kgit.yaml, the
 offline strategist: no model, no network), runs `kgit evolve -n N` through the library
 once per setting, and prints attempts, wall time, seconds per attempt, the statuses and
-the best geomean the run found (on a GPU: racing must not throw winners away).
+the best geomean the run found (on a GPU: racing must not throw winners away). With
+`--rerun-stopped K`, up to K of the attempts that racing stopped are evaluated again in full
+(no racing) and compared with the attempt each was raced against: how many racing would have
+let through, had it run them to the end.
 
     python benchmarks/evolve_rate.py --problem vector_add -n 10 --fast          # CPU
-    python benchmarks/evolve_rate.py --problem fp8_blockscale_gemm -n 10 --warm on   # H200
+    python benchmarks/evolve_rate.py --problem fp8_blockscale_gemm -n 6 --warm on --rerun-stopped 4   # H200
 """
 
 from __future__ import annotations
@@ -44,6 +47,24 @@ def run_once(root: Path, problem: str, iterations: int, warm: bool, fast: bool, 
             "device": repo.read()[0].device}
 
 
+def rerun_stopped(root: Path, count: int) -> list[list]:
+    """Rows for up to `count` stopped attempts, each evaluated again in full beside the attempt
+    its race named (Kgit-Stopped: "... x the time of <sha prefix>")."""
+    repo, config = experiments.load(root)
+    attempts = repo.read()
+    rows = []
+    for attempt in [a for a in attempts if a.status == "stopped"][:count]:
+        prefix = attempt.trailers.get("Kgit-Stopped", [""])[-1].rsplit(" ", 1)[-1]
+        incumbent = next((a for a in attempts if prefix and a.sha.startswith(prefix)), None)
+        full = experiments.evaluate_rev(repo, config, attempt.sha)
+        against = getattr(incumbent, "geomean", None)
+        through = (full.status == "ok" and full.geomean_us is not None and against is not None
+                   and full.geomean_us < against)
+        rows.append([attempt.sha[:10], prefix or "-", f"{against:.2f}" if against else "-", full.status,
+                     f"{full.geomean_us:.2f}" if full.geomean_us else "-", "yes" if through else "no"])
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--problem", default="vector_add")
@@ -52,6 +73,8 @@ def main():
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--fast", action="store_true", help="short timing settings (as in the tests)")
     parser.add_argument("--progress", action="store_true", help="print evolve's lines with the seconds since the start")
+    parser.add_argument("--rerun-stopped", type=int, default=0, metavar="K",
+                        help="evaluate up to K stopped attempts of the last run again in full")
     args = parser.parse_args()
     t0 = time.monotonic()
     progress = (lambda line: print(f"{time.monotonic() - t0:7.1f}s {line}", flush=True)) if args.progress else None
@@ -67,10 +90,17 @@ def main():
                          ", ".join(f"{k} {v}" for k, v in sorted(r["statuses"].items())),
                          f"{r['best_geomean_us']:.2f}" if r["best_geomean_us"] else "-", speedup])
             device = r["device"]
+            if args.rerun_stopped:
+                rerun = rerun_stopped(Path(tmp) / f"repo-{warm}", args.rerun_stopped)
     print(f"problem {args.problem}, evolve -n {args.iterations} offline, jobs {args.jobs}, "
           f"timing {'fast' if args.fast else 'default'}, device {device}")
     print(tabulate(rows, headers=["warm", "attempts", "wall s", "s / attempt", "statuses", "best geomean us",
                                   "vs baseline"], tablefmt="github"))
+    if args.rerun_stopped:
+        print(f"\nstopped attempts evaluated again in full ({len(rerun)}; 'through': faster than the "
+              "attempt it was raced against, which racing threw away)")
+        print(tabulate(rerun, headers=["attempt", "raced against", "its geomean us", "full status",
+                                       "full geomean us", "through"], tablefmt="github"))
 
 
 if __name__ == "__main__":

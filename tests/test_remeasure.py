@@ -181,5 +181,10 @@ def test_remeasure_under_another_protocol_is_noted_and_never_ranked_beside_the_f
     # The commit's own figure (kgit-adaptive) and the note's are of two protocols: never compared.
     assert measure.comparable(baseline, baseline.device, baseline.harness)["source"] == "commit"
     assert baseline.harness != stored["harness"]
+    # Nor do they make one spread: a row per device and protocol.
+    views = measure.by_device(baseline)
+    assert views[f"{baseline.device} · gpumode-leaderboard-wall"]["n"] == 1
+    assert views[baseline.device]["protocol"] == "kgit-adaptive"
+    assert "gpumode-leaderboard-wall" in run_kgit(kernel_repo, "log", "--devices").stdout
     bad = run_kgit(kernel_repo, "remeasure", "kgit/baseline", "--protocol", "fastest")
     assert bad.exit_code == 1 and "unknown timing protocol 'fastest'" in bad.output

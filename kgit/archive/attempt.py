@@ -135,7 +135,8 @@ class Attempt:
     def measurement(self) -> dict:
         """The commit's own measurement in the shape of a note record."""
         return {"device": self.device, "harness": self.harness, "evaluator": self.evaluator or None,
-                "timing": self.timing, "geomean_us": self.geomean, "times": self.times, "source": "commit"}
+                "timing": self.timing, "protocol": self.protocol or None, "geomean_us": self.geomean,
+                "times": self.times, "source": "commit"}
 
     def measurements(self) -> list[dict]:
         own = [self.measurement()] if self.ok else []

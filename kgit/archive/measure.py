@@ -187,7 +187,10 @@ def ratio(before: dict | None, after_geomean: float | None, after_times: dict) -
 
 
 def by_device(attempt) -> dict[str, dict]:
-    """Per device (or --device-tag): the latest geomean, how many measurements, and their spread.
+    """Per device (or --device-tag) and timing protocol: the latest geomean, how many
+    measurements, and their spread. A protocol other than kgit-adaptive is named in the key
+    ("NVIDIA H200 · gpumode-leaderboard-wall"), so that figures of two protocols never make one
+    spread; `device` in each entry is the device alone.
 
     The commit's own measurement counts as the earliest on its device; note records are
     ordered by their `when`, since a merge of notes sorts lines rather than keeping order.
@@ -198,9 +201,12 @@ def by_device(attempt) -> dict[str, dict]:
         entries.append((when, m))
     out: dict[str, dict] = {}
     for when, m in sorted(entries, key=lambda e: e[0]):
-        key = m.get("device_tag") or m.get("device") or "unknown"
+        device = m.get("device_tag") or m.get("device") or "unknown"
+        protocol = m.get("protocol") or "kgit-adaptive"
+        key = device if protocol == "kgit-adaptive" else f"{device} · {protocol}"
         value = m["geomean_us"]
-        slot = out.setdefault(key, {"latest_us": value, "n": 0, "min_us": value, "max_us": value, "when": when})
+        slot = out.setdefault(key, {"latest_us": value, "n": 0, "min_us": value, "max_us": value, "when": when,
+                                    "device": device, "protocol": protocol})
         slot.update(latest_us=value, when=when, n=slot["n"] + 1,
                     min_us=min(slot["min_us"], value), max_us=max(slot["max_us"], value))
     for slot in out.values():

@@ -35,7 +35,7 @@ def row(a, view: ArchiveView | None = None) -> str:
     if a.targets:  # build facts per target GPU (issue 14)
         line += " | targets: " + target_cells(a.targets)
     if a.raw_notes:  # re-measured: the latest geomean per GPU and the spread of repeats (its repeatability)
-        per_device = {dev: d for dev, d in measure.by_device(a).items() if not figures.is_interpreter(None, dev)}
+        per_device = {dev: d for dev, d in measure.by_device(a).items() if not figures.is_interpreter(None, d["device"])}
         if len(per_device) > 1 or any(d["n"] > 1 for d in per_device.values()):
             line += " | remeasured: " + "; ".join(
                 f"{dev} {d['latest_us']:.1f} (n={d['n']}, spread {100 * (d['spread'] or 0):.1f}%)"
