@@ -128,7 +128,7 @@ def main():
             count = len(repo.read())
             first = best_of(repo.read, before=lambda: shutil.rmtree(repo.state / "cache", ignore_errors=True))
             cold_loose = best_of(repo.read, before=drop)
-            noted = sum(1 for a in repo.read() if a.notes)
+            noted = sum(1 for a in repo.read() if a.notes.documents)
             repo.maintain()  # what kgit does every MAINTAIN_EVERY experiments
             cold = best_of(repo.read, before=drop)
             repo.read()

@@ -42,8 +42,8 @@ def run_once(root: Path, problem: str, iterations: int, warm: bool, fast: bool, 
     best = summary.best_after
     return {"warm": warm, "attempts": n, "wall_s": wall, "per_attempt_s": wall / n if n else None,
             "statuses": dict(Counter(r.status for r in summary.rows)),
-            "best_geomean_us": getattr(best, "geomean", None), "baseline_geomean_us": getattr(
-                summary.best_before, "geomean", None), "stop": summary.stop,
+            "best_geomean_us": getattr(best, "geomean_us", None), "baseline_geomean_us": getattr(
+                summary.best_before, "geomean_us", None), "stop": summary.stop,
             "device": repo.read()[0].device}
 
 

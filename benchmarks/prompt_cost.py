@@ -107,7 +107,7 @@ def main():
             from kgit_harness import result as result_mod
 
             return result_mod.new("ok", device=baseline.device, timing=baseline.timing, harness=baseline.harness,
-                                  geomean_us=baseline.geomean, shapes=shapes, eval_s=0.0)
+                                  geomean_us=baseline.geomean_us, shapes=shapes, eval_s=0.0)
 
         evolve.evolve(repo, config, client=model, evaluate=evaluate)
     stats = defaultdict(lambda: {"calls": 0, "chars": 0, "repeat": 0, "tokens": 0, "new_tokens": 0})

@@ -50,14 +50,14 @@ def synthetic(experiments: int, seed: int = 1):
         base = best if rng.random() < 2 / 3 else rng.choice(correct)
         for att in range(1, rng.randint(1, 4) + 1):
             ok = rng.random() > 1 / 3
-            geomean = base.geomean / rng.uniform(0.8, 1.15) if ok else None
+            geomean = base.geomean_us / rng.uniform(0.8, 1.15) if ok else None
             a = _attempt(f"{serial:040x}", exp, att, base.sha, "ok" if ok else "incorrect", geomean,
-                         base.geomean / geomean if ok else None, 100.0 / geomean if ok else None)
+                         base.geomean_us / geomean if ok else None, 100.0 / geomean if ok else None)
             serial += 1
             attempts.append(a)
             if ok:
                 correct.append(a)
-                best = a if a.geomean < best.geomean else best
+                best = a if a.geomean_us < best.geomean_us else best
     return attempts, baseline
 
 

@@ -2,17 +2,20 @@
 
 It travels from the judge to kgit on a dedicated pipe, and from remote evaluators as
 their printed output, so it stays plain JSON with a schema tag (schema in
-docs/harness.md). kgit reads it as a dict with the same keys; `Result.from_dict`
-validates a document that came from outside, `validate` is that check for dict readers.
-Keys a writer adds beyond the schema (kgit's `stdout`, `sandbox`, `worker`) are kept.
+docs/harness.md). `Result.from_dict` validates a document that came from outside and
+types it (each timed shape a `ShapeTiming`); `to_dict` is the same document again.
+`validate` is that check for dict readers. Keys a writer adds beyond the schema (kgit's
+`stdout`, `sandbox`, `worker`) are kept.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from kgit_harness import kernelsplit, reported
 
@@ -23,6 +26,58 @@ STATUSES = ("ok", "incorrect", "compile-error", "runtime-error", "timeout", "cra
             "stopped")
 
 
+@dataclass(frozen=True)
+class ShapeTiming:
+    """One timed benchmark shape of a result (docs/harness.md, "Each entry of `shapes`").
+
+    The judge writes these; kgit reads the fields below. `to_dict` gives back the entry
+    exactly as it was read, keys kgit does not read included.
+    """
+
+    key: str  # the shape's name, e.g. "m=1024,n=512"
+    mean_us: float  # the statistics of the ranking clock, microseconds a call
+    median_us: float | None = None
+    min_us: float | None = None
+    std_us: float | None = None
+    n: int | None = None  # how many calls they are over
+    # Which clock ranks the shape: "events" (the runner's device events, accepted by the
+    # judge) or "judge" (the judge's own: always on a CPU, on a GPU for a launch-bound shape).
+    clock: str | None = None
+    events_mean_us: float | None = None  # GPU: the flushed, event-timed calls, whichever clock ranks
+    host_call_us: float | None = None  # the host time inside a call, as the runner reported it
+    runner_batch_host_us: float | None = None  # GPU: the runner's host time a call in the batch
+    device_us: float | None = None  # GPU: the kernel's device time a call, beside the ranking figure
+    host_us: float | None = None  # GPU: the host time a call, beside it
+    kernels: Mapping[str, Any] | None = None  # GPU: the runner's per-kernel split (kernelsplit.check_entry)
+    error: str | None = None  # a timed output that failed its re-check
+    document: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> ShapeTiming:
+        """A shape entry of a result document; ValueError when it has no key or no mean."""
+        if not isinstance(doc, Mapping) or "key" not in doc or not _number(doc.get("mean_us")):
+            raise ValueError("each entry of 'shapes' needs 'key' and a number in 'mean_us'")
+        if "kernels" in doc:  # (+) the runner's per-kernel split of one call, candidate-reported
+            kernelsplit.check_entry(doc["kernels"])
+        kernels = doc.get("kernels")
+        return cls(key=str(doc["key"]), mean_us=float(doc["mean_us"]), median_us=_float(doc.get("median_us")),
+                   min_us=_float(doc.get("min_us")), std_us=_float(doc.get("std_us")),
+                   n=doc["n"] if isinstance(doc.get("n"), int) else None,
+                   clock=doc["clock"] if isinstance(doc.get("clock"), str) else None,
+                   events_mean_us=_float(doc.get("events_mean_us")), host_call_us=_float(doc.get("host_call_us")),
+                   runner_batch_host_us=_float(doc.get("runner_batch_host_us")),
+                   device_us=_float(doc.get("device_us")), host_us=_float(doc.get("host_us")),
+                   kernels=kernels if isinstance(kernels, Mapping) else None,
+                   error=doc["error"] if isinstance(doc.get("error"), str) else None, document=dict(doc))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.document) if self.document else {"key": self.key, "mean_us": self.mean_us}
+
+    def statistic(self, ranking: str) -> float | None:
+        """The figure of a ranking statistic ("mean", "median", "min")."""
+        return {"mean": self.mean_us, "median": self.median_us, "min": self.min_us}.get(ranking)
+
+
 @dataclass
 class Result:
     status: str = "crash"
@@ -31,28 +86,28 @@ class Result:
     device: str | None = None
     timing: str | None = None
     ranking: str = "mean"
-    tests: list = field(default_factory=list)
-    shapes: list = field(default_factory=list)
+    tests: list[dict[str, Any]] = field(default_factory=list)
+    shapes: list[ShapeTiming] = field(default_factory=list)
     geomean_us: float | None = None
-    versions: dict = field(default_factory=dict)
+    versions: dict[str, Any] = field(default_factory=dict)
     harness: str | None = None
     eval_s: float | None = None
     # Added within kgit.result/1 (readers must tolerate their absence): whether the
     # speed-of-light guard ran, with which peaks, and why not when it did not; and what
     # confinement the runner reported applying to itself (informative: the runner is
     # the untrusted side, see docs/harness.md).
-    speed_of_light: dict | None = None
-    confine: dict | None = None
+    speed_of_light: dict[str, Any] | None = None
+    confine: dict[str, Any] | None = None
     # Added within kgit.result/1: the candidate's kernels cross-compiled for the build
     # targets (harness/targets.py), candidate-reported; None when none were declared.
-    targets: dict | None = None
+    targets: dict[str, Any] | None = None
     # Added within kgit.result/1: the timing protocol the shapes were timed under
     # (harness/protocols.py); absent in results from before protocols, which were kgit-adaptive.
     protocol: str | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
     schema: str = SCHEMA
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"unknown status {self.status!r}; one of {', '.join(STATUSES)}")
         if self.schema != SCHEMA:
@@ -65,11 +120,8 @@ class Result:
             raise ValueError("'tests' must be a list of objects")
         if not isinstance(self.shapes, list):
             raise ValueError("'shapes' must be a list")
-        for shape in self.shapes:
-            if not isinstance(shape, dict) or "key" not in shape or not _number(shape.get("mean_us")):
-                raise ValueError("each entry of 'shapes' needs 'key' and a number in 'mean_us'")
-            if "kernels" in shape:  # (+) the runner's per-kernel split of one call, candidate-reported
-                kernelsplit.check_entry(shape["kernels"])
+        # A shape given as the document's object is read (and checked) here, once.
+        self.shapes = [s if isinstance(s, ShapeTiming) else ShapeTiming.from_dict(s) for s in self.shapes]
         # Candidate-reported parts, held to their schemas (harness/reported.py): a malformed
         # part is dropped with a note, never the whole document.
         if self.targets is not None:
@@ -84,7 +136,7 @@ class Result:
                 raise ValueError(f"an ok result needs a positive number in 'geomean_us', not {geo!r}")
 
     @classmethod
-    def from_dict(cls, doc) -> "Result":
+    def from_dict(cls, doc: object) -> Result:
         if not isinstance(doc, dict):
             raise ValueError(f"a result must be a JSON object, not {type(doc).__name__}")
         if doc.get("schema") != SCHEMA:
@@ -93,17 +145,27 @@ class Result:
         return cls(**{k: v for k, v in doc.items() if k in known},
                    extra={k: v for k, v in doc.items() if k not in known})
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         doc = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        doc["shapes"] = [s.to_dict() for s in self.shapes]
         doc.update(self.extra)
         return doc
 
+    def times(self) -> dict[str, float]:
+        """{shape: us} by the ranking statistic (mean, median or min), shapes without it left out."""
+        found = {s.key: s.statistic(self.ranking or "mean") for s in self.shapes}
+        return {key: us for key, us in found.items() if us is not None}
 
-def _number(value) -> bool:
+
+def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def new(status: str = "crash", **fields_) -> dict:
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def new(status: str = "crash", **fields_: Any) -> dict[str, Any]:
     """A fresh result document as the dict kgit passes around."""
     assert status in STATUSES, status
     doc = Result(harness=harness_id()).to_dict()
@@ -111,11 +173,11 @@ def new(status: str = "crash", **fields_) -> dict:
     return doc
 
 
-def geomean(values) -> float | None:
-    values = [v for v in values if v is not None]
-    if not values or any(v <= 0 for v in values):
+def geomean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    if not present or any(v <= 0 for v in present):
         return None
-    return math.exp(sum(math.log(v) for v in values) / len(values))
+    return math.exp(sum(math.log(v) for v in present) / len(present))
 
 
 def harness_id(protocol: str | None = None) -> str:
@@ -130,7 +192,7 @@ def harness_id(protocol: str | None = None) -> str:
     return f"kgit {__version__} harness {h.hexdigest()[:12]}" + (f" protocol {protocol}" if protocol else "")
 
 
-def validate(doc) -> dict:
+def validate(doc: object) -> dict[str, Any]:
     """Check a result that came from outside (the judge, a remote evaluator); raise ValueError if malformed.
 
     Returns the document as a dict, with the optional keys filled in.

@@ -269,7 +269,7 @@ def remeasure(revs, device_tag, repeat, every, protocol, as_json):
     done = rm.remeasure(repo, config, revs, device_tag=device_tag, repeat=repeat, every=every, protocol=protocol,
                         progress=None if as_json else _watching())
     if as_json:
-        _emit_json([{"sha": d.sha, **d.record} for d in done])
+        _emit_json([{"sha": d.sha, **d.record.to_note()} for d in done])
     else:
         click.echo(f"stored {len(done)} measurement(s) in refs/notes/kgit; push them with `kgit sync`.")
 

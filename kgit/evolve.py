@@ -59,7 +59,7 @@ class Row:
     experiment: int | None
     attempt: int | None
     status: str
-    geomean: float | None
+    geomean_us: float | None
     speedup: float | None
     model: str
     tokens: int | None
@@ -448,13 +448,13 @@ class Run:
             return None
         attempt = next((a for a in self.repo.read() if a.sha == base), None)
         found = measure.comparable(attempt, *measured_on) if attempt is not None else None
-        if not found or found.get("status") not in (None, "ok") or not found.get("times"):
+        if not found or found.status not in (None, "ok") or not found.times:
             return None
         noise = figures.measurement_noise(attempt, found)
         # The stored noise is the geomean's (per-shape errors in quadrature / k); the race
         # compares shape by shape, so it gets the per-shape error that noise implies.
-        return {"name": base[:10], "times": dict(found["times"]),
-                "noise": None if noise is None else noise * math.sqrt(len(found["times"]))}
+        return {"name": base[:10], "times": dict(found.times),
+                "noise": None if noise is None else noise * math.sqrt(len(found.times))}
 
     def _commit(self, state, selection, plan, reference, tree, result, notes, replies, reused) -> str:
         model = self.client.model("write")
@@ -604,7 +604,7 @@ def summary_json(summary: Summary) -> dict:
 def summary_text(summary: Summary) -> str:
     rows = [["-" if r.experiment is None else r.experiment, "-" if r.attempt is None else r.attempt, r.branch,
              r.sha[:10] or "-", r.status + (f" ({r.reused})" if r.reused else ""),
-             "" if r.geomean is None else f"{r.geomean:.1f}",
+             "" if r.geomean_us is None else f"{r.geomean_us:.1f}",
              # An interpreter ratio is no speed figure: shown to nobody as one.
              "" if r.speedup is None or summary.correctness_only else f"{r.speedup:.2f}x",
              "" if r.tokens is None else r.tokens,
@@ -645,7 +645,7 @@ def summary_text(summary: Summary) -> str:
             lines.append(f"latest correct attempt: {after.sha[:10]} {after.branch}{gained}; nothing is ranked by "
                          "speed: the archive has no GPU timings")
         else:
-            lines.append(f"best: {after.sha[:10]} {after.branch} {after.geomean:.1f} us, "
+            lines.append(f"best: {after.sha[:10]} {after.branch} {after.geomean_us:.1f} us, "
                          f"{after.speedup_baseline or 1:.2f}x vs baseline{gained} ({summary.rule})")
     if summary.correctness_only:
         lines.append("checked correctness only: the candidates ran in Triton's interpreter on the CPU; "

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from kgit import live
 from kgit.archive import measure
+from kgit.archive.notes import Measurement
 from kgit.archive.remotes import sync  # noqa: F401  (kgit sync; the git side lives in the archive)
 from kgit.archive.repo import BASELINE_TAG
 from kgit.evaluation.backends import get_evaluator
@@ -26,7 +27,7 @@ ERROR_EXCERPT_CHARS = 2000
 @dataclass
 class Remeasured:
     sha: str
-    record: dict
+    record: Measurement  # the note written for it
     result: Evaluation
 
 
@@ -78,10 +79,8 @@ def remeasure(repo, config, revs=(), *, device_tag: str | None = None, repeat: i
             with live.evaluation(progress, f"{sha[:10]}", config.evaluator.timeout_s) as watch:
                 watched = watch is not None and getattr(evaluator, "watches", False)
                 judged = Evaluation.of(evaluator(sha, watch=watch) if watched else evaluator(sha))
-            record = failure_fields(judged) | measure.note_record(judged.result, tag="remeasure",
-                                                                  evaluator=judged.evaluator)
-            if device_tag:
-                record["device_tag"] = device_tag
+            record = dataclasses.replace(measure.note_record(judged.result, tag="remeasure", evaluator=judged.evaluator),
+                                         device_tag=device_tag or None, **failure_fields(judged))
             return Remeasured(sha, record, judged)
 
         done = []
@@ -92,10 +91,10 @@ def remeasure(repo, config, revs=(), *, device_tag: str | None = None, repeat: i
                 repo.add_note(item.sha, item.record)
                 if progress:
                     progress(f"{item.sha[:10]}: {item.result.status}"
-                             + (f" ({item.record['reason']})" if item.record.get("reason") else "")
-                             + (f", {item.record['geomean_us']:.2f} us" if item.record.get("geomean_us") else "")
-                             + f" on {item.record.get('device_tag') or item.record.get('device')}"
-                             + (f" under {item.record['protocol']}" if item.record.get("protocol") else ""))
+                             + (f" ({item.record.reason})" if item.record.reason else "")
+                             + (f", {item.record.geomean_us:.2f} us" if item.record.geomean_us else "")
+                             + f" on {item.record.device_tag or item.record.device}"
+                             + (f" under {item.record.protocol}" if item.record.protocol else ""))
                 done.append(item)
     return done
 

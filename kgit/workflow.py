@@ -4,6 +4,7 @@ that `evolve` shares with `record`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -17,6 +18,7 @@ from kgit.evaluation.evaluated import Evaluation
 from kgit.archive import figures, measure
 from kgit.archive import trailers as tr
 from kgit.archive import trees
+from kgit.archive.notes import Measurement
 from kgit.archive.refs import ExperimentRef
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
 from kgit.errors import EvaluationFailed, KgitError, NotAKernelRepo
@@ -437,7 +439,7 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
     repo.update_ref(f"refs/heads/{branch}", sha, parent, reason=f"kgit attempt {number}.{index}")
     _keep_notes(repo, sha, result)
     return Outcome(sha=sha, result=judged, speedup=speedup, speedup_baseline=speedup_baseline,
-                   base_times=(base_m or {}).get("times", {}))
+                   base_times=dict(base_m.times) if base_m else {})
 
 
 def _keep_notes(repo: Repo, sha: str, result) -> None:
@@ -458,7 +460,7 @@ def stopped_trailers(judged: Evaluation) -> list:
             + [("Kgit-Time-us", f"{key} {value:.3f}") for key, value in measure.result_times(judged.result).items()])
 
 
-def _reference_measurement(repo, config, attempts, sha, measured: Evaluation) -> dict | None:
+def _reference_measurement(repo, config, attempts, sha, measured: Evaluation) -> Measurement | None:
     """The base's timing on the device and harness that just measured `measured`, through the
     same evaluator (backend and host); re-timed through the configured one if absent."""
     result, through = measured.result, measured.evaluator
@@ -470,13 +472,14 @@ def _reference_measurement(repo, config, attempts, sha, measured: Evaluation) ->
     judged = evaluate_rev(repo, config, sha)
     if not judged.ok:
         return None
-    record_ = measure.note_record(judged.result, tag="re-timed as a base", evaluator=judged.evaluator)
-    record_["noise"] = figures.result_noise(judged.result)
-    repo.add_note(sha, record_)
+    retimed = dataclasses.replace(measure.note_record(judged.result, tag="re-timed as a base",
+                                                      evaluator=judged.evaluator),
+                                  noise=figures.result_noise(judged.result))
+    repo.add_note(sha, retimed)
     # Kept either way; compared only when it is the same setup (a Ray task may land elsewhere).
-    same = (record_["device"], record_["harness"]) == (result.device, result.harness) and (
+    same = (retimed.device, retimed.harness) == (result.device, result.harness) and (
         through is None or judged.evaluator == through)
-    return record_ if same else None
+    return retimed if same else None
 
 
 def _indent(text: str) -> str:
@@ -497,7 +500,7 @@ def describe(repo: Repo, rev: str) -> tuple[Attempt, str, dict, str]:
         base = find(attempts, attempt.base)
         if base is not None:
             found = measure.comparable(base, attempt.device, attempt.harness, attempt.evaluator or None)
-            base_times = (found or {}).get("times", {})
+            base_times = dict(found.times) if found else {}
         # The base comes from a trailer, which anyone can write: never let it read as an option.
         diffstat = repo.diff(attempt.base, sha, stat=True)
     return attempt, "\n\n".join(paragraphs), base_times, diffstat

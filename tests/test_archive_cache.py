@@ -242,5 +242,5 @@ def test_notes_are_read_from_the_notes_commit_fanned_out_or_flat(kernel_repo):
     git(kernel_repo, "update-ref", "refs/notes/kgit", commit)
     assert json.loads(repo.notes(commit)[baseline])["geomean_us"] == 3.0
     assert json.loads(repo.notes(flat)[baseline])["geomean_us"] == 2.0  # the older notes commit, as it was
-    assert next(a for a in repo.read() if a.sha == baseline).notes[-1]["geomean_us"] == 3.0
+    assert next(a for a in repo.read() if a.sha == baseline).notes.measurements[-1].geomean_us == 3.0
     assert repo.notes(None) == {}

@@ -62,10 +62,10 @@ def test_written_trailers_read_back_as_attributes():
     assert not any(key == "Kgit-Reason" for key, _ in lines)  # None leaves a trailer out
     a = _attempt(lines)
     assert (a.experiment, a.attempt, a.branch, a.status, a.device) == (4, 2, "kgit/4-x", "ok", "NVIDIA H200")
-    assert a.geomean == 12.346 and a.times == {"n=1": 10.0, "n=2": 15.24} and a.tokens == 120.0
+    assert a.geomean_us == 12.346 and a.times == {"n=1": 10.0, "n=2": 15.24} and a.tokens == 120.0
     assert a.reason is None and a.reference is None and a.speedup_baseline is None
     # Each attribute agrees with the raw trailers, the reader's other path.
-    assert a.trailers["Kgit-Model"] == ["m"] and a._one("Kgit-Cost-USD") == "0.500000"
+    assert a.trailers["Kgit-Model"] == ["m"] and a.trailers["Kgit-Cost-USD"][-1] == "0.500000"
 
 
 def test_a_result_survives_the_trip_through_trailers():
@@ -177,7 +177,7 @@ def _from_raw_trailers(a: Attempt) -> dict:
     twice = [k for k, n in counts.items() if n > 1 and (k in tr.BY_KEY and tr.BY_KEY[k].kind != "times"
                                                          or tr.family_of(k))]
     if twice or len(shapes) != len(set(shapes)):
-        out.update(status="refused", reason="malformed trailers", geomean=None, speedup=None, speedup_baseline=None,
+        out.update(status="refused", reason="malformed trailers", geomean_us=None, speedup=None, speedup_baseline=None,
                    times={})
     return out
 

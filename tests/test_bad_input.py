@@ -171,7 +171,7 @@ def test_hypotheses_round_trip_through_trailers(kernel_repo, hypothesis):
     attempt = next(a for a in repo.read() if a.sha == outcome.sha)
     assert attempt.hypothesis == tr.scrub(tr.one_line(hypothesis))
     assert attempt.status == "incorrect"  # the fake trailers did not override the real ones
-    assert attempt.geomean is None
+    assert attempt.geomean_us is None
     assert len(attempt.hypothesis) <= 2000
     assert "speedup" not in repo.git("show", "-s", "--format=%B", outcome.sha)
     interpreted = subprocess.run(["git", "interpret-trailers", "--parse"], cwd=kernel_repo, capture_output=True,

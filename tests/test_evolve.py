@@ -333,7 +333,7 @@ def test_archive_table_keeps_to_its_budget_and_leads_with_the_best(kernel_repo):
     attempts = [attempt(i, "ok" if i % 3 else "incorrect", 50 + (i * 7919) % 1000) for i in range(1, 5001)]
     table, shown = select_mod.archive_table(attempts, token_budget=2000)
     assert len(table) <= 2000 * select_mod.CHARS_PER_TOKEN + 200 and 20 < shown < 5000
-    fastest = min((a for a in attempts if a.ok), key=lambda a: a.geomean)
+    fastest = min((a for a in attempts if a.ok), key=lambda a: a.geomean_us)
     assert table.index(fastest.sha[:10]) < table.index("## failures, unfixed first")
     assert table.index("## best on NVIDIA H200") == 0
 

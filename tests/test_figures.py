@@ -78,9 +78,9 @@ def test_figures_of_one_gpu_model_on_two_hosts_are_never_ranked_together():
     # The base's figure through another evaluator is no comparison; through the same one it is.
     note = '{"device":"NVIDIA H200","harness":"h","evaluator":"command@mi300-box","geomean_us":12.0,"when":9}\n'
     base = attempt("a", 0, 1, geomean=10.0, evaluator="local@gpu7", notes=note)
-    assert measure.comparable(base, "NVIDIA H200", "h", "command@mi300-box")["geomean_us"] == 12.0
+    assert measure.comparable(base, "NVIDIA H200", "h", "command@mi300-box").geomean_us == 12.0
     assert measure.comparable(base, "NVIDIA H200", "h", "command@other-box") is None
-    assert measure.comparable(base, "NVIDIA H200", "h", "local@gpu7")["source"] == "commit"
+    assert measure.comparable(base, "NVIDIA H200", "h", "local@gpu7").source == "commit"
     assert measure.evaluator_of({"backend": "command", "host": "mi300-box", "device": "3"}) == "command@mi300-box"
     assert measure.worker_of("command@mi300-box") == {"backend": "command", "host": "mi300-box"}
 
@@ -131,7 +131,7 @@ def test_notebook_versions_travel_with_kgit_sync(kernel_repo, tmp_path):
     assert notebook.lessons(repo) == ["tiles of 128 win", "fp8 dot needs k % 32", "stages > 3 spill"]
     assert [v["source"] for v in notebook.history(repo)] == ["design 1", "design 2"]
     # Not on any commit: the archive's log never carries it.
-    assert all(not a.notes for a in repo.read())
+    assert all(not a.notes.documents for a in repo.read())
     remote = tmp_path / "remote.git"
     subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
     remeasure.sync(repo, str(remote))

@@ -29,7 +29,7 @@ def _result_like(attempt) -> dict:
     shapes = [{"key": k, "mean_us": v} for k, v in attempt.times.items()]
     return {"schema": "kgit.result/1", "status": "ok", "device": attempt.device, "timing": attempt.timing,
             "harness": attempt.harness, "ranking": "mean", "eval_s": 0.1, "shapes": shapes,
-            "geomean_us": attempt.geomean}
+            "geomean_us": attempt.geomean_us}
 
 
 class _StagedEvaluator:

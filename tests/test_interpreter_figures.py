@@ -101,11 +101,11 @@ def test_evolve_summary_names_the_latest_correct_attempt_not_a_best(built):
     root, shas = built
     attempts = Repo(root).read()
     after = next(a for a in attempts if a.sha == shas["e2"])
-    row = evolve.Row(after.sha, after.branch, after.experiment, after.attempt, "ok", after.geomean, after.speedup,
+    row = evolve.Row(after.sha, after.branch, after.experiment, after.attempt, "ok", after.geomean_us, after.speedup,
                      "offline", None, None)
     summary = evolve.Summary(rows=[row], correctness_only=True, best_after=after, rule="the most recent correct attempt")
     text = evolve.summary_text(summary)
     assert f"latest correct attempt: {shas['e2'][:10]}" in text and "best:" not in text
     assert "geomean us" in text and "vs base" not in text and not RATIO.search(text)
     row_line = next(line for line in text.splitlines() if after.sha[:10] in line and "correct" not in line)
-    assert float(row_line.split()[5]) == round(after.geomean, 1)  # the timing itself is shown
+    assert float(row_line.split()[5]) == round(after.geomean_us, 1)  # the timing itself is shown

@@ -93,7 +93,7 @@ def _doc(kernels):
 
 def test_the_result_accepts_a_labelled_split_and_refuses_a_malformed_one():
     rows = [{"name": "_gemm", "count": 1, "us": 9.0}]
-    assert Result.from_dict(_doc(kernelsplit.entry(rows))).shapes[0]["kernels"]["source"] == "candidate-reported"
+    assert Result.from_dict(_doc(kernelsplit.entry(rows))).shapes[0].kernels["source"] == "candidate-reported"
     Result.from_dict(_doc(kernelsplit.entry(None, "torch.profiler recorded no device kernels")))
     Result.from_dict(_doc(None))  # older documents have no split
     for broken in ({"rows": rows}, {"source": "judge", "rows": rows}, {"source": kernelsplit.SOURCE, "rows": []},
@@ -107,12 +107,12 @@ def test_the_note_keeps_the_split_compactly_and_only_when_there_is_one():
 
     doc = _doc(kernelsplit.entry([{"name": "_gemm", "count": 1, "us": 479.64},
                                   {"name": "aten copy (elementwise)", "count": 2, "us": 440.04}]))
-    record = measure.note_record(Result.from_dict(doc), tag="remeasure")
+    record = measure.note_record(Result.from_dict(doc), tag="remeasure").to_note()
     assert record["kernels"] == {"m=1": [["_gemm", 1, 479.6], ["aten copy (elementwise)", 2, 440.0]]}
-    assert "kernels" not in measure.note_record(Result.from_dict(_doc(None)), tag="remeasure")
+    assert "kernels" not in measure.note_record(Result.from_dict(_doc(None)), tag="remeasure").to_note()
     failed = copy.deepcopy(doc)
     failed["shapes"][0]["kernels"] = kernelsplit.entry(None, "the profiled call failed")
-    assert "kernels" not in measure.note_record(Result.from_dict(failed))
+    assert "kernels" not in measure.note_record(Result.from_dict(failed)).to_note()
 
 
 def test_the_designers_split_names_the_top_three_and_sums_the_rest():
@@ -358,9 +358,9 @@ def test_a_gpu_attempts_split_is_kept_beside_its_commit_and_the_designer_reads_i
     baseline, plain = init_with_one_attempt(root, monkeypatch, _gpu_result(10.0, gemm), _gpu_result(8.0))
     attempts = Repo(root).read()
     by_sha = {a.sha: a for a in attempts}
-    kept = [n for n in by_sha[baseline].notes if n.get("kind") == "kernels"]
+    kept = [n.to_note() for n in by_sha[baseline].notes.kernels]
     assert [n["kernels"] for n in kept] == [{"n=1": [["_gemm", 1, 6.0], ["aten copy (elementwise)", 2, 3.5]]}]
-    assert not [n for n in by_sha[plain].notes if n.get("kind") == "kernels"]  # no split, no note
+    assert not by_sha[plain].notes.kernels  # no split, no note
     view = ArchiveView(attempts)
     assert view.on_device[baseline] == 10.0  # the split note is not a measurement
     text = design.base_times(view, baseline)

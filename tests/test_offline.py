@@ -22,7 +22,7 @@ class FakeAttempt:
     """What the strategist reads of an archive attempt."""
 
     sha: str
-    geomean: float | None = None
+    geomean_us: float | None = None
     time: int = 0
     experiment: int = 1
     attempt: int = 1
@@ -30,16 +30,16 @@ class FakeAttempt:
 
     @property
     def ok(self):
-        return self.geomean is not None
+        return self.geomean_us is not None
 
     def measurements(self):
         device = "cpu" if self.timing == "interpreter" else "NVIDIA H200"
-        return [{"device": device, "harness": "h", "timing": self.timing, "geomean_us": self.geomean,
+        return [{"device": device, "harness": "h", "timing": self.timing, "geomean_us": self.geomean_us,
                  "source": "commit"}] if self.ok else []
 
     @property
     def speedup_baseline(self):
-        return 100.0 / self.geomean if self.geomean else None
+        return 100.0 / self.geomean_us if self.geomean_us else None
 
 
 def test_markers_are_read_and_rewritten_in_place():
@@ -72,7 +72,7 @@ def test_never_repeats_a_measured_configuration_and_says_when_exhausted(tmp_path
     small = "B = 1  # kgit: tune 1 2\nW = 1  # kgit: tune 1 2\n"
     repo = Repo(path)
     strategist = offline.Strategist(repo, ["kernel.py"])
-    base = FakeAttempt(_commit(path, small, "base"), geomean=10.0)
+    base = FakeAttempt(_commit(path, small, "base"), geomean_us=10.0)
     attempts = [base]
     # Two single changes from the base, then the one combination left: three, all different.
     titles = [p.title for p in strategist.plans(attempts, base.sha, pick=5)]
@@ -86,7 +86,7 @@ def test_never_repeats_a_measured_configuration_and_says_when_exhausted(tmp_path
         files = offline.write({"kernel.py": git(path, "show", f"{plan.base}:kernel.py")}, plan)
         proposed.append(offline.configuration(files))
         # Measured, and slower than the base, so the base stays the best.
-        attempts.append(FakeAttempt(_commit(path, files["kernel.py"], plan.title), geomean=20.0))
+        attempts.append(FakeAttempt(_commit(path, files["kernel.py"], plan.title), geomean_us=20.0))
     assert len(proposed) == 3 and len(set(proposed)) == 3  # 2 x 2 space minus the base
     assert offline.configuration({"kernel.py": small}) not in proposed
     assert strategist.plans(attempts, base.sha, pick=3) == []
@@ -95,8 +95,8 @@ def test_never_repeats_a_measured_configuration_and_says_when_exhausted(tmp_path
 def test_starts_from_the_best_and_prefers_near_values(tmp_path):
     path = make_git_repo(tmp_path / "k")
     repo = Repo(path)
-    first = FakeAttempt(_commit(path, "B = 1  # kgit: tune 1 2 4 8\n", "slow"), geomean=30.0)
-    best = FakeAttempt(_commit(path, "B = 4  # kgit: tune 1 2 4 8\n", "fast"), geomean=10.0)
+    first = FakeAttempt(_commit(path, "B = 1  # kgit: tune 1 2 4 8\n", "slow"), geomean_us=30.0)
+    best = FakeAttempt(_commit(path, "B = 4  # kgit: tune 1 2 4 8\n", "fast"), geomean_us=10.0)
     plans = offline.Strategist(repo, ["kernel.py"]).plans([first, best], best.sha, pick=2)
     assert [p.title for p in plans] == ["B 4 -> 8", "B 4 -> 2"]
     assert all(p.base == best.sha for p in plans)
@@ -107,9 +107,9 @@ def test_interpreter_timings_are_never_ranked(tmp_path):
     from kgit.archive import figures
 
     path = make_git_repo(tmp_path / "k")
-    fast_looking = FakeAttempt(_commit(path, "B = 1  # kgit: tune 1 2 4 8\n", "a"), geomean=1.0, time=1,
+    fast_looking = FakeAttempt(_commit(path, "B = 1  # kgit: tune 1 2 4 8\n", "a"), geomean_us=1.0, time=1,
                                timing="interpreter")
-    newest = FakeAttempt(_commit(path, "B = 4  # kgit: tune 1 2 4 8\n", "b"), geomean=90.0, time=2,
+    newest = FakeAttempt(_commit(path, "B = 4  # kgit: tune 1 2 4 8\n", "b"), geomean_us=90.0, time=2,
                          timing="interpreter")
     order, rule = figures.ranked([fast_looking, newest])
     assert order == [newest, fast_looking] and "most recent correct attempt" in rule

@@ -105,7 +105,7 @@ def test_kgit_profile_stores_the_figures_in_the_note_and_the_designer_reads_them
     (baseline,) = repo.read()
     record = profile.latest(baseline)
     assert record["kind"] == "profile" and len(record["shapes"]) == 18 and record["verified"] is True
-    assert baseline.measurements()[0]["source"] == "commit" and len(baseline.measurements()) == 1
+    assert baseline.measurements()[0].source == "commit" and len(baseline.measurements()) == 1
     text = buildfacts.base_facts(repo.read(), baseline.sha)
     assert "- m=1024,n=1536,k=7168: 388.9 us, memory-bound at 70% of peak in the on-chip memory pipes" in text
     assert "- gfx942 (MI300X): builds; vgpr " in text and "measured by ncu on NVIDIA H200" in text

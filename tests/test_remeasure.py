@@ -10,6 +10,7 @@ import pytest
 
 from kgit import config as config_mod
 from kgit.archive import measure
+from kgit.archive.notes import Measurement
 from kgit import remeasure as rm
 from kgit.archive.repo import BASELINE_TAG, NOTES_REF, Repo
 from kgit.errors import GitError, KgitError
@@ -62,7 +63,7 @@ def test_repeated_measurements_show_latest_and_spread(kernel_repo):
     config = config_mod.parse(fast_config_text())
     fake = FakeEvaluator([10.0, 12.0, 11.0])
     done = rm.remeasure(repo, config, ["kgit/baseline"], repeat=3, evaluator=fake)
-    assert [d.record["geomean_us"] for d in done] == [10.0, 12.0, 11.0]
+    assert [d.record.geomean_us for d in done] == [10.0, 12.0, 11.0]
     assert fake.asked == [repo.rev(BASELINE_TAG)] * 3
     baseline = next(a for a in repo.read() if a.is_baseline)
     view = measure.by_device(baseline)["Fake GPU"]
@@ -73,8 +74,10 @@ def test_repeated_measurements_show_latest_and_spread(kernel_repo):
 
 def test_by_device_orders_notes_by_time_not_by_position():
     # After a notes merge the lines are sorted, so the later record may come first.
-    records = [{"device": "X", "geomean_us": 5.0, "source": "commit"},
-               {"device": "X", "geomean_us": 7.0, "when": 300}, {"device": "X", "geomean_us": 6.0, "when": 200}]
+    own = Measurement(device="X", harness=None, evaluator=None, timing=None, geomean_us=5.0, times={}, when=100,
+                      source="commit")
+    records = [own] + [Measurement.from_note(n) for n in ({"device": "X", "geomean_us": 7.0, "when": 300},
+                                                          {"device": "X", "geomean_us": 6.0, "when": 200})]
     attempt = SimpleNamespace(time=100, measurements=lambda: records)
     view = measure.by_device(attempt)["X"]
     assert view["latest_us"] == 7.0 and view["n"] == 3 and view["min_us"] == 5.0
@@ -94,7 +97,7 @@ def test_remeasure_defaults_to_baseline_and_best_and_refuses_non_attempts(kernel
 # -- sync through a bare remote ------------------------------------------------------------
 def _notes_of_baseline(root) -> list:
     repo = Repo(root)
-    return sorted(n["tag"] for n in next(a for a in repo.read() if a.is_baseline).notes)
+    return sorted(n.tag for n in next(a for a in repo.read() if a.is_baseline).notes.measurements)
 
 
 def _note(root, tag):
@@ -158,7 +161,7 @@ def test_a_failed_remeasurement_keeps_its_reason_and_error_excerpt(kernel_repo):
     done = rm.remeasure(repo, config, ["kgit/baseline"], evaluator=rejecting, progress=lines.append)
     note = git(kernel_repo, "notes", "--ref", NOTES_REF, "show", BASELINE_TAG)
     record = json.loads(note.strip().splitlines()[-1])
-    assert record == done[0].record and record["status"] == "rejected"
+    assert record == done[0].record.to_note() and record["status"] == "rejected"
     assert record["reason"] == "persistent grid launched more programs than the device holds"
     excerpt = record["error_excerpt"]
     assert excerpt.endswith("ValueError: grid too large for H200") and len(excerpt) == rm.ERROR_EXCERPT_CHARS
@@ -168,7 +171,7 @@ def test_a_failed_remeasurement_keeps_its_reason_and_error_excerpt(kernel_repo):
     assert "remeasured: NVIDIA H200: rejected (persistent grid launched more programs" in shown
     # A correct re-measurement carries neither.
     ok = rm.remeasure(repo, config, ["kgit/baseline"], evaluator=FakeEvaluator([9.0]))
-    assert "reason" not in ok[0].record and "error_excerpt" not in ok[0].record
+    assert "reason" not in ok[0].record.to_note() and "error_excerpt" not in ok[0].record.to_note()
 
 
 def test_remeasure_under_another_protocol_is_noted_and_never_ranked_beside_the_first(kernel_repo, run_kgit):
@@ -179,7 +182,7 @@ def test_remeasure_under_another_protocol_is_noted_and_never_ranked_beside_the_f
     assert stored["harness"].endswith("protocol gpumode-leaderboard-wall")
     [baseline] = [a for a in Repo(kernel_repo).read() if a.is_baseline]
     # The commit's own figure (kgit-adaptive) and the note's are of two protocols: never compared.
-    assert measure.comparable(baseline, baseline.device, baseline.harness)["source"] == "commit"
+    assert measure.comparable(baseline, baseline.device, baseline.harness).source == "commit"
     assert baseline.harness != stored["harness"]
     # Nor do they make one spread: a row per device and protocol.
     views = measure.by_device(baseline)

@@ -68,7 +68,7 @@ def test_forged_target_names_write_no_trailers_and_the_attempt_is_still_committe
                               cwd=tmp_path / "repo", capture_output=True, text=True, check=True).stdout.split()
     assert trailers == ["incorrect"]
     read = _read(tmp_path / "repo", sha)
-    assert read.status == "incorrect" and read.geomean is None
+    assert read.status == "incorrect" and read.geomean_us is None
 
 
 def _log_format():
@@ -98,7 +98,7 @@ def test_the_reader_refuses_repeated_verdict_trailers_and_trailers_in_the_body(t
     body = honest.replace("\n\nKgit-Experiment", "\n\nquoted\nKgit-Status: ok\n\nKgit-Experiment")
     for forged in (repeated, twice, body):
         attempt = _read(repo, _commit(repo, forged))
-        assert attempt.status == "refused" and not attempt.ok and attempt.geomean is None, forged
+        assert attempt.status == "refused" and not attempt.ok and attempt.geomean_us is None, forged
         assert attempt.reason.startswith("malformed trailers") and attempt.times == {}
 
 

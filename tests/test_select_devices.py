@@ -53,10 +53,10 @@ def test_a_note_of_a_failed_measurement_keeps_its_reason_in_one_line():
 
     failed = Result.from_dict({"schema": "kgit.result/1", "status": "incorrect", "device": "NVIDIA H200",
                                "error": "m=64 (seed 3): mismatch\n  max abs error 2.0"})
-    assert measure.note_record(failed)["error"] == "m=64 (seed 3): mismatch"
+    assert measure.note_record(failed).to_note()["error"] == "m=64 (seed 3): mismatch"
     crash = Result.from_dict({"schema": "kgit.result/1", "status": "crash",
                               "error": "Traceback (most recent call last):\n  File x\nRuntimeError: boom"})
-    assert measure.note_record(crash)["error"] == "RuntimeError: boom"
+    assert measure.note_record(crash).to_note()["error"] == "RuntimeError: boom"
 
 
 def _measured(sha: str, experiment: int, notes: list[tuple[str, float, int]]):
@@ -92,7 +92,7 @@ def test_a_launch_bound_shape_shows_the_gpu_time_beside_the_figure():
                                 {"key": "m=64", "mean_us": 197.3, "clock": "judge", "events_mean_us": 64.1,
                                  "host_call_us": 90.0, "runner_batch_host_us": 185.0},
                                 {"key": "m=128", "mean_us": 400.0, "clock": "events", "events_mean_us": 400.0}]})
-    record = measure.note_record(doc)
+    record = measure.note_record(doc).to_note()
     assert record["launch_bound"] == {"m=64": {"gpu_us": 64.1, "host_us": 185.0}}
     import json
     base = logged(["1" * 40, "b" * 40, "t" * 40, "n", "e", "6",

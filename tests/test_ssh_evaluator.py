@@ -130,9 +130,9 @@ def test_the_worked_example_records_remote_timings_against_a_base_retimed_there(
     assert attempt.evaluator == f"command@{host}" and baseline.evaluator == f"local@{host}"
     # Same device name ("cpu") and harness on both sides, but another evaluator: the base
     # was timed again through ssh, and the speedup compares those two figures.
-    retimed = [n for n in baseline.notes if n.get("tag") == "re-timed as a base"]
+    retimed = [n.to_note() for n in baseline.notes.measurements if n.tag == "re-timed as a base"]
     assert [n["evaluator"] for n in retimed] == [f"command@{host}"]
-    assert out["speedup"] == pytest.approx(retimed[0]["geomean_us"] / attempt.geomean, rel=0.01)
+    assert out["speedup"] == pytest.approx(retimed[0]["geomean_us"] / attempt.geomean_us, rel=0.01)
     # The evaluator setting is this clone's: not in the commit, the work tree untouched.
     assert repo.read_file(out["sha"], ".kgit.yaml") == repo.read_file(BASELINE_TAG, ".kgit.yaml")
     assert "backend: command" not in (kernel_repo / ".kgit.yaml").read_text()

@@ -248,7 +248,7 @@ def test_each_kernel_variant_is_kept_beside_the_commit_when_the_trailer_sums_up_
     amd["kernels"] = [{**amd["kernels"][0], "kernel": "_fwd", "num_warps": 8, "num_stages": 2},
                       {"kernel": "_reduce", "num_warps": 4, "num_stages": 1, "vgpr": 40, "lds_bytes": 0,
                        "scratch_bytes": 256, "vgpr_spill": 0, "occupancy": 8}]
-    record = measure.targets_record(doc)
+    record = measure.targets_record(doc).to_note()
     assert record["kind"] == "targets" and record["compiler"] == "3.9.0"
     assert record["targets"]["gfx942"] == [
         ["_fwd", "vgpr 128, lds 64 KiB, spill 0, occupancy 2 (num_warps 8, num_stages 2)"],
@@ -278,7 +278,7 @@ def test_the_attempt_shows_its_targets_in_show_and_log(softmax_repo, run_kgit):
     assert "target:     gfx942 builds; vgpr " in shown.output and "target:     sm_90a builds; regs " in shown.output
     # The softmax baseline compiles one variant per block size of its shapes: each is listed
     # under its target's line, from the note beside the commit.
-    (kept,) = [n for n in baseline.notes if n.get("kind") == "targets"]
+    (kept,) = [n.to_note() for n in baseline.notes.targets]
     for name, variants in kept["targets"].items():
         assert len(variants) > 1 and all(f"              {k}: {facts}" in shown.output for k, facts in variants)
     logged = json.loads(run_kgit(softmax_repo, "log", "--json").output)

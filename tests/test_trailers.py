@@ -70,7 +70,7 @@ def test_parse_log_skips_non_kgit_commits():
     assert [a.sha for a in attempts] == ["b" * 40]
     assert attempts[0].experiment == 3 and attempts[0].attempt == 2 and attempts[0].subject == "s: speedup"
     assert attempts[0].times == {"k=1": 2.5}
-    assert attempts[0].notes == [{"device": "x", "geomean_us": 1}]
+    assert list(attempts[0].notes.documents) == [{"device": "x", "geomean_us": 1}]
 
 
 # -- the build-target family: written by both commit sites, read back by `kgit log --json` ------

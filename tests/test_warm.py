@@ -279,7 +279,7 @@ class TwoSlots:
             b = self.baseline
             return {"schema": "kgit.result/1", "status": "ok", "device": b.device, "timing": b.timing,
                     "harness": b.harness, "ranking": "mean",
-                    "eval_s": 0.1, "geomean_us": b.geomean, "shapes": [{"key": k, "mean_us": v} for k, v in b.times.items()]}
+                    "eval_s": 0.1, "geomean_us": b.geomean_us, "shapes": [{"key": k, "mean_us": v} for k, v in b.times.items()]}
 
 
 def test_one_slow_candidate_does_not_idle_the_other_slot(kernel_repo):

@@ -8,11 +8,13 @@ repository (kgit/archive/repo.py) runs the command, the cache (cache.py) stores 
 from __future__ import annotations
 
 import functools
-import json
 import re
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, overload
 
+from kgit.archive import notes as notes_mod
 from kgit.archive import trailers as tr
+from kgit.archive.notes import Measurement, Notes
 
 # One record per commit: fields split by \x1f, records by NUL (git log -z). The raw
 # message (%B) is cheaper for git than %(trailers), and its trailer block is parsed
@@ -27,10 +29,31 @@ _TRAILER_LINE = re.compile(r"^(Kgit-[A-Za-z0-9-]+): ?(.*)$", re.M)
 BODY_TRAILERS = "\x00kgit: trailers in the body"
 
 
+T = TypeVar("T")
+
+
+class _TrailerValue(Generic[T]):
+    """An attribute of `Attempt` read from its trailers: the `trailers.SCHEMA` row whose
+    `attr` is the attribute's name, parsed with the others on first use."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> _TrailerValue[T]: ...
+    @overload
+    def __get__(self, obj: Attempt, owner: type) -> T: ...
+    def __get__(self, obj: Attempt | None, owner: type) -> T | _TrailerValue[T]:
+        if obj is None:
+            return self
+        value: T = obj._values[self.name]
+        return value
+
+
 @dataclass
 class Attempt:
     sha: str
-    parents: list
+    parents: list[str]
     tree: str
     author: str
     email: str
@@ -38,6 +61,37 @@ class Attempt:
     subject: str
     block: str  # the message's last paragraph: its trailers, parsed on first use
     raw_notes: str = ""
+
+    # The trailer schema's attributes (kgit/archive/trailers.py SCHEMA, one row each; a test
+    # holds the two lists equal). Text trailers read "" or None when absent, numbers None.
+    experiment = _TrailerValue[int]()
+    attempt = _TrailerValue[int]()
+    branch = _TrailerValue[str]()
+    base = _TrailerValue[str | None]()
+    reference = _TrailerValue[str | None]()
+    hypothesis = _TrailerValue[str]()
+    expected_gain = _TrailerValue[str | None]()
+    status = _TrailerValue[str]()
+    reason = _TrailerValue[str | None]()
+    device = _TrailerValue[str]()
+    timing = _TrailerValue[str]()
+    protocol = _TrailerValue[str]()
+    geomean_us = _TrailerValue[float | None]()
+    noise = _TrailerValue[str | None]()
+    times = _TrailerValue[dict[str, float]]()
+    cause = _TrailerValue[str | None]()
+    harness = _TrailerValue[str]()
+    evaluator = _TrailerValue[str]()
+    eval_s = _TrailerValue[float | None]()
+    speedup = _TrailerValue[float | None]()
+    speedup_baseline = _TrailerValue[float | None]()
+    model = _TrailerValue[str]()
+    cost = _TrailerValue[float | None]()
+    tokens = _TrailerValue[float | None]()
+    run = _TrailerValue[str | None]()
+    squash_of = _TrailerValue[str | None]()
+    targets = _TrailerValue[dict[str, str]]()
+    targets_compiler = _TrailerValue[str | None]()
 
     @functools.cached_property
     def trailers(self) -> dict[str, list[str]]:
@@ -47,7 +101,7 @@ class Attempt:
         return found
 
     @functools.cached_property
-    def _values(self) -> dict:
+    def _values(self) -> dict[str, Any]:
         """Every schema attribute, typed, from one pass over the trailer lines.
 
         Equivalent to reading `trailers` (same line rule, values stripped, the last of a
@@ -79,7 +133,7 @@ class Attempt:
                         refused = f"{key} appears more than once"
                     named[found[1]] = value.strip()
         # Kind by kind rather than a converter call per row: this runs 100,000 times.
-        out = {}
+        out: dict[str, Any] = {}
         for key, attr, default in _TEXT:
             raw = last.get(key)
             out[attr] = default if raw is None else raw.strip()
@@ -109,20 +163,16 @@ class Attempt:
             out[attr] = families.get(attr, {})
         if refused is not None:
             # A forged or hand-made trailer block: kept in the log, never ranked or trusted.
-            out.update(status="refused", reason=f"malformed trailers: {refused}", geomean=None, speedup=None,
+            out.update(status="refused", reason=f"malformed trailers: {refused}", geomean_us=None, speedup=None,
                        speedup_baseline=None)
             for _key, attr in _TIMES:
                 out[attr] = {}
         return out
 
     @functools.cached_property
-    def notes(self) -> list[dict]:
-        return _parse_notes(self.raw_notes) if self.raw_notes else []
-
-    def _one(self, key, default=None):
-        """The last value of trailer `key` (stripped), or `default`."""
-        values = self.trailers.get(key)
-        return values[-1] if values else default
+    def notes(self) -> Notes:
+        """The records of its note (refs/notes/kgit), typed by kind."""
+        return notes_mod.parse(self.raw_notes) if self.raw_notes else Notes()
 
     @property
     def is_baseline(self) -> bool:
@@ -130,24 +180,25 @@ class Attempt:
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok" and self.geomean is not None
+        return self.status == "ok" and self.geomean_us is not None
 
-    def measurement(self) -> dict:
-        """The commit's own measurement in the shape of a note record."""
-        return {"device": self.device, "harness": self.harness, "evaluator": self.evaluator or None,
-                "timing": self.timing, "protocol": self.protocol or None, "geomean_us": self.geomean,
-                "times": self.times, "source": "commit"}
+    def measurement(self) -> Measurement:
+        """The commit's own measurement, as a note's would read; its time is the commit's."""
+        return Measurement(device=self.device, harness=self.harness, evaluator=self.evaluator or None,
+                           timing=self.timing, protocol=self.protocol or None, geomean_us=self.geomean_us,
+                           times=self.times, when=self.time, source="commit")
 
-    def measurements(self) -> list[dict]:
+    def measurements(self) -> list[Measurement]:
+        """The commit's own measurement (when correct and timed), then every timed re-measurement."""
         own = [self.measurement()] if self.ok else []
-        return own + [n for n in self.notes if n.get("geomean_us")]
+        return own + [m for m in self.notes.measurements if m.geomean_us]
 
-    def to_json(self) -> dict:
-        out = {"sha": self.sha, "parents": self.parents}
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"sha": self.sha, "parents": self.parents}
         values = self._values
         for name, attr in _IN_JSON:
             out[name] = values[attr]
-        out.update(author=self.author, time=self.time, subject=self.subject, notes=self.notes)
+        out.update(author=self.author, time=self.time, subject=self.subject, notes=list(self.notes.documents))
         return out
 
 
@@ -172,8 +223,6 @@ _TIMES = [(t.key, t.attr) for t in tr.SCHEMA if t.kind == "times"]
 _FAMILY_ATTRS = [t.attr for t in tr.FAMILIES]
 _REPEATED = {t.key for t in tr.SCHEMA if t.kind == "times"}
 _FAMILY_PREFIXES = tuple(t.key for t in tr.FAMILIES)
-for _t in tr.SCHEMA:
-    setattr(Attempt, _t.attr, property(lambda self, _a=_t.attr: self._values[_a], doc=f"The {_t.key} trailer."))
 _IN_JSON = [(t.json, t.attr) for t in tr.SCHEMA if t.json]
 
 
@@ -207,15 +256,3 @@ def parse_records(records, notes: dict | None = None) -> list[Attempt]:
         attempts.append(Attempt(sha, parents.split(), tree, author, email, int(when or 0),
                                 subject, block, notes.get(sha, "")))
     return attempts
-
-
-def _parse_notes(text: str) -> list[dict]:
-    records = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return records

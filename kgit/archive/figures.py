@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from kgit.archive import measure
+from kgit.archive.notes import Measurement
 
 INTERPRETER = "interpreter"
 # One measurement does not resolve run-to-run changes below this (clocks, thermals,
@@ -45,10 +46,9 @@ def timed(attempt) -> bool:
 
 def result_noise(result) -> float | None:
     """Relative standard error of a result's geomean (a harness `Result`), from each shape's spread and repetitions."""
-    stat = (result.ranking or "mean") + "_us"
     errors = []
     for shape in result.shapes:
-        mean, std, n = shape.get(stat) or shape.get("mean_us"), shape.get("std_us"), shape.get("n")
+        mean, std, n = shape.statistic(result.ranking or "mean") or shape.mean_us, shape.std_us, shape.n
         if mean and std is not None and n and n > 1 and mean > 0:
             errors.append(std / math.sqrt(n) / mean)
     if not errors:
@@ -71,12 +71,12 @@ def attempt_noise(attempt) -> float | None:
         return None
 
 
-def measurement_noise(attempt, record: dict | None) -> float | None:
+def measurement_noise(attempt, record: Measurement | None) -> float | None:
     if not record:
         return None
-    if record.get("source") == "commit":
+    if record.source == "commit":
         return attempt_noise(attempt)
-    return record.get("noise")
+    return record.noise
 
 
 def repeatability(attempts, device: str, harness: str | None = None, evaluator: str | None = None) -> float | None:
@@ -84,11 +84,10 @@ def repeatability(attempts, device: str, harness: str | None = None, evaluator: 
     (by `harness` and through `evaluator` when given)."""
     spreads = []
     for a in attempts:
-        entries = [m for m in a.measurements() if m.get("device") == device
-                   and (harness is None or m.get("harness") == harness)
-                   and (evaluator is None or (m.get("evaluator") or None) == evaluator) and m.get("geomean_us")]
-        if len(entries) > 1:
-            values = [m["geomean_us"] for m in entries]
+        values = [m.geomean_us for m in a.measurements() if m.device == device
+                  and (harness is None or m.harness == harness)
+                  and (evaluator is None or m.evaluator == evaluator) and m.geomean_us]
+        if len(values) > 1:
             spreads.append(max(values) / min(values) - 1)
     if not spreads:
         return None
@@ -171,14 +170,11 @@ def gpu_group(attempts) -> Group | None:
     groups: dict[tuple, dict] = {}
     for a in attempts:
         for m in a.measurements():
-            if is_interpreter(m.get("timing"), m.get("device")) or not m.get("device"):
+            if is_interpreter(m.timing, m.device) or not m.device or not m.ok:
                 continue
-            if m.get("status") not in (None, "ok") or not m.get("geomean_us"):
-                continue
-            slot = groups.setdefault((m["device"], m.get("harness"), m.get("evaluator") or None), {})
-            when = m.get("when", a.time)
-            if a.sha not in slot or when >= slot[a.sha][1]:
-                slot[a.sha] = (a, when, m["geomean_us"])
+            slot = groups.setdefault((m.device, m.harness, m.evaluator), {})
+            if a.sha not in slot or m.when >= slot[a.sha][1]:
+                slot[a.sha] = (a, m.when, m.geomean_us)
     if not groups:
         return None
     (device, harness, evaluator), slot = max(groups.items(), key=_ranking_key(groups, attempts))

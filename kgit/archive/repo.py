@@ -258,9 +258,11 @@ class Repo:
         self.git("commit-graph", "write", "--reachable", "--split", check=False)
 
     # -- notes -------------------------------------------------------------------
-    def add_note(self, sha: str, record: dict):
-        """Append one measurement record (a JSON line) to the commit's note; history is never rewritten."""
-        line = json.dumps(redact_data(record), sort_keys=True, separators=(",", ":"))
+    def add_note(self, sha: str, record: Measurement | KernelsNote | TargetsNote | dict):
+        """Append one record (a JSON line: a typed note, or a dict of a kind kgit/archive/notes.py
+        does not type) to the commit's note; history is never rewritten."""
+        doc = record if isinstance(record, dict) else record.to_note()
+        line = json.dumps(redact_data(doc), sort_keys=True, separators=(",", ":"))
         with _NOTES:
             self.git("notes", "--ref", NOTES_REF, "append", "-m", line, sha, env=self.identity_env())
 

@@ -152,7 +152,7 @@ SCHEMA = (
     Trailer("Kgit-Device", "device", default="", result="device", result_default="unknown", json="device"),
     Trailer("Kgit-Timing", "timing", default="", result="timing", result_default="none", json="timing"),
     Trailer("Kgit-Protocol", "protocol", default="", result="protocol", json="protocol"),
-    Trailer("Kgit-Geomean-us", "geomean", "float", fmt="{:.3f}", result="geomean_us", ok_only=True,
+    Trailer("Kgit-Geomean-us", "geomean_us", "float", fmt="{:.3f}", result="geomean_us", ok_only=True,
             json="geomean_us"),
     Trailer("Kgit-Noise", "noise"),  # "<relative standard error>%", from the result's spreads (figures.py)
     Trailer("Kgit-Time-us", "times", "times", fmt="{:.3f}", result="shapes", ok_only=True, json="times_us"),

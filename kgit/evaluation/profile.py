@@ -236,7 +236,7 @@ def lines(record: dict) -> list[str]:
 
 def latest(attempt) -> dict | None:
     """An attempt's newest profile record, from its note."""
-    found = [n for n in attempt.notes if n.get("kind") == "profile"]
+    found = attempt.notes.of_kind("profile")
     return max(found, key=lambda n: n.get("when", 0)) if found else None
 
 

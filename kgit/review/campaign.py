@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from tabulate import tabulate
 
 from kgit.archive import figures, measure
+from kgit.archive.notes import Measurement
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
 from kgit.errors import KgitError
 from kgit.costs import cost_text, unpriced
@@ -132,7 +133,7 @@ class Campaign:
             "best_sha": self.best.sha, "device": self.device, "timed": self.timed,
         }
 
-    def measurement_of(self, attempt: Attempt) -> dict | None:
+    def measurement_of(self, attempt: Attempt) -> Measurement | None:
         """The attempt's timing on the campaign's device: its commit's, or a re-measurement's (a note)."""
         if self.harness is None:
             return attempt.measurement() if attempt.ok and attempt.device == self.device else None
@@ -143,9 +144,9 @@ class Campaign:
         if attempt.is_baseline and attempt.device != self.device:
             return self.baseline_geomean
         if self.harness is None:
-            return attempt.geomean
+            return attempt.geomean_us
         found = self.measurement_of(attempt)
-        return found.get("geomean_us") if found else None
+        return found.geomean_us if found else None
 
     def speedup_of(self, attempt: Attempt) -> float | None:
         """The attempt's speedup over the baseline on the campaign's device; None where that
@@ -177,7 +178,8 @@ class Campaign:
         if not self.timed:
             return []
         rows = []
-        times = self.best.times if self.harness is None else (self.measurement_of(self.best) or {}).get("times", {})
+        found = self.measurement_of(self.best)
+        times = self.best.times if self.harness is None else (found.times if found else {})
         for key, us in times.items():
             before = self.baseline_times.get(key)
             if before and us:
@@ -238,8 +240,8 @@ def from_attempts(attempts: list, baseline: Attempt, task=None) -> Campaign:
               else measurement_on(baseline, best))
     campaign = Campaign(baseline=baseline, experiments=experiments, attempts=attempts, best=best,
                         best_path=lineage(attempts, best.sha), device=device,
-                        baseline_times=(base_m or {}).get("times", {}),
-                        baseline_geomean=(base_m or {}).get("geomean_us"), harness=harness, evaluator=evaluator)
+                        baseline_times=dict(base_m.times) if base_m else {},
+                        baseline_geomean=base_m.geomean_us if base_m else None, harness=harness, evaluator=evaluator)
     for e in experiments.values():
         e.ratio = campaign.experiment_ratio(e)
         e.timed = e.best is not None and (campaign.measurement_of(e.best) is not None if harness else figures.timed(e.best))
@@ -257,12 +259,12 @@ def _baseline(repo: Repo, attempts: list) -> Attempt:
     return found
 
 
-def measurement_on(attempt: Attempt, like: Attempt) -> dict | None:
+def measurement_on(attempt: Attempt, like: Attempt) -> Measurement | None:
     """`attempt`'s timing on the device, harness and evaluator that measured `like`, else on that device."""
     found = measure.comparable(attempt, like.device, like.harness, like.evaluator or None)
     if found:
         return found
-    same_device = [m for m in attempt.measurements() if m.get("device") == like.device]
+    same_device = [m for m in attempt.measurements() if m.device == like.device]
     return same_device[-1] if same_device else None
 
 
@@ -329,13 +331,13 @@ def compare(repo: Repo, rev_a: str, rev_b: str) -> dict:
     m_a, m_b, device = next((p for p in pairs if p[0] and p[1]), (None, None, a.device))
     rows = []
     if m_a and m_b:
-        for key, before in m_a["times"].items():
-            after = m_b["times"].get(key)
+        for key, before in m_a.times.items():
+            after = m_b.times.get(key)
             rows.append({"shape": key, "a_us": before, "b_us": after,
                          "speedup": before / after if after else None})
-    ratio = measure.ratio(m_a, (m_b or {}).get("geomean_us"), (m_b or {}).get("times", {}))
+    ratio = measure.ratio(m_a, m_b.geomean_us if m_b else None, m_b.times if m_b else {})
     # Two interpreter timings compare nothing about speed: shown side by side, never as a ratio.
-    interpreter = bool(m_a and m_b) and figures.is_interpreter(m_a.get("timing"), device)
+    interpreter = m_a is not None and m_b is not None and figures.is_interpreter(m_a.timing, device)
     if interpreter:
         ratio = None
         for row in rows:
@@ -390,7 +392,7 @@ def lineage_text(chain: list[Attempt]) -> str:
     rows = []
     for a in chain:
         timed = figures.timed(a)
-        rows.append([a.experiment, a.attempt, a.sha[:10], a.status, _num(a.geomean, "{:.2f}"),
+        rows.append([a.experiment, a.attempt, a.sha[:10], a.status, _num(a.geomean_us, "{:.2f}"),
                      _num(a.speedup if timed else None, "{:.2f}x"), _num(a.speedup_baseline if timed else None, "{:.2f}x"),
                      a.device if timed or not a.ok else f"{a.device} (interpreter)", short(a.hypothesis, 60)])
     table = tabulate(rows, headers=["exp", "att", "sha", "status", "geomean us", "vs base", "vs baseline",

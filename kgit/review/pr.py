@@ -24,6 +24,7 @@ from tabulate import tabulate
 
 from kgit.review import campaign as review
 from kgit.archive import measure
+from kgit.archive.notes import Measurement
 from kgit.archive.figures import GPU_WOULD_ADD, INTERPRETER_MEANING, timed as timed_for_speed
 from kgit.archive import trailers as tr
 from kgit.archive import remotes
@@ -205,9 +206,9 @@ class Figures:
 
     best: object
     base: object  # the PR base's attempt, or None
-    base_m: dict | None
+    base_m: Measurement | None
     baseline: object
-    baseline_m: dict | None
+    baseline_m: Measurement | None
 
     @classmethod
     def of(cls, campaign, exp) -> "Figures":
@@ -224,14 +225,14 @@ class Figures:
         if not timed_for_speed(attempt):
             return None
         if self.base_m and self._same_run(attempt):
-            return measure.ratio(self.base_m, attempt.geomean, attempt.times)
+            return measure.ratio(self.base_m, attempt.geomean_us, attempt.times)
         return attempt.speedup  # measured elsewhere: its own trailer, against a base timing from there
 
     def vs_baseline(self, attempt) -> float | None:
         if not timed_for_speed(attempt):
             return None
         if self.baseline_m and self._same_run(attempt):
-            return measure.ratio(self.baseline_m, attempt.geomean, attempt.times)
+            return measure.ratio(self.baseline_m, attempt.geomean_us, attempt.times)
         return attempt.speedup_baseline
 
     def statement(self) -> str:
@@ -242,14 +243,14 @@ class Figures:
                 "measurement each: " + " and ".join(parts) + ".")
 
 
-def _source(m: dict | None) -> str:
+def _source(m: Measurement | None) -> str:
     if not m:
         return "(never measured on this device: the figures are the commits' own)"
-    if m.get("source") == "commit":
+    if m.source == "commit":
         return "as measured by its own commit"
-    when = dt.datetime.fromtimestamp(m["when"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if m.get("when") else ""
-    tag = m.get("device_tag") or m.get("tag") or "a note"
-    return f"as re-measured in refs/notes/kgit ({tag}{', ' + when if when else ''}, {m.get('geomean_us') or 0:.2f} us)"
+    when = dt.datetime.fromtimestamp(m.when, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if m.when else ""
+    tag = m.device_tag or m.tag or "a note"
+    return f"as re-measured in refs/notes/kgit ({tag}{', ' + when if when else ''}, {m.geomean_us or 0:.2f} us)"
 
 
 def pr_body(campaign, exp, bodies: dict, *, remote: str, branch: str, squashed: str, stack: list,
@@ -301,15 +302,16 @@ def _plan(body: str) -> str:
 def _results_table(figures: Figures, ratios: bool = True) -> str:
     """Per shape: the baseline's, the PR base's and this PR's times, and (`ratios`) the speedups."""
     best, base_m, baseline_m = figures.best, figures.base_m, figures.baseline_m
-    before = (base_m or {}).get("times", {})
-    first = (baseline_m or {}).get("times", {})
+    before = base_m.times if base_m else {}
+    first = baseline_m.times if baseline_m else {}
     rows = []
     for key, us in best.times.items():
         b, f = before.get(key), first.get(key)
         rows.append([key, _f(f), _f(b), f"{us:.2f}"] + ([_x(b, us), _x(f, us)] if ratios else []))
-    g_base, g_first = (base_m or {}).get("geomean_us"), (baseline_m or {}).get("geomean_us")
+    g_base = base_m.geomean_us if base_m else None
+    g_first = baseline_m.geomean_us if baseline_m else None
     # The geomean row's ratios are the title's and the attempts table's (measure.ratio).
-    rows.append(["**geomean**", _f(g_first), _f(g_base), f"{best.geomean:.2f}"]
+    rows.append(["**geomean**", _f(g_first), _f(g_base), f"{best.geomean_us:.2f}"]
                 + ([_r(figures.vs_base(best)), _r(figures.vs_baseline(best))] if ratios else []))
     headers = ["shape", "baseline us", "PR base us", "this PR us"] + (["vs PR base", "vs baseline"] if ratios else [])
     return tabulate(rows, headers=headers, tablefmt="github")
@@ -319,7 +321,7 @@ def _attempts_table(exp, bodies: dict, figures: Figures) -> str:
     rows = []
     for a in exp.attempts:
         why = "" if a.ok else _why(a, bodies.get(a.sha, ""))
-        rows.append([a.attempt, f"`{a.sha[:10]}`", a.status, _f(a.geomean), _r(figures.vs_base(a) if a.ok else None),
+        rows.append([a.attempt, f"`{a.sha[:10]}`", a.status, _f(a.geomean_us), _r(figures.vs_base(a) if a.ok else None),
                      why.replace("|", "/")])
     return tabulate(rows, headers=["attempt", "sha", "status", "geomean us", "vs PR base", "why it failed"],
                     tablefmt="github")

@@ -6,6 +6,7 @@ from tabulate import tabulate
 
 from kgit.problems import shipped
 from kgit.problems import load_task
+from kgit.archive.notes import KernelsNote, Measurement
 from kgit.costs import unpriced, usd
 
 
@@ -49,7 +50,7 @@ def log_table(attempts, width: int | None = None, wide: bool = False) -> str:
         timed = a.ok and figures.timed(a)
         measured = figures.describe(a.timing, a.device, figures.attempt_noise(a)) if a.ok else ""
         row = {"exp": a.experiment, "att": a.attempt, "branch": a.branch, "sha": a.sha[:10], "status": a.status,
-               "geomean us": _num(a.geomean), "vs base": _num(a.speedup if timed else None, "{:.2f}x"),
+               "geomean us": _num(a.geomean_us), "vs base": _num(a.speedup if timed else None, "{:.2f}x"),
                "verdict": figures.attempt_verdict(a, attempts).word if timed and not a.is_baseline else "",
                "vs baseline": _num(a.speedup_baseline if timed else None, "{:.2f}x"), "measured on": measured}
         if group:
@@ -116,7 +117,7 @@ def best_lines(attempts, attempt) -> list[str]:
                 f"timing in the archive comes from {figures.INTERPRETER_MEANING}.",
                 figures.GPU_WOULD_ADD]
     else:
-        figure = f"{_num(attempt.geomean, '{:.2f}')} us  {attempt.speedup_baseline or 1:.2f}x vs baseline"
+        figure = f"{_num(attempt.geomean_us, '{:.2f}')} us  {attempt.speedup_baseline or 1:.2f}x vs baseline"
     return [f"{attempt.sha}  {attempt.branch}  {figure}  {attempt.hypothesis}", f"rule: {figures.rule(attempts)}"]
 
 
@@ -145,15 +146,15 @@ def shape_table(result, before: dict | None = None) -> str:
     ratios = not figures.is_interpreter(result.timing, result.device)
     rows = []
     # Beside the ranked figure: the kernel's device time (flushed events) and the host time a call (GPU).
-    per_call = any(s.get("device_us") is not None for s in result.shapes)
+    per_call = any(s.device_us is not None for s in result.shapes)
     for s in result.shapes:
-        row = [s["key"], _num(s.get("mean_us"), "{:.2f}"), _num(s.get("median_us"), "{:.2f}"),
-               _num(s.get("min_us"), "{:.2f}"), _num(s.get("std_us"), "{:.2f}"), s.get("n")]
+        row = [s.key, _num(s.mean_us, "{:.2f}"), _num(s.median_us, "{:.2f}"),
+               _num(s.min_us, "{:.2f}"), _num(s.std_us, "{:.2f}"), s.n]
         if per_call:
-            row += [_num(s.get("device_us"), "{:.2f}"), _num(s.get("host_us"), "{:.2f}")]
+            row += [_num(s.device_us, "{:.2f}"), _num(s.host_us, "{:.2f}")]
         if before is not None:
-            b = before.get(s["key"])
-            value = s.get(ranking + "_us")
+            b = before.get(s.key)
+            value = s.statistic(ranking)
             row += [_num(b, "{:.2f}")] + ([_num(b / value if b and value else None, "{:.2f}x")] if ratios else [])
         rows.append(row)
     headers = ["shape", "mean us", "median us", "min us", "std us", "n"]
@@ -203,8 +204,8 @@ def result_summary(judged, verbose: bool = False) -> str:
         lines.append(f"geomean: {result.geomean_us:.2f} us")
     if result.shapes:
         lines += ["", shape_table(result)]
-        lines += kernel_lines({s["key"]: s["kernels"]["rows"] for s in result.shapes
-                               if (s.get("kernels") or {}).get("rows")}, result.device)
+        lines += kernel_lines({s.key: s.kernels["rows"] for s in result.shapes
+                               if s.kernels and s.kernels.get("rows")}, result.device)
     if result.error:
         lines += ["", "error:", error_text(result.error, verbose)]
     from kgit.evaluation.buildfacts import trailers
@@ -226,11 +227,13 @@ def kernel_lines(splits: dict, device: str | None) -> list[str]:
 def latest_kernels(attempt) -> tuple[dict, str | None]:
     """The newest per-kernel split kept for `attempt` (a remeasure note, or a kernels note
     beside a GPU-evaluated commit) and its device; ({}, None) when none was kept."""
-    kept = [n for n in attempt.notes if n.get("kernels")]
+    kept: list[Measurement | KernelsNote] = [n for n in attempt.notes.measurements if n.kernels]
+    kept += [n for n in attempt.notes.kernels if n.kernels]
     if not kept:
         return {}, None
-    newest = max(kept, key=lambda n: n.get("when", 0))
-    return newest["kernels"], newest.get("device_tag") or newest.get("device")
+    newest = max(kept, key=lambda n: n.when)
+    tag = newest.device_tag if isinstance(newest, Measurement) else None
+    return newest.kernels or {}, tag or newest.device
 
 
 def _body_in_user_terms(body: str, verbose: bool) -> str:
@@ -258,21 +261,19 @@ def attempt_text(attempt, body: str, base_times: dict, diffstat: str, verbose: b
         f"hypothesis: {attempt.hypothesis}",
         f"base:       {attempt.base or '-'}",
         f"device:     {attempt.device} ({attempt.timing}, protocol {attempt.protocol or 'kgit-adaptive'})",
-        f"geomean:    {_num(attempt.geomean, '{:.2f} us')}   vs base {_num(attempt.speedup, '{:.2f}x')}   "
+        f"geomean:    {_num(attempt.geomean_us, '{:.2f} us')}   vs base {_num(attempt.speedup, '{:.2f}x')}   "
         f"vs baseline {_num(attempt.speedup_baseline, '{:.2f}x')}" if timed else
-        f"geomean:    {_num(attempt.geomean, '{:.2f} us')} (from {figures.INTERPRETER_MEANING}; no ratio is shown)",
+        f"geomean:    {_num(attempt.geomean_us, '{:.2f} us')} (from {figures.INTERPRETER_MEANING}; no ratio is shown)",
         f"model:      {attempt.model}" + (f"   cost {usd(attempt.cost, 6)}" if attempt.cost is not None else
                                            "   cost unpriced" if unpriced(attempt) else "")
         + (f"   {attempt.tokens:.0f} tokens" if attempt.tokens else "")
         + (f"   run {attempt.run}" if attempt.run else ""),
     ]
-    for note in attempt.notes:  # re-measurements; a failed one shows its reason (the excerpt is in the note)
-        if note.get("kind"):
-            continue  # a profile or a kernel split beside a measurement, not one
-        figure = f"{note['geomean_us']:.2f} us" if note.get("geomean_us") else note.get("status") or "?"
-        lines.append(f"remeasured: {note.get('device_tag') or note.get('device') or 'unknown'}: {figure}"
-                     + (f" under {note['protocol']}" if note.get("protocol") else "")
-                     + (f" ({note['reason']})" if note.get("reason") else ""))
+    for note in attempt.notes.measurements:  # a failed one shows its reason (the excerpt is in the note)
+        figure = f"{note.geomean_us:.2f} us" if note.geomean_us else note.status or "?"
+        lines.append(f"remeasured: {note.place}: {figure}"
+                     + (f" under {note.protocol}" if note.protocol else "")
+                     + (f" ({note.reason})" if note.reason else ""))
     from kgit.archive.measure import targets_of
 
     per_kernel = targets_of(attempt)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kgit.archive import figures
+from kgit.archive.notes import KernelsNote, Measurement
 
 # Sentences that send the model to files it cannot open.
 _DOC_POINTER = re.compile(r"[^.]*\bdocs/[\w./-]+[^.]*\.?")
@@ -134,13 +135,13 @@ def _note_versions(attempts, device: str, harness: str | None = None) -> dict:
     """The software the latest note measured on `device` (and `harness`, when given) recorded."""
     found, when = {}, None
     for a in attempts:
-        for note in a.notes:
-            if note.get("device") != device or not note.get("versions"):
+        for note in a.notes.measurements:
+            if note.device != device or not note.versions:
                 continue
-            if harness is not None and note.get("harness") != harness:
+            if harness is not None and note.harness != harness:
                 continue
-            if when is None or note.get("when", 0) >= when:
-                found, when = {k: v for k, v in note["versions"].items() if k in VERSION_KEYS}, note.get("when", 0)
+            if when is None or note.when >= when:
+                found, when = {k: v for k, v in note.versions.items() if k in VERSION_KEYS}, note.when
     return found
 
 
@@ -174,11 +175,14 @@ def environment(config, attempts, host=None, task=None) -> Environment:
     in the archive (the evaluator last used) does. Versions come from the latest note
     that recorded them on that device, else (local only) from this installation.
     """
-    measured = [(m.get("when", a.time if m.get("source") == "commit" else 0), m)
-                for a in attempts for m in ([a.measurement()] if a.device else []) + a.notes if m.get("device")]
-    latest = max(measured, key=lambda e: e[0])[1] if measured else {}
-    device = latest.get("device") or "unknown"
-    timing = latest.get("timing") or ""
+    # Every record that names a device and how it timed: commits' own, re-measurements, and
+    # the kernel splits kept beside commits.
+    measured: list[Measurement | KernelsNote] = [
+        m for a in attempts for m in ([a.measurement()] if a.device else []) + list(a.notes.measurements)
+        + list(a.notes.kernels) if m.device]
+    latest = max(measured, key=lambda m: m.when) if measured else None
+    device = (latest.device if latest else None) or "unknown"
+    timing = (latest.timing if latest else None) or ""
     if config.evaluator.backend == "local":
         if host is None:
             from kgit.evaluation import gpus

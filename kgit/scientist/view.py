@@ -4,9 +4,12 @@ noise, interpreter timings never shown as performance, failures with their one-l
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from kgit.archive import cause as cause_mod
 from kgit.archive import figures, measure
 from kgit.archive import trailers as tr
+from kgit.archive.notes import Measurement
 
 CAUSE_CHARS = 160
 
@@ -68,15 +71,15 @@ class ArchiveView:
             us = self.on_device.get(a.sha)
             if us is None:
                 other = measure.latest_on(a, self.device)
-                if other is not None and other.get("status") not in (None, "ok"):
-                    why = other.get("error")
-                    return (f"correct in the interpreter, but {other['status']} on {self.device} (re-measured)"
+                if other is not None and other.status not in (None, "ok"):
+                    why = other.error
+                    return (f"correct in the interpreter, but {other.status} on {self.device} (re-measured)"
                             + (f": {why}" if why else ""))
-                if other is not None and other.get("geomean_us"):
-                    other_setup = (f"by another harness version ({other.get('harness') or 'unknown'})"
-                                   if other.get("harness") != self.harness else
-                                   f"through another evaluator ({other.get('evaluator') or 'unknown'})")
-                    return (f"{other['geomean_us']:.1f} us on {self.device}, {other_setup}: not comparable with "
+                if other is not None and other.geomean_us:
+                    other_setup = (f"by another harness version ({other.harness or 'unknown'})"
+                                   if other.harness != self.harness else
+                                   f"through another evaluator ({other.evaluator or 'unknown'})")
+                    return (f"{other.geomean_us:.1f} us on {self.device}, {other_setup}: not comparable with "
                             "the figures ranked here")
                 return f"correct; not measured on {self.device}" + (
                     " (interpreter only)" if figures.is_interpreter(a.timing, a.device) else f" (timed on {a.device})")
@@ -124,21 +127,23 @@ class ArchiveView:
             notes.append(f"attempt {a.attempt} {self.status(a).split(' (fixed by')[0]}")
         return "failed: " + "; ".join(notes)
 
-    def _ranking_measurement(self, a) -> dict:
-        """`a`'s latest measurement by the ranking device and harness, or {}."""
-        return (measure.comparable(a, self.device, self.harness, self.evaluator) or {}) if self.gpu else {}
+    def _ranking_measurement(self, a) -> Measurement | None:
+        """`a`'s latest measurement by the ranking device and harness, or None."""
+        return measure.comparable(a, self.device, self.harness, self.evaluator) if self.gpu else None
 
-    def comparable_times(self, a) -> dict:
-        return self._ranking_measurement(a).get("times", {})
+    def comparable_times(self, a) -> Mapping[str, float]:
+        found = self._ranking_measurement(a)
+        return found.times if found else {}
 
     def comparable_kernels(self, a) -> dict:
         """{shape: [[kernel, launches, us], ...]} of the measurement comparable_times reads, if it
         kept the runner's per-kernel split (kgit/archive/measure.py)."""
         return measure.kernels_of(a, self.device, self.harness, self.evaluator) if self.gpu else {}
 
-    def launch_bound(self, a) -> dict:
+    def launch_bound(self, a) -> Mapping[str, Mapping[str, float]]:
         """{shape: {"gpu_us", "host_us"}} of the ranking measurement's launch-bound shapes."""
-        return self._ranking_measurement(a).get("launch_bound") or {}
+        found = self._ranking_measurement(a)
+        return (found.launch_bound or {}) if found else {}
 
     def per_call(self, a) -> dict:
         """{shape: {"device_us", "host_us"}} beside the ranking measurement's figures, where kept."""
