@@ -27,11 +27,13 @@ import os
 import uuid
 from pathlib import Path
 
+from kgit_harness.spec import Spec
+
 SCHEMA = "kgit.target-facts/1"
 _OWN_CODE = (Path(__file__).with_name("targets.py"), Path(__file__))
 
 
-def key(spec: dict, task, names, doc: dict) -> str:
+def key(spec: Spec, task, names, doc: dict) -> str:
     """The entry's name: a digest of everything the facts of this evaluation depend on."""
     h = hashlib.sha256()
 
@@ -45,11 +47,11 @@ def key(spec: dict, task, names, doc: dict) -> str:
                             "triton": _triton_version()}, sort_keys=True).encode())
     for path in _OWN_CODE:
         add(f"harness:{path.name}", path.read_bytes())
-    candidate_dir = Path(spec["candidate_dir"])
+    candidate_dir = Path(spec.candidate_dir)
     for name in sorted(task.files):
         path = candidate_dir / name
         add(f"candidate:{name}", path.read_bytes() if path.is_file() else b"\0missing")
-    problem_dir = Path(spec["problem_dir"])
+    problem_dir = Path(spec.problem_dir)
     for path in problem_files(problem_dir):
         add(f"problem:{path.relative_to(problem_dir).as_posix()}", path.read_bytes())
     return h.hexdigest()

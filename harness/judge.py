@@ -30,6 +30,7 @@ from pathlib import Path
 from kgit_harness import (channel, checking, confine, factcache, kernelsplit, needs, peaks, phases, pidone, policy,
                           portable, problem, protocols, racing, reported, shared, timing, upstream_timing)
 from kgit_harness import result as result_mod
+from kgit_harness.spec import Spec, StartSpec
 
 _clock = time.perf_counter
 PHASES = phases.PHASES
@@ -56,25 +57,27 @@ def _excerpt(exc: BaseException, limit: int = 4000) -> str:
 class Runner:
     """The runner process and the judge's end of its channel."""
 
-    def __init__(self, spec: dict, deadline: float | None = None, timeout_s: float = 3600):
-        # The deadline is set when the candidate arrives (`begin`): a runner started ahead
-        # of need waits for it without a clock running.
+    def __init__(self, spec: StartSpec):
+        # The deadline and the limit are set when the candidate arrives (`begin`): a runner
+        # started ahead of need waits for it without a clock running.
+        deadline: float | None = None
+        timeout_s: float | None = None
         self.deadline, self.timeout_s, self.timed_out, self.ready = deadline, timeout_s, False, False
         self.violated: Verdict | None = None
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         life_r, self._life_w = os.pipe()
         argv = [sys.executable, "-I", "-B", "-m", "kgit_harness", "runner",
                 "--channel-fd", str(theirs.fileno()), "--lifeline-fd", str(life_r)]
-        prefix = spec.get("runner_prefix") or []
+        prefix = list(spec.runner_prefix)
         # With namespaces a trusted init is PID 1 of the runner's: it ends the whole
         # namespace once this judge's end of the lifeline closes, whatever the runner does.
-        use_init = (spec.get("sandbox") or {}).get("trusted_init") and prefix
+        use_init = spec.sandbox.get("trusted_init") and prefix
         cmd = pidone.command(prefix, argv, life_r) if use_init else [*prefix, *argv]
         self.wrapped = bool(prefix)
         env = dict(os.environ)
-        env.update(spec.get("runner_env") or {})
+        env.update(spec.runner_env)
         try:
-            self.proc = subprocess.Popen(cmd, cwd=spec.get("runner_cwd") or None, env=env,
+            self.proc = subprocess.Popen(cmd, cwd=spec.runner_cwd, env=env,
                                          stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(), life_r))
         finally:
             theirs.close()
@@ -315,11 +318,11 @@ def slot_bytes(torch, task, sample, like) -> int:
 class TimingContext:
     """What a protocol's timed loop needs of the judge (harness/upstream_timing.py)."""
 
-    def __init__(self, spec, task, reference, runner, on_gpu, torch, calibration):
+    def __init__(self, spec: Spec, task, reference, runner, on_gpu, torch, calibration):
         self.task, self.reference, self.on_gpu, self.torch, self.calibration = task, reference, on_gpu, torch, calibration
         self.runner = runner
-        self.secret = int(spec.get("secret_seed", 0))
-        self.settings = spec["timing"]
+        self.secret = spec.secret_seed
+        self.settings = spec.timing
         self._likes: dict = {}  # id(sample) -> its output layout, so that one shape computes it once
         self._held: list = []
 
@@ -366,7 +369,7 @@ def _load_reference(path: Path):
     return problem.load_module(path, "_kgit_reference")
 
 
-def start(spec: dict, ahead: bool = False) -> tuple[Runner, object, bool]:
+def start(spec: StartSpec, ahead: bool = False) -> tuple[Runner, object, bool]:
     """Everything that needs no candidate: the runner started (it confines itself and
     imports torch and triton meanwhile), torch imported here, the device context made.
     A pair started `ahead` of need (kgit/evaluation/child.py) has done all of this before
@@ -376,9 +379,9 @@ def start(spec: dict, ahead: bool = False) -> tuple[Runner, object, bool]:
     runner = Runner(spec)
     try:
         # Started before the judge imports torch: the two start-ups overlap.
-        runner.send({"op": "setup", "candidate_dir": str(spec["candidate_dir"]), "sandbox": _runner_sandbox(spec),
-                     "helpers_dir": str(helpers), "problem_dir": str(spec["problem_dir"]),
-                     "warm_profiler": bool(ahead and spec.get("kernel_split", True))})
+        runner.send({"op": "setup", "candidate_dir": spec.candidate_dir, "sandbox": _runner_sandbox(spec),
+                     "helpers_dir": str(helpers), "problem_dir": spec.problem_dir,
+                     "warm_profiler": bool(ahead and spec.kernel_split)})
         PHASES.mark("runner spawned")
         import torch
 
@@ -406,22 +409,24 @@ def start(spec: dict, ahead: bool = False) -> tuple[Runner, object, bool]:
     return runner, torch, on_gpu
 
 
-def run(spec: dict) -> dict:
-    """One evaluation whose candidate is already there, start to result document (kgit.result/1)."""
-    runner, torch, on_gpu = start(spec)
+def run(doc: dict) -> dict:
+    """One evaluation whose candidate is already there, from its spec (a JSON object, read by
+    spec.Spec) to the result document (kgit.result/1)."""
+    spec = Spec.from_dict(doc)
+    runner, torch, on_gpu = start(spec.start)
     PHASES.mark("candidate arrived")
     return run_started(spec, runner, torch, on_gpu)
 
 
-def run_started(spec: dict, runner: Runner, torch, on_gpu: bool) -> dict:
+def run_started(spec: Spec, runner: Runner, torch, on_gpu: bool) -> dict:
     """One evaluation, from the candidate's arrival to the result document (a dict of kgit.result/1)."""
     started = _clock()
     doc = result_mod.new("crash")
-    timeout_s = float(spec.get("timeout_s") or 3600)
+    timeout_s = spec.timeout_s
     deadline = time.monotonic() + max(timeout_s - DEADLINE_MARGIN_S, timeout_s * 0.8)
     runner.begin(deadline, timeout_s)
     try:
-        task = problem.load_task(Path(spec["problem_dir"]))
+        task = problem.load_task(Path(spec.problem_dir))
         protocol = _protocol(spec, task)
         doc["protocol"] = protocol.name
         doc["harness"] = result_mod.harness_id(protocol.name)
@@ -430,12 +435,12 @@ def run_started(spec: dict, runner: Runner, torch, on_gpu: bool) -> dict:
         doc["timing"] = "events" if on_gpu else "interpreter"
         doc["versions"] = timing.versions(torch)
         sources = _sources(spec, task)
-        refused = _static_policy(sources, task, bool(spec.get("computed_names")))
+        refused = _static_policy(sources, task, spec.computed_names)
         if refused is not None:
             raise refused
         # The problem's own code runs first: what fails there is the machine's lack, not the kernel's.
         try:
-            reference = _load_reference(Path(spec["problem_dir"]) / "reference.py")
+            reference = _load_reference(Path(spec.problem_dir) / "reference.py")
             settings = needs.check(task, reference, on_gpu, torch, _input_sizes(spec, on_gpu, torch))
         except needs.Unsupported as e:
             raise Verdict("unsupported", _excerpt(e.__cause__ or e), reason=str(e)) from None
@@ -536,18 +541,18 @@ def _targets_collect(runner) -> dict | None:
     return facts
 
 
-def _input_sizes(spec, on_gpu, torch) -> needs.Sizes:
+def _input_sizes(spec: Spec, on_gpu, torch) -> needs.Sizes:
     """The problem's recorded input sizes, beside the build-facts cache (both the judge's alone)."""
-    facts = spec.get("targets_cache")
+    facts = spec.targets_cache
     folder = str(Path(facts).parent / "input-sizes") if facts else None
-    return needs.Sizes(folder, needs.problem_digest(Path(spec["problem_dir"]), torch, on_gpu) if folder else "")
+    return needs.Sizes(folder, needs.problem_digest(Path(spec.problem_dir), torch, on_gpu) if folder else "")
 
 
-def _helpers_folder(spec) -> Path:
-    return Path(spec.get("runner_cwd") or Path(spec["candidate_dir"]).parent) / "problem-helpers"
+def _helpers_folder(spec: StartSpec) -> Path:
+    return Path(spec.runner_cwd or Path(spec.candidate_dir).parent) / "problem-helpers"
 
 
-def _helpers(spec, task) -> bool:
+def _helpers(spec: Spec, task) -> bool:
     """Copy the problem's helper modules the candidate imports into the helpers folder; any?
 
     Imported problems keep type aliases and helpers next to their reference (GPU MODE's
@@ -557,7 +562,7 @@ def _helpers(spec, task) -> bool:
     """
     import ast
 
-    candidate_dir = Path(spec["candidate_dir"])
+    candidate_dir = Path(spec.candidate_dir)
     wanted = set()
     for name in task.files:
         try:
@@ -571,29 +576,29 @@ def _helpers(spec, task) -> bool:
                 wanted.add(node.module.split(".")[0])
     wanted -= set(sys.stdlib_module_names) | {"torch", "triton", "numpy", "reference"}
     wanted -= {Path(f).stem for f in task.files}
-    problem_dir = Path(spec["problem_dir"])
+    problem_dir = Path(spec.problem_dir)
     found = {}
     for name in sorted(wanted):
         hits = sorted(p for p in problem_dir.rglob(f"{name}.py") if p.is_file())
         if hits:
             found[name] = hits[0]
-    folder = _helpers_folder(spec)
+    folder = _helpers_folder(spec.start)
     for name, path in found.items():
         (folder / f"{name}.py").write_bytes(path.read_bytes())
     return bool(found)
 
 
-def _runner_sandbox(spec) -> dict:
-    settings = dict(spec.get("sandbox") or {})
+def _runner_sandbox(spec: StartSpec) -> dict:
+    settings = dict(spec.sandbox)
     if settings.get("parent_pid"):
         # kgit computed it for the process it starts; the runner's parent is the judge.
         settings["parent_pid"] = os.getpid()
     return settings
 
 
-def _sources(spec, task) -> dict[str, str]:
+def _sources(spec: Spec, task) -> dict[str, str]:
     """The candidate's editable files as text (the judge reads them; it never imports them)."""
-    candidate_dir = Path(spec["candidate_dir"])
+    candidate_dir = Path(spec.candidate_dir)
     return {f: (candidate_dir / f).read_text(encoding="utf-8", errors="replace")
             for f in task.files if (candidate_dir / f).is_file()}
 
@@ -601,7 +606,7 @@ def _sources(spec, task) -> dict[str, str]:
 def _static_policy(sources: dict[str, str], task, computed_names: bool = False) -> Verdict | None:
     """The candidate's editable files read as text: the verdict that ends it now, or None.
 
-    `computed_names` (spec key, never set by kgit for a real evaluation): attribute names
+    `computed_names` (Spec.computed_names, never set by kgit for a real evaluation): attribute names
     built at run time pass, so that the harness's tests can reach the defences behind."""
     if not sources:
         return Verdict("compile-error", f"none of the editable files {task.files} exist in the candidate")
@@ -612,16 +617,16 @@ def _static_policy(sources: dict[str, str], task, computed_names: bool = False) 
     return None
 
 
-def _evaluate(spec, task, reference, runner, on_gpu, torch, doc, calibration) -> dict:
-    secret = int(spec.get("secret_seed", 0))
+def _evaluate(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibration) -> dict:
+    secret = spec.secret_seed
     tests = []
     # [kgit targets, issue 14] The runner captures the checks' launches and cross-compiles them
     # for the build targets while the timing runs; collected in run() (docs/targets.md).
     # Facts of byte-identical code measured before are served from the judge's cache
     # (harness/factcache.py): no capture, no compile.
-    names = task.targets if spec.get("targets") is None else spec["targets"]
+    names = task.targets if spec.targets is None else list(spec.targets)
     runner.facts_rules = (list(names or []), _sources(spec, task))
-    cache = factcache.Cache(spec.get("targets_cache"), factcache.key(spec, task, names, doc)) if names else None
+    cache = factcache.Cache(spec.targets_cache, factcache.key(spec, task, names, doc)) if names else None
     if cache is not None and (hit := cache.read()) is not None:
         doc["targets"], names = hit, []
     if names:
@@ -669,32 +674,32 @@ def _evaluate(spec, task, reference, runner, on_gpu, torch, doc, calibration) ->
         raise Verdict("runtime-error", "a benchmark shape timed at zero or less; the timer saw no work, "
                       "so there is no geometric mean to rank by")
     PHASES.mark("benchmarks timed")
-    if on_gpu and spec.get("kernel_split", True):
+    if on_gpu and spec.kernel_split:
         _kernel_splits(task, reference, runner, torch, benchmarks, shapes, on_gpu)
         PHASES.mark("kernels split")
-    elif names and spec.get("targets_gpu_shapes"):
+    elif names and spec.targets_gpu_shapes:
         _dry_targets(task, reference, runner, torch, doc)  # [kgit targets, issue 18]
         PHASES.mark("gpu shapes captured")
     return {"status": "ok", "tests": tests, "shapes": shapes, "geomean_us": geo, "speed_of_light": sol}
 
 
-def _protocol(spec, task) -> protocols.Protocol:
+def _protocol(spec: Spec, task) -> protocols.Protocol:
     """The timing protocol: kgit's choice in the spec (`.kgit.yaml`'s timing.protocol), else the problem's."""
     try:
-        return protocols.get(spec.get("protocol") or (spec.get("timing") or {}).get("protocol") or task.protocol)
+        return protocols.get(spec.protocol or spec.timing.protocol or task.protocol)
     except ValueError as e:
         raise problem.ProblemError(str(e)) from None
 
 
-def _time_shapes(spec, task, reference, runner, on_gpu, torch, doc, calibration, protocol, ctx, tests, shapes,
-                 benchmarks, stat) -> dict | None:
+def _time_shapes(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibration, protocol, ctx, tests,
+                 shapes, benchmarks, stat) -> dict | None:
     """Time every benchmark shape under `protocol` into `shapes`; an early result (incorrect,
     stopped) or None when every shape was timed."""
-    secret = int(spec.get("secret_seed", 0))
+    secret = spec.secret_seed
     for index, shape in enumerate(benchmarks):
         PHASES.tell(f"shape {index + 1}/{len(benchmarks)}")
         if protocol.name == protocols.DEFAULT:
-            runs = timing.measure(task, reference, shape, secret, spec["timing"], on_gpu, torch, ctx.new_slots,
+            runs = timing.measure(task, reference, shape, secret, spec.timing, on_gpu, torch, ctx.new_slots,
                                   calibration)
             if on_gpu:  # beside the ranking figure: the flushed device time and the host's, a call
                 runs.update(device_us=runs.get("events_mean_us"), host_us=runs.get("host_call_us"))
@@ -715,7 +720,7 @@ def _time_shapes(spec, task, reference, runner, on_gpu, torch, doc, calibration,
         if why:
             doc.update(tests=tests, shapes=shapes)
             raise Verdict("rejected", f"{entry['key']}: {why}", reason=timing.DISAGREE_REASON)
-        race = racing.decide(spec.get("race"), shapes, len(benchmarks), on_gpu, stat)
+        race = racing.decide(spec.race, shapes, len(benchmarks), on_gpu, stat)
         if race:
             # Correct on every test, but no ranking on partial data: no geomean, a status of its own.
             return {"status": "stopped", "tests": tests, "shapes": shapes, "race": race,
@@ -854,11 +859,11 @@ def _check_shape(task, reference, slots: Slots, shape, seed) -> dict:
     return {"key": key, "seed": seed, "ok": ok, "message": message}
 
 
-def _speed_of_light(spec, task, shapes, on_gpu, torch) -> dict:
+def _speed_of_light(spec: Spec, task, shapes, on_gpu, torch) -> dict:
     if not on_gpu:
         return {"checked": False, "why": "not checked: interpreter timings are host time on the CPU, not a GPU's"}
-    if spec.get("device_peaks"):
-        peak = peaks.from_override(spec["device_peaks"])
+    if spec.device_peaks:
+        peak = peaks.from_override(dict(spec.device_peaks))
     else:
         peak = peaks.lookup(torch.cuda.get_device_name()) or peaks.measure(torch)
     info = {"checked": True, "peak": peak.to_dict(), "margin": peaks.MARGIN, "why": "within physical limits"}
@@ -904,24 +909,26 @@ def main(argv=None) -> int:
     if bool(args.spec) == bool(args.start) or bool(args.start) != (args.go_fd is not None):
         parser.error("give --spec SPEC, or --start START with --go-fd FD")
     with open(args.spec or args.start, encoding="utf-8") as f:
-        first = json.load(f)
+        first_doc = json.load(f)
     # The spec holds the secret seed; the runner works in this folder, so the file goes first.
     os.unlink(args.spec or args.start)
-    PHASES.origin = float(first.get("spawned_at") or PHASES.origin)
-    PHASES.mark("judge up")
-    lifeline = first.get("lifeline_fd")
-    if lifeline is not None:
-        # kgit gone, however it went: this process and its group (the runner) go too.
-        confine.watch_lifeline(int(lifeline), own_group=True)
-    if first.get("parent_pid") and sys.platform.startswith("linux"):
-        confine.die_with_parent(int(first["parent_pid"]))  # and at once, without waiting for the pipe
-    if first.get("notice_fd") is not None:
-        PHASES.listener = _timing_notices(int(first["notice_fd"]))
     out = os.fdopen(args.result_fd, "w")
     try:
-        runner, torch, on_gpu = start(first, ahead=bool(first.get("ahead")))
+        first = StartSpec.from_dict(first_doc)
+        PHASES.origin = first.spawned_at or PHASES.origin
+        PHASES.mark("judge up")
+        if first.lifeline_fd is not None:
+            # kgit gone, however it went: this process and its group (the runner) go too.
+            confine.watch_lifeline(first.lifeline_fd, own_group=True)
+        if first.parent_pid and sys.platform.startswith("linux"):
+            confine.die_with_parent(first.parent_pid)  # and at once, without waiting for the pipe
+        if first.notice_fd is not None:
+            PHASES.listener = _timing_notices(first.notice_fd)
+        # A whole spec is checked before anything starts; a started pair's evaluation when it arrives.
+        whole = Spec.from_dict(first_doc) if args.spec else None
+        runner, torch, on_gpu = start(first, ahead=first.ahead)
         try:
-            task = first if args.spec else _receive_task(args.go_fd)
+            task = first_doc if args.spec else _receive_task(args.go_fd)
         except BaseException:
             runner.close()
             raise
@@ -929,11 +936,14 @@ def main(argv=None) -> int:
             runner.close()
             return 0
         PHASES.mark("candidate arrived")
-        spec = {**first, **task}
-        for key in ("candidate_dir", "problem_dir"):
-            if spec[key] != first[key]:
-                runner.close()
-                raise ValueError(f"the evaluation's {key} differs from the one the runner was started with")
+        try:
+            spec = whole or Spec.from_dict({**first_doc, **task})
+            for key in ("candidate_dir", "problem_dir"):
+                if getattr(spec, key) != getattr(first, key):
+                    raise ValueError(f"the evaluation's {key} differs from the one the runner was started with")
+        except BaseException:
+            runner.close()
+            raise
         doc = run_started(spec, runner, torch, on_gpu)
     except BaseException as e:  # noqa: BLE001 - report, then exit non-zero
         doc = result_mod.new("crash", error="harness failure:\n" + _excerpt(e))

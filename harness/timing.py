@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from kgit_harness import checking, shared
 from kgit_harness.phases import PHASES
+from kgit_harness.spec import TimingSettings
 
 # At least the largest last-level cache we target: 256 MB covers the MI300X
 # Infinity Cache and is 4x the H100/H200 L2.
@@ -314,7 +315,8 @@ class Clock:
         return out, self.start.elapsed_time(self.end) * 1e3, (h1 - h0) * 1e6
 
 
-def measure(task, reference, shape, secret, settings, on_gpu, torch, new_slots, calibration: Calibration) -> dict:
+def measure(task, reference, shape, secret, settings: TimingSettings, on_gpu, torch, new_slots,
+            calibration: Calibration) -> dict:
     """Time one shape through the runner (judge side); the statistics, plus `error` if a check failed.
 
     `new_slots(sample, count)` gives the shape's shared arena (judge.Slots). Each
@@ -323,8 +325,8 @@ def measure(task, reference, shape, secret, settings, on_gpu, torch, new_slots, 
     decided privately and the runner cannot tell. `calibration` caps what the runner
     could inflate in the judge's own figures.
     """
-    warmup, min_reps = int(settings["warmup"]), int(settings["min_reps"])
-    target_rse, max_time = float(settings["target_rse"]), float(settings["max_time_s"])
+    warmup, min_reps = settings.warmup, settings.min_reps
+    target_rse, max_time = settings.target_rse, settings.max_time_s
     base_seed = int(shape.get("seed", 0))
 
     def seed(i):

@@ -76,7 +76,7 @@ def _stop(protocol, ctx, times: list, spent: float) -> bool:
     n = len(times)
     if not ctx.on_gpu:
         # The interpreter: .kgit.yaml's limits, since these figures rank nothing.
-        return n >= max(1, int(ctx.settings["min_reps"])) and spent > float(ctx.settings["max_time_s"])
+        return n >= max(1, ctx.settings.min_reps) and spent > ctx.settings.max_time_s
     if protocol.max_calls is not None and n >= protocol.max_calls:
         return True
     if n < protocol.min_calls or spent < protocol.min_total_s:
@@ -89,7 +89,7 @@ def _stop(protocol, ctx, times: list, spent: float) -> bool:
 def _warmup_calls(protocol, ctx, first_shape: bool) -> tuple[int, float]:
     """(most untimed calls, least seconds of them) before this shape's timing."""
     if not ctx.on_gpu:
-        return int(ctx.settings.get("warmup", 0)), 0.0
+        return ctx.settings.warmup, 0.0
     if protocol.warmup == "first" and not first_shape:
         return 0, 0.0
     return protocol.warmup_calls, protocol.warmup_s
@@ -175,7 +175,7 @@ def _fresh(protocol, ctx, shape, first_shape) -> dict:
     first = checking.make_input(ctx.reference, shape, seed(0))
     wanted = protocol.max_calls or 100
     if not ctx.on_gpu:
-        wanted = min(wanted, max(int(ctx.settings["min_reps"]), 3) * 4)
+        wanted = min(wanted, max(ctx.settings.min_reps, 3) * 4)
     device = DEVICE_CALLS if ctx.on_gpu else 0
     # Slot 0 serves the first check, the warm-up and the round trips; every timed call, and each
     # of the device figure's, gets a slot of its own that no call was handed before.

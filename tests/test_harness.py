@@ -13,6 +13,7 @@ import torch
 from kgit_harness import channel, checking, peaks as devices, policy, problem, shared, timing
 from kgit_harness.guards import Guards, Tripped
 from kgit_harness.result import SCHEMA, Result, new, validate
+from kgit_harness.spec import TimingSettings
 
 VECTOR_ADD_FORBIDDEN = ["torch.add", "torch.Tensor.add", "torch.Tensor.add_", "torch.sum"]
 
@@ -475,7 +476,7 @@ def test_measure_catches_a_kernel_that_decays_after_the_checks():
             out.copy_(a + b)
         return out
 
-    settings = {"warmup": 0, "min_reps": 8, "target_rse": 1e-9, "max_time_s": 0.0}
+    settings = TimingSettings(warmup=0, min_reps=8, target_rse=1e-9, max_time_s=0.0)
     stats = _measure_in_process(decaying, settings)
     assert stats["n"] == 8 and "timed repetition 7" in stats["error"]  # the last call is always re-checked
 
@@ -490,7 +491,7 @@ def test_measure_fails_a_kernel_that_writes_its_input():
         out.copy_(a + b)
         a[0] = 7.0
 
-    stats = _measure_in_process(scribbling, {"warmup": 0, "min_reps": 2, "target_rse": 1.0, "max_time_s": 0.0})
+    stats = _measure_in_process(scribbling, TimingSettings(warmup=0, min_reps=2, target_rse=1.0, max_time_s=0.0))
     assert "modified input 0" in stats["error"]
 
 
@@ -693,7 +694,7 @@ def _measure_as_gpu(us, host_us, empty_s=0.0, calibration=None):
         a, b, out = data
         out.copy_(a + b)
 
-    settings = {"warmup": 0, "min_reps": 3, "target_rse": 0.05, "max_time_s": 0.0}
+    settings = TimingSettings(warmup=0, min_reps=3, target_rse=0.05, max_time_s=0.0)
     cal = calibration or timing.Calibration(ping_us=100.0, copy_fixed_us=50.0, copy_us_per_byte=0.0)
     stats = timing.measure(task, reference, {"size": 64, "seed": 1}, 5, settings, True, torch,
                            lambda sample, count: _ReportingSlots(slow_add, sample, count, task.output, us, host_us,
@@ -765,7 +766,7 @@ def test_a_call_cheaper_than_the_round_trips_noise_still_gets_a_positive_figure(
 
     monkeypatch.setattr(timing, "round_trips", inflated)
     stats = _measure_in_process(lambda data: data[2].copy_(data[0] + data[1]),
-                                {"warmup": 0, "min_reps": 3, "target_rse": 0.5, "max_time_s": 0.0})
+                                TimingSettings(warmup=0, min_reps=3, target_rse=0.5, max_time_s=0.0))
     assert slow_empty["n"] == 1 and stats["min_us"] > 0 and stats["mean_us"] > 0, stats
 
 

@@ -294,7 +294,8 @@ def test_judge_consults_the_race_after_each_shape_and_stops(kernel_repo, tmp_pat
     monkeypatch.setattr(judge.racing, "decide", as_if_on_a_gpu)
     keys = ["size=4096", "size=65536"]  # vector_add's CPU benchmark shapes
     spec = {"problem_dir": str(problem_dir), "candidate_dir": str(candidate_dir), "timing": asdict(config.timing),
-            "secret_seed": 7, "timeout_s": 300, "sandbox": {}, "runner_prefix": [], "runner_cwd": str(scratch),
+            "secret_seed": 7, "timeout_s": 300, "kernel_split": True, "sandbox": {}, "runner_prefix": [],
+            "runner_cwd": str(scratch),
             "race": {"name": "fictional", "times": {k: 1e-3 for k in keys}, "noise": 0.01}}
     doc = judge.run(spec)
     assert doc["status"] == "stopped", doc.get("error")

@@ -696,6 +696,7 @@ def test_a_rejection_always_carries_a_reason(monkeypatch, tmp_path):
     candidate_dir.mkdir()
     shutil.copy(source / "kernel.py", candidate_dir / "kernel.py")
     doc = judge.run({"problem_dir": str(problem_dir), "candidate_dir": str(candidate_dir), "timeout_s": 120,
+                     "secret_seed": 0, "kernel_split": True,
                      "timing": {"warmup": 0, "min_reps": 1, "target_rse": 1.0, "max_time_s": 0.1},
                      "runner_cwd": str(tmp_path)})
     assert doc["status"] == "rejected" and "harness bug" in doc["reason"]

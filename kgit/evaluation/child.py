@@ -11,6 +11,7 @@ judge on a dedicated pipe the runner never holds, never from stdout.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -28,6 +29,7 @@ from kgit import secrets as kgit_secrets
 from kgit.evaluation import excerpts, sandbox
 from kgit.errors import ConfigError
 from kgit_harness import result as result_mod
+from kgit_harness.spec import Spec, StartSpec, TimingSettings
 from kgit.problems import load_task
 
 # The allowlist and the secret-name pattern live in kgit/secrets.py (re-exported here).
@@ -169,21 +171,21 @@ class Pair:
         self.isolation = sandbox.plan(config.evaluator.sandbox, config.evaluator.runner_user)
         sandbox.protect_parent()
         ev = config.evaluator
-        self.start_spec = {
-            "problem_dir": str(problem_dir), "candidate_dir": str(candidate_dir),
+        self.start_spec = StartSpec(
+            problem_dir=str(problem_dir), candidate_dir=str(candidate_dir),
             # The runner's confinement and the command that wraps it: applied by the judge
             # to the runner only, so the judge keeps its view of the problem and the result fd.
             # The runner gets its inputs from the judge, so the problem folder is hidden from it.
-            "sandbox": self.isolation.child_settings(self.scratch, ev.timeout_s, ev.max_memory_gb,
-                                                     scratch_gb=ev.scratch_gb, max_processes=ev.max_processes,
-                                                     hide_problem=True, trusted_init=self.isolation.namespaces),
-            "runner_prefix": list(self.isolation.prefix), "runner_cwd": str(self.scratch),
-            "parent_pid": os.getpid(),
+            sandbox=self.isolation.child_settings(self.scratch, ev.timeout_s, ev.max_memory_gb,
+                                                  scratch_gb=ev.scratch_gb, max_processes=ev.max_processes,
+                                                  hide_problem=True, trusted_init=self.isolation.namespaces),
+            runner_prefix=tuple(self.isolation.prefix), runner_cwd=str(self.scratch),
+            parent_pid=os.getpid(),
             # Kept warm for a later candidate: the judge may import what a reference could
             # use while it waits, and the runner load the profiler the split needs; a pair
             # used at once skips both (harness/judge.py start).
-            "ahead": warm, "kernel_split": ev.kernel_split,
-        }
+            ahead=warm, kernel_split=ev.kernel_split,
+        )
         self.proc, self.used = None, False
         self._start(devices_env)
 
@@ -210,9 +212,9 @@ class Pair:
         life_r, life_w = os.pipe()
         go_r, go_w = os.pipe()
         self.spawned_at = time.monotonic()
-        spec = dict(self.start_spec, lifeline_fd=life_r, notice_fd=notice_w, spawned_at=self.spawned_at)
+        spec = dataclasses.replace(self.start_spec, lifeline_fd=life_r, notice_fd=notice_w, spawned_at=self.spawned_at)
         start_path = self.scratch / "spec.json"  # one pair per scratch folder; the judge deletes it
-        start_path.write_text(json.dumps(spec))
+        start_path.write_text(json.dumps(spec.to_dict()))
         cmd = [sys.executable, "-I", "-B", "-m", "kgit_harness", "judge", "--start", str(start_path),
                "--go-fd", str(go_r), "--result-fd", str(result_w)]
         try:
@@ -270,17 +272,17 @@ class Pair:
         assert not self.used, "a started pair is used for one evaluation only"
         self.used = True
         ev = config.evaluator
-        task = {"problem_dir": str(self.problem_dir), "candidate_dir": str(self.candidate_dir),
-                "timing": asdict(config.timing), "secret_seed": secrets.randbelow(2**31),
-                "timeout_s": ev.timeout_s,
-                "targets": config.targets,  # None: the problem's declared build targets (docs/targets.md)
-                "targets_gpu_shapes": config.targets_gpu_shapes,
-                "targets_cache": str(targets_cache) if targets_cache else None,  # the judge's only (harness/factcache.py)
-                "race": race, "kernel_split": ev.kernel_split}
+        task = Spec(start=self.start_spec, timing=TimingSettings(**asdict(config.timing)),
+                    secret_seed=secrets.randbelow(2**31), timeout_s=ev.timeout_s,
+                    # None: the problem's declared build targets (docs/targets.md)
+                    targets=None if config.targets is None else tuple(config.targets),
+                    targets_gpu_shapes=config.targets_gpu_shapes,
+                    targets_cache=str(targets_cache) if targets_cache else None,  # the judge's only (harness/factcache.py)
+                    race=race)
         started = time.monotonic()
         try:
             with os.fdopen(self.go_w, "wb") as go:
-                go.write(json.dumps(task).encode())
+                go.write(json.dumps(task.evaluation_dict()).encode())
         except BrokenPipeError:
             pass  # the judge is gone already; what it left on the result pipe says why
         self.go_w = None
@@ -302,9 +304,9 @@ class Pair:
         payload = bytes(streams["result"].head + streams["result"].tail)
         doc = _result_doc(status, payload, proc.returncode, stderr, ev.timeout_s)
         confined = doc.pop("confine", None) or {}
-        memory = (self.start_spec["sandbox"].get("cgroups") or {}).get("memory")
+        memory = (self.start_spec.sandbox.get("cgroups") or {}).get("memory")
         if doc.get("status") != "ok" and sandbox.cgroups.oom_kills(memory):
-            limit = self.start_spec["sandbox"].get("memory_bytes") or 0
+            limit = self.start_spec.sandbox.get("memory_bytes") or 0
             doc["error"] = (f"The evaluated code went past its host memory limit ({limit / (1 << 30):.3g} GiB: "
                             "evaluator.max_memory_gb, or half the RAM) and the kernel killed it.\n"
                             + (doc.get("error") or ""))
@@ -333,7 +335,7 @@ class Pair:
             for stream in (self.proc.stdout, self.proc.stderr):
                 if stream is not None:
                     stream.close()
-        for folder in set((self.start_spec["sandbox"].get("cgroups") or {}).values()):
+        for folder in set((self.start_spec.sandbox.get("cgroups") or {}).values()):
             sandbox.cgroups.remove(folder)
         if self.owns_scratch:
             remove_tree(self.scratch)

@@ -11,6 +11,7 @@ measure.py). `to_document` is the document again, for JSON output.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kgit.archive.measure import evaluator_of
 from kgit_harness import result as result_mod
@@ -31,11 +32,11 @@ class Evaluation:
     result: Result
     stdout: str | None = None  # the judge's and runner's output, bounded (evaluator.max_output_bytes)
     stderr: str | None = None
-    sandbox: dict | None = None  # the runner's confinement: namespaces, applied, missing
-    worker: dict | None = None  # where it ran: backend, host, device (the slot's tag), env
+    sandbox: dict[str, Any] | None = None  # the runner's confinement: namespaces, applied, missing
+    worker: dict[str, Any] | None = None  # where it ran: backend, host, device (the slot's tag), env
 
     @classmethod
-    def of(cls, evaluated) -> "Evaluation":
+    def of(cls, evaluated: Evaluation | Result | dict[str, Any]) -> Evaluation:
         """An evaluator's answer (a result document, a Result, or an Evaluation) as an Evaluation.
 
         Raises ValueError for a document that is not a kgit.result/1 result.
@@ -49,22 +50,50 @@ class Evaluation:
         return cls(result, **added)
 
     @classmethod
-    def new(cls, status: str, **fields) -> "Evaluation":
+    def new(cls, status: str, **fields: Any) -> Evaluation:
         """A result kgit makes itself (a rejected edit, a timeout), stamped with this harness."""
         return cls.of(result_mod.new(status, **fields))
 
-    def to_document(self) -> dict:
+    def to_document(self) -> dict[str, Any]:
         doc = self.result.to_dict()
         doc.update({key: getattr(self, key) for key in KGIT_KEYS if getattr(self, key) is not None})
         return doc
 
-    # status, geomean_us, device, harness, timing, reason, error: read through to `result` (below).
     @property
     def ok(self) -> bool:
         return self.result.status == "ok"
 
+    # What kgit reads most, by name, read through to the harness's result.
     @property
-    def race(self) -> dict | None:
+    def status(self) -> str:
+        return self.result.status
+
+    @property
+    def geomean_us(self) -> float | None:
+        return self.result.geomean_us
+
+    @property
+    def device(self) -> str | None:
+        return self.result.device
+
+    @property
+    def harness(self) -> str | None:
+        return self.result.harness
+
+    @property
+    def timing(self) -> str | None:
+        return self.result.timing
+
+    @property
+    def reason(self) -> str | None:
+        return self.result.reason
+
+    @property
+    def error(self) -> str | None:
+        return self.result.error
+
+    @property
+    def race(self) -> dict[str, Any] | None:
         """A stopped result's race (harness/racing.py): incumbent, shapes timed of how many, how much slower."""
         return self.result.extra.get("race")
 
@@ -79,7 +108,3 @@ class Evaluation:
         """The device tag of the slot it ran in (a GPU index, "cpu"), when the evaluator said."""
         return (self.worker or {}).get("device")
 
-
-# What kgit reads most, by name, read through to the harness's result.
-for _name in ("status", "geomean_us", "device", "harness", "timing", "reason", "error"):
-    setattr(Evaluation, _name, property(lambda self, _n=_name: getattr(self.result, _n), doc=f"`result.{_name}`"))

@@ -65,7 +65,8 @@ def run_harness(tmp_path: Path, name: str | None = None, timing: dict | None = N
     # runs a cheat under the whole policy, as kgit does.
     spec = {"problem_dir": str(problem_dir), "candidate_dir": str(candidate),
             "timing": dict(timing or FAST_TIMING), "secret_seed": secrets.randbelow(2**31),
-            "computed_names": True, **spec_extra}
+            # Every value the config sets is the spec's to give (harness/spec.py): the judge has no default.
+            "timeout_s": 3600, "kernel_split": True, "computed_names": True, **spec_extra}
     import torch
 
     if torch.cuda.is_available():
