@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from kgit import config as config_mod, workflow as experiments
+from kgit import config as config_mod, workflow
 
 FAST_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
 
@@ -25,5 +25,5 @@ def make_repo(root: Path, problem: str, fast: bool, edit=None) -> Path:
     subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
     for key, value in (("user.name", "kgit bench"), ("user.email", "bench@localhost")):
         subprocess.run(["git", "-C", str(root), "config", key, value], check=True)
-    experiments.init(root, problem, config_text=yaml.safe_dump(data, sort_keys=False))
+    workflow.init(root, problem, config_text=yaml.safe_dump(data, sort_keys=False))
     return root

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from kgit import evolve, workflow as experiments
+from kgit import evolve, workflow
 
 from bench_repo import make_repo
 
@@ -34,7 +34,7 @@ def run_once(root: Path, problem: str, iterations: int, warm: bool, fast: bool, 
         data["evolve"].update(iterations=iterations, jobs=jobs)
 
     make_repo(root, problem, fast, edit)
-    repo, config = experiments.load(root)
+    repo, config = workflow.load(root)
     started = time.monotonic()
     summary = evolve.evolve(repo, config, progress=progress)
     wall = time.monotonic() - started

@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from hostile_kernels import stage  # noqa: E402
 
 from kgit import config as config_mod  # noqa: E402
-from kgit.evaluation import child as evaluate  # noqa: E402
-from kgit import workflow as experiments
+from kgit.evaluation import child  # noqa: E402
+from kgit import workflow
 from kgit.archive.repo import Repo  # noqa: E402
 from kgit.errors import LockedError  # noqa: E402
 
@@ -84,7 +84,7 @@ def attempt_commits(repo) -> set[str]:
 def prepare_record(repo: Path):
     """A new experiment branch with an edited kernel, ready for `kgit record`."""
     r = Repo(repo)
-    experiments.start(r, f"block size {random.choice(BLOCKS)} trial {random.getrandbits(24):x}", checkout=True)
+    workflow.start(r, f"block size {random.choice(BLOCKS)} trial {random.getrandbits(24):x}", checkout=True)
     kernel = repo / "kernel.py"
     current = re.search(r"BLOCK_SIZE = (\d+)", kernel.read_text()).group(1)
     # A value other than the base's: `kgit record` refuses an unchanged kernel.
@@ -142,7 +142,7 @@ def run_kills(trials: int, gpu: bool, seed: int) -> list[dict]:
     git(repo, "init", "-q", "-b", "main")
     git(repo, "config", "user.name", "Fault Benchmark")
     git(repo, "config", "user.email", "faults@localhost")
-    experiments.init(repo, "vector_add", config_text=config_text(gpu))
+    workflow.init(repo, "vector_add", config_text=config_text(gpu))
     commit_work_tree(repo)
 
     # One uninterrupted run of each command sets the window the kills land in.
@@ -205,7 +205,7 @@ def run_fault_classes(gpu: bool) -> list[dict]:
             data["evaluator"].update(overrides)
             config = config_mod.parse(yaml.safe_dump(data))
             started = time.monotonic()
-            doc = evaluate.run_child(problem_dir, candidate_dir, config, scratch)
+            doc = child.run_child(problem_dir, candidate_dir, config, scratch)
             wall = time.monotonic() - started
             time.sleep(0.5)
             orphans = processes_under(scratch) + [p for p in processes_under(Path("4242.4242"))]
@@ -234,7 +234,7 @@ def sandbox_overhead(repeats: int, gpu: bool) -> dict:
                 data = yaml.safe_load(config_text(gpu))
                 data["evaluator"]["sandbox"] = mode
                 started = time.monotonic()
-                doc = evaluate.run_child(problem_dir, candidate_dir, config_mod.parse(yaml.safe_dump(data)), scratch)
+                doc = child.run_child(problem_dir, candidate_dir, config_mod.parse(yaml.safe_dump(data)), scratch)
                 times[mode].append(time.monotonic() - started)
                 assert doc["status"] == "ok", doc.get("error")
     return {mode: round(sorted(v)[len(v) // 2], 3) for mode, v in times.items()}

@@ -151,7 +151,7 @@ def harness_figure(problem_dir: Path, on_gpu: bool) -> dict:
     import yaml
 
     from kgit import config as config_mod
-    from kgit.evaluation import child as evaluate
+    from kgit.evaluation import child
 
     data = yaml.safe_load(config_mod.default_text())
     if not on_gpu:
@@ -159,8 +159,8 @@ def harness_figure(problem_dir: Path, on_gpu: bool) -> dict:
     config = config_mod.parse(yaml.safe_dump(data), "default configuration")
     with tempfile.TemporaryDirectory(prefix="fp8-anchors-") as scratch:
         scratch = Path(scratch)
-        staged_problem, candidate = evaluate.stage_candidate(problem_dir, ".", ["kernel.py"], scratch)
-        return evaluate.run_child(staged_problem, candidate, config, scratch)
+        staged_problem, candidate = child.stage_candidate(problem_dir, ".", ["kernel.py"], scratch)
+        return child.run_child(staged_problem, candidate, config, scratch)
 
 
 def main(argv=None) -> int:

@@ -36,7 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kgit import config as config_mod
-from kgit.evaluation import child as evaluate
+from kgit.evaluation import child
 from kgit_harness import problem as problem_mod
 
 
@@ -49,7 +49,7 @@ def evaluate_baseline(name: str, config) -> dict:
         (scratch / "candidate").mkdir()
         for f in task.files:
             shutil.copy2(folder / f, scratch / "candidate" / f)
-        doc = evaluate.run_child(scratch / "problem", scratch / "candidate", config, scratch)
+        doc = child.run_child(scratch / "problem", scratch / "candidate", config, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if doc["status"] != "ok":

@@ -29,8 +29,8 @@ import yaml
 from tabulate import tabulate
 
 from kgit.archive import repo as archive
-from kgit import config as config_mod, evolve, workflow as experiments
-from kgit.evaluation import child as evaluate
+from kgit import config as config_mod, evolve, workflow
+from kgit.evaluation import child
 from kgit.scientist import edits, prompts
 from kgit.archive import trees
 from kgit.scientist import design as design_mod
@@ -99,7 +99,7 @@ def git_category(args):
 
 def harness_start_s(repetitions=3) -> float:
     """The child's fixed cost: an isolated interpreter importing torch, triton and the harness."""
-    env = evaluate.child_env(Path(tempfile.mkdtemp()))
+    env = child.child_env(Path(tempfile.mkdtemp()))
     times = []
     for _ in range(repetitions):
         start = time.perf_counter()
@@ -124,8 +124,8 @@ def main():
     if not args.gpu_timing:
         data["timing"] = FAST_TIMING
     data["evolve"].update(iterations=args.attempts, pick=1, attempts=1, knowledge=["triton"])
-    experiments.init(root, "vector_add", config_text=yaml.safe_dump(data))
-    repo, config = experiments.load(root)
+    workflow.init(root, "vector_add", config_text=yaml.safe_dump(data))
+    repo, config = workflow.load(root)
 
     prof = Profiler()
     for module, name in [(prompts, "render"), (prompts, "knowledge"), (select_mod, "archive_table"),
@@ -138,7 +138,7 @@ def main():
     prof.wrap(evaluate, "stage_candidate", "candidate staging")
     # With warm evaluators (evaluator.warm, on in evolve) the pair's start-up happened
     # before its candidate arrived; what is timed here is from the candidate to the result.
-    prof.wrap(evaluate.Pair, "evaluate", "harness child (start + checks + timing)")
+    prof.wrap(child.Pair, "evaluate", "harness child (start + checks + timing)")
 
     client = InstantModel(repo.rev("kgit/baseline"))
     start = time.perf_counter()
@@ -158,11 +158,11 @@ def main():
     print(f"{n} attempts ({statuses}) on {summary.rows[0].model if n else '-'}; device: "
           f"{repo.read()[0].device}; timing: {'default' if args.gpu_timing else 'fast (CPU)'}")
     print(tabulate(rows, headers=["stage", "ms / attempt", "share"], tablefmt="simple"))
-    child = prof.totals["harness child (start + checks + timing)"] / n
-    share = f"{start_s / child:.0%} of the harness child's time" if child > 0 else \
+    child_s = prof.totals["harness child (start + checks + timing)"] / n
+    share = f"{start_s / child_s:.0%} of the harness child's time" if child_s > 0 else \
         "no harness child ran (every attempt reused an earlier result)"
     print(f"\nharness start alone (python -I + torch + triton imports): {start_s * 1000:.0f} ms, {share}")
-    overhead = wall / n - child + start_s
+    overhead = wall / n - child_s + start_s
     print(f"outside the model and the kernel: {overhead * 1000:.0f} ms per attempt "
           "(everything but the harness child, plus the child's start)")
 

@@ -45,7 +45,7 @@ from tabulate import tabulate
 from kgit import config as config_mod
 from kgit import importers
 from kgit.errors import KgitError
-from kgit.evaluation import child as evaluate
+from kgit.evaluation import child
 from kgit.evaluation import gpus
 
 QUICK_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
@@ -76,7 +76,7 @@ def evaluate_kernel(problem_dir: Path, kernel: str, config, scratch: Path, devic
     shutil.copytree(problem_dir, scratch / "problem")
     (scratch / "candidate").mkdir()
     (scratch / "candidate" / "kernel.py").write_text(kernel)
-    return evaluate.run_child(scratch / "problem", scratch / "candidate", config, scratch, devices_env)
+    return child.run_child(scratch / "problem", scratch / "candidate", config, scratch, devices_env)
 
 
 class Slots:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from kgit.cleanup import remove_tree
-from kgit.evaluation import child as evaluate, sandbox
+from kgit.evaluation import child, sandbox
 
 CONFINE_ONLY = "import json, sys\nfrom kgit_harness import confine\nconfine.apply(json.loads(sys.argv[1]))\n"
 
@@ -36,7 +36,7 @@ def start_and_confine(mode: str) -> float:
     cmd = isolation.command([sys.executable, "-I", "-B", "-c", CONFINE_ONLY, json.dumps(spec)], lifeline_fd=life_r)
     try:
         started = time.monotonic()
-        subprocess.run(cmd, cwd=scratch, env=evaluate.child_env(scratch), pass_fds=(life_r,), check=True,
+        subprocess.run(cmd, cwd=scratch, env=child.child_env(scratch), pass_fds=(life_r,), check=True,
                        capture_output=True)
         return time.monotonic() - started
     finally:

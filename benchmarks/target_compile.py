@@ -29,7 +29,7 @@ from tabulate import tabulate
 from kgit import config as config_mod
 from kgit import workflow
 from kgit.archive.repo import Repo
-from kgit.evaluation import buildfacts
+from kgit.archive import buildfacts
 from kgit.evaluation.evaluated import Evaluation
 from kgit_harness import problem, targets
 

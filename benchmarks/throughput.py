@@ -26,7 +26,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from kgit.evaluation import backends, gpus as devices
+from kgit.evaluation import backends
+from kgit.evaluation.gpus import Host, discover
 from kgit import config as config_mod
 from kgit.archive.repo import BASELINE_TAG, Repo
 
@@ -36,7 +37,7 @@ from bench_repo import make_repo
 
 
 
-def measure(repo: Repo, gpus: int, evaluations: int, host: devices.Host | None, warm: bool) -> dict:
+def measure(repo: Repo, gpus: int, evaluations: int, host: Host | None, warm: bool) -> dict:
     config = config_mod.load(repo.root)
     config.evaluator.devices = list(range(gpus))
     # As in `kgit evolve`: with warm evaluators each slot's next pair starts while it evaluates.
@@ -72,8 +73,8 @@ def main():
                         help="warm evaluators (evaluator.warm, as in kgit evolve); default on")
     args = parser.parse_args()
 
-    host = devices.Host("nvidia", tuple(str(i) for i in range(max(args.gpus)))) if args.fake_devices else None
-    visible = len((host or devices.discover()).ids)
+    host = Host("nvidia", tuple(str(i) for i in range(max(args.gpus)))) if args.fake_devices else None
+    visible = len((host or discover()).ids)
     rows = []
     with tempfile.TemporaryDirectory(prefix="kgit-throughput-") as tmp:
         repo = Repo(make_repo(Path(tmp) / "repo", args.problem, args.fast))

@@ -11,7 +11,7 @@ import click
 
 from kgit import __version__
 from kgit import live
-from kgit import workflow as ex
+from kgit import workflow
 from kgit import importers
 from kgit.review import text as report
 from kgit.errors import INTERRUPTED_MESSAGE, ExitCode, KgitError
@@ -117,7 +117,7 @@ def init(directory, problem, force, config_file, as_json, gpumode, kernelbench, 
     elif kernelbench:
         outcome = importers.init_from_kernelbench(directory, kernelbench, protocol, **options)
     else:
-        outcome = ex.init(directory, problem, **options)
+        outcome = workflow.init(directory, problem, **options)
     if as_json:
         _emit_json({"sha": outcome.sha, "result": outcome.result.to_document()})
         return
@@ -140,8 +140,8 @@ def try_(hypothesis, base):
     HYPOTHESIS says what you expect to change and why; it names the branch and is kept
     in every attempt's commit. Then edit the kernel and run `kgit record`.
     """
-    repo, _ = ex.load()
-    branch, base_sha = ex.start(repo, hypothesis, base, progress=_progress)
+    repo, _ = workflow.load()
+    branch, base_sha = workflow.start(repo, hypothesis, base, progress=_progress)
     click.echo(f"on {branch} (base {base_sha[:10]}). Edit the kernel, then run `kgit record`.")
 
 
@@ -158,8 +158,8 @@ def record(notes, allow_unchanged, as_json, verbose):
     Failed attempts are committed too (exit code 3), so the archive remembers them.
     A work tree with no change since the last attempt (or the base) is refused.
     """
-    repo, config = ex.load()
-    outcome = ex.record(repo, config, notes, allow_unchanged=allow_unchanged, progress=_watching(as_json))
+    repo, config = workflow.load()
+    outcome = workflow.record(repo, config, notes, allow_unchanged=allow_unchanged, progress=_watching(as_json))
     if as_json:
         _emit_json({"sha": outcome.sha, "speedup": outcome.speedup, "config_changes": outcome.config_changes,
                     "result": outcome.result.to_document()})
@@ -181,8 +181,8 @@ def eval_(rev, as_json, verbose):
     attempt, or its last attempt if none is correct.
     Nothing is committed; `kgit remeasure` keeps the result as a note.
     """
-    repo, config = ex.load()
-    judged = ex.evaluate_commit(repo, config, rev, progress=_watching(as_json))
+    repo, config = workflow.load()
+    judged = workflow.evaluate_commit(repo, config, rev, progress=_watching(as_json))
     if as_json:
         _emit_json(judged.to_document())
     else:
@@ -200,7 +200,7 @@ def profile(rev, profiler, as_json):
     shape, kept in the commit's note (docs/targets.md)."""
     from kgit.evaluation import profile as profile_mod
 
-    repo, config = ex.load()
+    repo, config = workflow.load()
     _progress(f"profiling {rev} on the benchmark shapes...")
     record = profile_mod.profile(repo, config, rev, profiler)
     if as_json:
@@ -229,7 +229,7 @@ def log(as_json, per_device, wide):
     --wide shows everything. The last line is what the model calls cost, those that
     led to no commit included.
     """
-    repo, _ = ex.load()
+    repo, _ = workflow.load()
     if as_json:
         click.echo(repo.log_json())  # rendered in the archive's cache: 100,000 attempts in about a second
         return
@@ -265,7 +265,7 @@ def remeasure(revs, device_tag, repeat, every, protocol, as_json):
     """
     from kgit import remeasure as rm
 
-    repo, config = ex.load()
+    repo, config = workflow.load()
     done = rm.remeasure(repo, config, revs, device_tag=device_tag, repeat=repeat, every=every, protocol=protocol,
                         progress=None if as_json else _watching())
     if as_json:
@@ -285,7 +285,7 @@ def sync(remote, as_json):
     """
     from kgit import remeasure as rm
 
-    repo, _ = ex.load()
+    repo, _ = workflow.load()
     summary = rm.sync(repo, remote)
     if as_json:
         _emit_json(summary)
@@ -317,7 +317,7 @@ def config_(args, local, unset, as_json):
     """
     from kgit import settings
 
-    repo, _ = ex.load(archive=False)  # this machine's settings may come before the archive
+    repo, _ = workflow.load(archive=False)  # this machine's settings may come before the archive
     shown = settings.configure(repo, args, local=local, unset=unset)
     if as_json:
         _emit_json(shown.to_json())
@@ -367,8 +367,8 @@ def show(rev, as_json, verbose):
     REV is a sha, a branch or a tag; a number N means experiment N's best correct
     attempt, or its last attempt if none is correct.
     """
-    repo, _ = ex.load()
-    attempt, body, base_times, diffstat = ex.describe(repo, rev)
+    repo, _ = workflow.load()
+    attempt, body, base_times, diffstat = workflow.describe(repo, rev)
     if as_json:
         _emit_json({**attempt.to_json(), "body": body, "base_times_us": base_times, "diffstat": diffstat})
     else:
@@ -381,9 +381,9 @@ def best(as_json):
     """The best correct attempt so far, by the rule it prints (docs/evolve.md)."""
     from kgit.archive import figures
 
-    repo, _ = ex.load()
+    repo, _ = workflow.load()
     attempts = repo.read()
-    attempt = ex.best(attempts)
+    attempt = workflow.best(attempts)
     if attempt is None:
         raise KgitError("no correct attempt in the archive yet; run `kgit init` or `kgit record`.")
     if as_json:
@@ -420,7 +420,7 @@ def evolve(iterations, model, api_base, max_cost, jobs, dry_run, as_json):
     """
     from kgit import evolve as evolve_mod
 
-    repo, config = ex.load()
+    repo, config = workflow.load()
     config = evolve_mod.with_overrides(config, iterations=iterations, model=model, api_base=api_base, max_cost=max_cost, jobs=jobs)
     if dry_run:
         click.echo(evolve_mod.dry_run(repo, config))
@@ -531,7 +531,7 @@ def diff(rev_a, rev_b, as_json):
     """
     from kgit.review import campaign as review
 
-    repo, _ = ex.load()
+    repo, _ = workflow.load()
     doc = review.compare(repo, rev_a, rev_b)
     if as_json:
         _emit_json(doc)
@@ -551,7 +551,7 @@ def lineage(rev, as_json):
     """
     from kgit.review import campaign as review
 
-    repo, _ = ex.load()
+    repo, _ = workflow.load()
     chain = review.lineage_of(repo, rev)
     if as_json:
         _emit_json([a.to_json() for a in chain])

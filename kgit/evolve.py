@@ -24,9 +24,9 @@ from tabulate import tabulate
 
 from kgit import config as config_mod
 from kgit import live
-from kgit.evaluation import backends
+from kgit.evaluation import backends, gpus
 from kgit.evaluation.evaluated import Evaluation
-from kgit import workflow as experiments
+from kgit import workflow
 from kgit.archive import trailers as tr
 from kgit.archive.refs import ExperimentRef
 from kgit.archive.repo import Repo
@@ -136,7 +136,9 @@ class Run:
         self.batches: list[pending.Batch] = []  # every batch of plans this run holds, finished or not
         self.waiting: list[pending.Batch] = []  # batches kept by an earlier run, not taken up yet
         self.later: list[pending.Batch] = []  # kept batches this run cannot carry out (the other kind of designer)
-        self.ctx = protocol.build(repo, config, self.task, repo.root / config.problem, repo.read())
+        # The machine's GPUs, found here and handed to the scientist (which never looks itself).
+        host = gpus.discover() if config.evaluator.backend == "local" else None
+        self.ctx = protocol.build(repo, config, self.task, repo.root / config.problem, repo.read(), host)
         # In the interpreter, while the archive ranks on a GPU (kgit remeasure notes), this run's
         # timings rank nothing: each shape is only screened (SCREENING_TIMING).
         env = self.ctx.environment
@@ -155,7 +157,7 @@ class Run:
             attempts = self.repo.read()
             if not attempts:
                 raise KgitError(f"{self.repo.root} has no kgit/baseline yet; run `kgit init --problem NAME` first.")
-            self.summary.best_before = experiments.best(attempts)
+            self.summary.best_before = workflow.best(attempts)
             self._remember(attempts)
             if not self.ctx.environment.on_gpu:
                 self.summary.correctness_only = True
@@ -208,7 +210,7 @@ class Run:
                 # Plans designed (and paid for) but not finished wait for the next run.
                 self.summary.kept = pending.save(self.repo.state, self.later + self.waiting + self.batches)
             final = self.repo.read()
-            self.summary.best_after = experiments.best(final)
+            self.summary.best_after = workflow.best(final)
             self.summary.rule = figures.rule(final)
         if failure is None and self.summary.model_failures and not self.summary.calls and not self.summary.interrupted:
             failure = LLMError(f"every model call of this run failed ({len(self.summary.model_failures)} call(s); "
@@ -233,7 +235,7 @@ class Run:
         if self.waiting:
             return self.resume(tag, self.waiting.pop(0))
         attempts = self.repo.read()
-        best = experiments.best(attempts)
+        best = workflow.best(attempts)
         try:
             selection, replies, note = self.scientist.select(self.ctx, attempts, best)
         except (BudgetReached, LLMRateLimited) as e:
@@ -315,7 +317,7 @@ class Run:
             from kgit.evaluation import profile as profile_mod
 
             self._line(tag, "profile", "design", profile_mod.after_iteration(
-                self.repo, self.config, experiments.best(self.repo.read())))
+                self.repo, self.config, workflow.best(self.repo.read())))
         return True
 
     def _stop_calls(self, tag: str, stage: str, reason: BaseException) -> bool:
@@ -462,11 +464,11 @@ class Run:
         with self.commit_lock:
             if state["branch"] is None:
                 attempts = self.repo.read()
-                number = experiments.next_experiment(self.repo, attempts)
+                number = workflow.next_experiment(self.repo, attempts)
                 slug = tr.slugify(plan.title) + _base_suffix(attempts, state["parent"])
                 state["branch"] = ExperimentRef(number, slug).branch
                 self.repo.create_branch(state["branch"], state["parent"], plan.title, reference)
-            outcome = experiments.commit_attempt(
+            outcome = workflow.commit_attempt(
                 self.repo, self.config, branch=state["branch"], tree=tree, parent=state["parent"], result=result,
                 notes=notes, plan=f"{plan.text()}\n\nBase chosen because: {selection.reason}",
                 expected_gain=plan.expected_gain, author=f"kgit ({model})", model=model, cost=cost, tokens=tokens,
@@ -522,7 +524,7 @@ class Run:
 def _base_suffix(attempts, base: str) -> str:
     """"-on-N" when the experiment starts from experiment N: the same change tried from
     different bases (the offline strategist's habit) then gets different branch names."""
-    found = experiments.find(attempts, base)
+    found = workflow.find(attempts, base)
     return f"-on-{found.experiment}" if found is not None and found.experiment > 0 else ""
 
 
@@ -580,7 +582,7 @@ def dry_run(repo: Repo, config, *, client=None) -> str:
     # No evaluator: a dry run must not start a Ray cluster or probe GPUs.
     run = Run(repo, config, client=client, evaluate=lambda sha: None)
     attempts = repo.read()
-    best = experiments.best(attempts)
+    best = workflow.best(attempts)
     if best is None:
         raise KgitError(f"{repo.root} has no kgit/baseline yet; run `kgit init --problem NAME` first.")
     from kgit.scientist.knowledge import describe

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from kgit import workflow as experiments
+from kgit import workflow
 from kgit_harness import problem as problem_format
 from kgit.errors import KgitError
 
@@ -37,19 +37,19 @@ class ImportProblemError(KgitError):
 
 
 def init_from_gpumode(directory: Path, source: Path, protocol: str | None = None,
-                      **init_options) -> experiments.Outcome:
+                      **init_options) -> workflow.Outcome:
     """`kgit init DIRECTORY --from-gpumode SOURCE`: measure and commit the imported baseline."""
     with tempfile.TemporaryDirectory(prefix="kgit-import-") as scratch:
         problem_dir, kernel = gpumode_problem(Path(source), Path(scratch) / "problem", protocol)
-        return experiments.init(directory, problem_dir=problem_dir, kernel_source=kernel, **init_options)
+        return workflow.init(directory, problem_dir=problem_dir, kernel_source=kernel, **init_options)
 
 
 def init_from_kernelbench(directory: Path, source: Path, protocol: str | None = None,
-                          **init_options) -> experiments.Outcome:
+                          **init_options) -> workflow.Outcome:
     """`kgit init DIRECTORY --from-kernelbench SOURCE`: measure and commit the imported baseline."""
     with tempfile.TemporaryDirectory(prefix="kgit-import-") as scratch:
         problem_dir, kernel = kernelbench_problem(Path(source), Path(scratch) / "problem", protocol)
-        return experiments.init(directory, problem_dir=problem_dir, kernel_source=kernel, **init_options)
+        return workflow.init(directory, problem_dir=problem_dir, kernel_source=kernel, **init_options)
 
 
 # -- timing protocols -----------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kgit import config as config_mod
 from kgit import live
-from kgit.evaluation import buildfacts, child as evaluate
+from kgit.evaluation import child, targets_policy
 from kgit.evaluation.evaluated import Evaluation
 from kgit.archive import figures, measure
 from kgit.archive import trailers as tr
@@ -101,7 +101,7 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
             where = "" if gpu_driver_present() else " (no GPU here: in the Triton CPU interpreter)"
             progress(f"measuring the {task.name} baseline{where}...")
         with live.evaluation(progress, "baseline", config.evaluator.timeout_s) as watch:
-            judged = Evaluation.of(evaluate.evaluate_tree(repo.root, config, state_dir=repo.state / "scratch",
+            judged = Evaluation.of(child.evaluate_tree(repo.root, config, state_dir=repo.state / "scratch",
                                                           **({"watch": watch} if watch else {})))
         if judged.worker is None:
             from kgit.evaluation.backends import this_host
@@ -150,7 +150,7 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
 def _tail(text: str, limit: int) -> str:
     """At most `limit` characters of an error, its end kept (a traceback's last line says what
     failed), in the user's terms: the kernel's place first, kgit's frames left out."""
-    from kgit.evaluation.excerpts import in_user_terms
+    from kgit.excerpts import in_user_terms
 
     return in_user_terms(text if len(text) <= limit else "...\n" + text[-limit:].split("\n", 1)[-1])
 
@@ -392,7 +392,7 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
     whose cost log holds the model calls behind it (kgit/archive/costlog.py)."""
     judged = Evaluation.of(result)
     result = judged.result
-    buildfacts.apply_policy(result, config)  # require_targets (issue 14): in place, so evolve sees it too
+    targets_policy.apply_policy(result, config)  # require_targets: in place, so evolve sees it too
     attempts = repo.read()
     info = experiment_info(repo, attempts, branch)
     number = info["number"]

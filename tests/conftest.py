@@ -17,7 +17,7 @@ from click.testing import CliRunner
 torch.set_num_threads(1)
 
 from kgit import config as config_mod
-from kgit import workflow as experiments
+from kgit import workflow
 
 # Short timing so the CPU interpreter runs stay quick; everything else is the default.
 FAST_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
@@ -81,14 +81,14 @@ def init_with_one_attempt(root: Path, monkeypatch, baseline_result, attempt_resu
     ran where init measured (this host's local evaluator) unless it names a `worker` itself."""
     from kgit.evaluation.backends import this_host
 
-    monkeypatch.setattr(experiments.evaluate, "evaluate_tree", lambda *a, **k: baseline_result)
+    monkeypatch.setattr(workflow.child, "evaluate_tree", lambda *a, **k: baseline_result)
     make_git_repo(root)
-    baseline = experiments.init(root, "vector_add", config_text=fast_config_text()).sha
-    repo, config = experiments.load(root)
-    branch, base = experiments.start(repo, "a change", checkout=False)
+    baseline = workflow.init(root, "vector_add", config_text=fast_config_text()).sha
+    repo, config = workflow.load(root)
+    branch, base = workflow.start(repo, "a change", checkout=False)
     tree = git(root, "rev-parse", f"{base}^{{tree}}").strip()
     with repo.lock("test"):
-        attempt = experiments.commit_attempt(repo, config, branch=branch, tree=tree, parent=base,
+        attempt = workflow.commit_attempt(repo, config, branch=branch, tree=tree, parent=base,
                                              result={"worker": this_host(), **attempt_result}, author=None,
                                              model="human").sha
     return baseline, attempt
@@ -111,7 +111,7 @@ def _template(tmp_path_factory, problem: str, targets=()) -> Path:
     if not root.exists():
         # Session fixtures run outside the autouse environment; set identity locally.
         make_git_repo(root)
-        experiments.init(root, problem, config_text=fast_config_text(targets=targets))
+        workflow.init(root, problem, config_text=fast_config_text(targets=targets))
     return root
 
 

@@ -1,5 +1,5 @@
 """A fabricated campaign for the review tests: attempt commits written directly with
-experiments.commit_attempt and made-up H200 results, far faster than evaluating.
+workflow.commit_attempt and made-up H200 results, far faster than evaluating.
 
 The baseline gets an H200 measurement as a git note, so every fabricated result
 compares against it without kgit re-measuring anything.
@@ -12,7 +12,7 @@ import shutil
 import uuid
 
 from kgit import config as config_mod
-from kgit import workflow as ex
+from kgit import workflow
 from kgit.archive.repo import BASELINE_TAG, Repo
 
 DEVICE, HARNESS = "NVIDIA H200", "kgit-test harness abc123"
@@ -71,11 +71,11 @@ def build(root) -> dict:
     shas = {"baseline": baseline}
 
     def experiment(name, hypothesis, base, steps):
-        branch, _ = ex.start(repo, hypothesis, base, checkout=False)
+        branch, _ = workflow.start(repo, hypothesis, base, checkout=False)
         parent = base
         for i, (doc, model, cost) in enumerate(steps, 1):
             tree = tree_with(repo, base, kernel + f"\n# {name} attempt {i}: {hypothesis}\n")
-            outcome = ex.commit_attempt(repo, config, branch=branch, tree=tree, parent=parent, result=doc,
+            outcome = workflow.commit_attempt(repo, config, branch=branch, tree=tree, parent=parent, result=doc,
                                         notes=f"{name} attempt {i}", plan=f"Plan: {hypothesis}, step by step.",
                                         author=None, model=model, cost=cost, tokens=1000)
             parent = shas[f"{name}.{i}"] = outcome.sha
@@ -135,8 +135,8 @@ def build_interpreter(root) -> dict:
             ("e2", "NUM_WARPS 4 -> 8", "e1", doc(0.88)),
             ("e3", "BLOCK_SIZE 1024 -> 512", baseline.sha, doc(status="compile-error", error="SyntaxError: x"))):
         base = shas.get(base, base)
-        branch, _ = ex.start(repo, hypothesis, base, checkout=False)
+        branch, _ = workflow.start(repo, hypothesis, base, checkout=False)
         tree = tree_with(repo, base, kernel + f"\n# {name}: {hypothesis}\n")
-        shas[name] = ex.commit_attempt(repo, config, branch=branch, tree=tree, parent=base, result=result_doc,
+        shas[name] = workflow.commit_attempt(repo, config, branch=branch, tree=tree, parent=base, result=result_doc,
                                        author=None, model="offline").sha
     return shas

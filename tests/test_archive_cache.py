@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from kgit import workflow as experiments
+from kgit import workflow
 from kgit.archive.repo import Repo
 
 from conftest import git
@@ -29,9 +29,9 @@ def _fake_attempt(repo, branch, parent, geomean=5.0):
               "geomean_us": geomean, "eval_s": 0.1,
               "shapes": [{"key": "size=4096", "mean_us": geomean}, {"key": "size=65536", "mean_us": geomean}]}
     tree = git(repo.root, "rev-parse", f"{parent}^{{tree}}").strip()
-    config = experiments.load(repo.root)[1]
+    config = workflow.load(repo.root)[1]
     with repo.lock("test"):
-        return experiments.commit_attempt(repo, config, branch=branch, tree=tree, parent=parent, result=result,
+        return workflow.commit_attempt(repo, config, branch=branch, tree=tree, parent=parent, result=result,
                                           author=None, model="human").sha
 
 
@@ -39,14 +39,14 @@ def test_warm_reads_follow_growth_deletion_rewrites_and_notes(kernel_repo):
     repo = Repo(kernel_repo)
     assert _warm(repo) == _full(repo)  # cache now holds the baseline
     assert len(_warm(repo)) == 1  # and a warm read does not count it twice
-    branch, base = experiments.start(repo, "first idea", checkout=False)
+    branch, base = workflow.start(repo, "first idea", checkout=False)
     one = _fake_attempt(repo, branch, base)
     two = _fake_attempt(repo, branch, one, 4.0)
     warm = _warm(repo)  # grown branch: only the new commits are read
     assert [a["sha"] for a in warm if a["experiment"] == 1] and warm == _full(repo)
     assert {two, one} <= {a["sha"] for a in warm}
 
-    other, _ = experiments.start(repo, "second idea", base=base, checkout=False)
+    other, _ = workflow.start(repo, "second idea", base=base, checkout=False)
     _fake_attempt(repo, other, base, 6.0)
     assert _warm(repo) == _full(repo)
 
@@ -74,7 +74,7 @@ def test_a_corrupt_cache_is_ignored(kernel_repo):
 
 def test_a_commit_between_reading_refs_and_git_log_is_listed_once(kernel_repo, monkeypatch):
     repo = Repo(kernel_repo)
-    branch, base = experiments.start(repo, "race", checkout=False)
+    branch, base = workflow.start(repo, "race", checkout=False)
     one = _fake_attempt(repo, branch, base)
     repo.read()
     stale = repo.kgit_refs()
@@ -88,7 +88,7 @@ def test_a_commit_between_reading_refs_and_git_log_is_listed_once(kernel_repo, m
 
 def test_lines_left_by_a_crashed_append_are_ignored_and_dropped(kernel_repo):
     repo = Repo(kernel_repo)
-    branch, base = experiments.start(repo, "crash", checkout=False)
+    branch, base = workflow.start(repo, "crash", checkout=False)
     one = _fake_attempt(repo, branch, base)
     repo.read()
     records = repo.state / "cache" / "archive-records.jsonl"
@@ -108,7 +108,7 @@ def test_a_whole_read_stored_piece_by_piece_is_read_back_whole(kernel_repo, monk
     from kgit.archive import attempt as attempt_mod, command, repo as repo_mod
 
     repo = Repo(kernel_repo)
-    branch, base = experiments.start(repo, "pieces", checkout=False)
+    branch, base = workflow.start(repo, "pieces", checkout=False)
     tip = base
     for i in range(4):
         tip = _fake_attempt(repo, branch, tip, 5.0 - i)
@@ -173,7 +173,7 @@ def test_log_json_keeps_rendered_attempts_and_follows_growth_notes_and_damage(ke
     rendered = repo.state / "cache" / "archive-log.jsonl"
     assert [a["experiment"] for a in _log_json(repo)] == [0] and rendered.exists()
     assert json.loads(run_kgit(kernel_repo, "log", "--json").output) == _log_json(repo)
-    branch, base = experiments.start(repo, "first idea", checkout=False)
+    branch, base = workflow.start(repo, "first idea", checkout=False)
     one = _fake_attempt(repo, branch, base)
     rendering.clear()
     assert [a["sha"] for a in _log_json(repo)].count(one) == 1  # growth: the new attempt rendered and kept
@@ -204,7 +204,7 @@ def test_warm_reads_keep_gits_order_newest_first_after_growth(kernel_repo, monke
 
     repo = Repo(kernel_repo)
     repo.read()
-    branch, base = experiments.start(repo, "order", checkout=False)
+    branch, base = workflow.start(repo, "order", checkout=False)
     start = int(time.time())
 
     def minutes_later(minutes):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kgit.evaluation import backends, candidate, gpus as devices
+from kgit.evaluation import backends, candidate, gpus
 from kgit import config as config_mod
 from kgit.archive.repo import BASELINE_TAG, Repo
 from kgit.errors import ConfigError, KgitError
@@ -22,7 +22,7 @@ from kgit_harness import result as result_mod
 
 from conftest import fast_config_text, git
 
-NVIDIA_TWO = devices.Host("nvidia", ("0", "1"))
+NVIDIA_TWO = gpus.Host("nvidia", ("0", "1"))
 
 
 def _config(**evaluator) -> config_mod.Config:
@@ -44,31 +44,31 @@ def _commit_reference_that_prints_visibility(root: Path) -> str:
 
 # -- device selection -------------------------------------------------------------
 def test_all_devices_gives_one_slot_per_gpu_and_a_cpu_slot_without_gpus():
-    assert devices.select(NVIDIA_TWO, "all") == ["0", "1"]
-    assert devices.select(devices.Host(None, ()), "all") == [None]
+    assert gpus.select(NVIDIA_TWO, "all") == ["0", "1"]
+    assert gpus.select(gpus.Host(None, ()), "all") == [None]
 
 
 def test_listed_devices_index_the_visible_ones():
-    host = devices.Host("nvidia", ("4", "6", "7"))
-    assert devices.select(host, [2, 0, 2]) == ["7", "4"]
-    assert devices.pin_env(host, "7") == {"CUDA_VISIBLE_DEVICES": "7"}
-    assert devices.pin_env(devices.Host("amd", ("2",)), "2") == {"HIP_VISIBLE_DEVICES": "2", "CUDA_VISIBLE_DEVICES": "2"}
-    assert devices.pin_env(devices.Host(None, ()), None) == {}
+    host = gpus.Host("nvidia", ("4", "6", "7"))
+    assert gpus.select(host, [2, 0, 2]) == ["7", "4"]
+    assert gpus.pin_env(host, "7") == {"CUDA_VISIBLE_DEVICES": "7"}
+    assert gpus.pin_env(gpus.Host("amd", ("2",)), "2") == {"HIP_VISIBLE_DEVICES": "2", "CUDA_VISIBLE_DEVICES": "2"}
+    assert gpus.pin_env(gpus.Host(None, ()), None) == {}
 
 
 def test_listed_devices_that_do_not_exist_are_config_errors():
     with pytest.raises(ConfigError, match="only 2 GPU"):
-        devices.select(NVIDIA_TWO, [0, 2])
+        gpus.select(NVIDIA_TWO, [0, 2])
     with pytest.raises(ConfigError, match="shows none"):
-        devices.select(devices.Host(None, ()), [0])
+        gpus.select(gpus.Host(None, ()), [0])
 
 
 def test_kfd_topology_counts_gpu_nodes_only(tmp_path, monkeypatch):
     for node, simds in (("0", 0), ("1", 304), ("2", 304)):
         (tmp_path / node).mkdir()
         (tmp_path / node / "properties").write_text(f"cpu_cores_count 0\nsimd_count {simds}\narray_count 4\n")
-    monkeypatch.setattr(devices, "KFD_NODES", tmp_path)
-    assert devices._kfd_gpu_count() == 2
+    monkeypatch.setattr(gpus, "KFD_NODES", tmp_path)
+    assert gpus._kfd_gpu_count() == 2
 
 
 @pytest.mark.parametrize("env, expected", [
@@ -79,12 +79,12 @@ def test_kfd_topology_counts_gpu_nodes_only(tmp_path, monkeypatch):
     ({"HIP_VISIBLE_DEVICES": "1", "PATH": "/bin"}, {"HIP_VISIBLE_DEVICES": "1", "PATH": "/bin"}),
 ])
 def test_ray_safe_env_selects_the_same_gpus_without_rocr(env, expected):
-    assert devices.ray_safe_env(env) == expected
+    assert gpus.ray_safe_env(env) == expected
 
 
 def test_ray_safe_env_refuses_hip_indices_outside_the_rocr_mask():
     with pytest.raises(ConfigError, match="does not index"):
-        devices.ray_safe_env({"ROCR_VISIBLE_DEVICES": "2", "HIP_VISIBLE_DEVICES": "1"})
+        gpus.ray_safe_env({"ROCR_VISIBLE_DEVICES": "2", "HIP_VISIBLE_DEVICES": "1"})
 
 
 # -- the local pool -------------------------------------------------------------------
@@ -104,7 +104,7 @@ class RecordingPool(backends.LocalEvaluator):
 def test_concurrent_evaluations_run_on_different_devices(kernel_repo):
     repo = Repo(kernel_repo)
     both_running = threading.Barrier(2, timeout=60)
-    pool = RecordingPool(repo, _config(devices="all"), host=NVIDIA_TWO, board=devices.Board(),
+    pool = RecordingPool(repo, _config(devices="all"), host=NVIDIA_TWO, board=gpus.Board(),
                          work=lambda env: both_running.wait())
     assert pool.slots == 2
     sha = repo.rev(BASELINE_TAG)
@@ -129,7 +129,7 @@ def test_pool_blocks_callers_until_a_device_is_free(kernel_repo):
         with lock:
             state["now"] -= 1
 
-    board = devices.Board()
+    board = gpus.Board()
     pool = RecordingPool(repo, _config(devices=[1]), host=NVIDIA_TWO, board=board, work=work)
     sha = repo.rev(BASELINE_TAG)
     with ThreadPoolExecutor(4) as threads:
@@ -141,7 +141,7 @@ def test_pool_blocks_callers_until_a_device_is_free(kernel_repo):
 
 
 def test_board_shares_a_device_between_evaluators_of_one_process():
-    board = devices.Board()
+    board = gpus.Board()
     first = board.acquire([("local", "0"), ("local", "1")])
     second = board.acquire([("local", "0"), ("local", "1")])
     assert {first, second} == {("local", "0"), ("local", "1")}
@@ -158,8 +158,8 @@ def test_board_shares_a_device_between_evaluators_of_one_process():
 def test_the_harness_child_sees_only_its_pinned_gpu(kernel_repo):
     repo = Repo(kernel_repo)
     sha = _commit_reference_that_prints_visibility(kernel_repo)
-    pool = backends.LocalEvaluator(repo, _config(devices=[1]), host=devices.Host("nvidia", ("5", "3")),
-                                   board=devices.Board())
+    pool = backends.LocalEvaluator(repo, _config(devices=[1]), host=gpus.Host("nvidia", ("5", "3")),
+                                   board=gpus.Board())
     doc = pool(sha)
     assert doc["status"] == "ok", doc.get("error")
     assert "visible=3" in doc["stdout"]
@@ -167,11 +167,11 @@ def test_the_harness_child_sees_only_its_pinned_gpu(kernel_repo):
 
 
 def test_evaluate_rev_goes_through_the_configured_backend(kernel_repo, tmp_path):
-    from kgit import workflow as experiments
+    from kgit import workflow
 
     script = _fake_remote(tmp_path, """answer "$1" '{"schema": "kgit.result/1", "status": "incorrect", "error": "remote says no"}'\n""")
     config = _config(backend="command", command=f"sh {script} {{candidate}}")
-    judged = experiments.evaluate_rev(Repo(kernel_repo), config, BASELINE_TAG)
+    judged = workflow.evaluate_rev(Repo(kernel_repo), config, BASELINE_TAG)
     assert judged.status == "incorrect" and judged.error == "remote says no"
     assert judged.worker["backend"] == "command"
 
@@ -402,7 +402,7 @@ def test_import_ray_moves_rocr_visibility_to_hip(ray_cluster, monkeypatch):
 # -- real GPUs (run on the device machine: pytest -m gpu tests/test_backends.py) ----------------
 @pytest.mark.gpu
 def test_each_visible_gpu_gets_a_pinned_slot_and_measures_with_events(kernel_repo):
-    host = devices.discover()
+    host = gpus.discover()
     assert host.vendor in ("nvidia", "amd") and host.ids, "no GPU found by discovery"
     repo = Repo(kernel_repo)
     evaluator = backends.get_evaluator(repo, _config(devices="all"))
@@ -425,7 +425,7 @@ def test_a_gpu_is_held_across_kgit_processes(tmp_path):
     def evaluate(board):
         key = board.acquire([("local", "0", 0)])
         try:
-            with devices.host_slot(key):
+            with gpus.host_slot(key):
                 running.append(1)
                 overlaps.append(len(running))
                 time.sleep(0.2)
@@ -433,7 +433,7 @@ def test_a_gpu_is_held_across_kgit_processes(tmp_path):
         finally:
             board.release(key)
 
-    workers = [threading.Thread(target=evaluate, args=(devices.Board(),)) for _ in range(3)]
+    workers = [threading.Thread(target=evaluate, args=(gpus.Board(),)) for _ in range(3)]
     for w in workers:
         w.start()
     for w in workers:
@@ -442,7 +442,7 @@ def test_a_gpu_is_held_across_kgit_processes(tmp_path):
 
 
 def test_per_gpu_sets_the_slots_and_defaults_to_one(kernel_repo):
-    host = devices.Host("nvidia", ("0", "1"))
+    host = gpus.Host("nvidia", ("0", "1"))
     assert backends.LocalEvaluator(Repo(kernel_repo), _config(), host=host).slots == 2
     config = _config()
     config.evaluator.per_gpu = 2

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from kgit import config as config_mod
-from kgit import workflow as ex
+from kgit import workflow
 from kgit.archive import trailers as tr
 from kgit.archive.repo import Repo
 from kgit_harness import result as result_mod
@@ -161,11 +161,11 @@ HYPOTHESES = [
 @pytest.mark.parametrize("hypothesis", HYPOTHESES, ids=["unicode", "control", "speedup", "long", "fake-trailers"])
 def test_hypotheses_round_trip_through_trailers(kernel_repo, hypothesis):
     repo = Repo(kernel_repo)
-    branch, base = ex.start(repo, hypothesis, checkout=False)
+    branch, base = workflow.start(repo, hypothesis, checkout=False)
     config = config_mod.load(kernel_repo)
     tree = repo.git("rev-parse", f"{base}^{{tree}}").strip()
     with repo.lock("test"):
-        outcome = ex.commit_attempt(repo, config, branch=branch, tree=tree, parent=base,
+        outcome = workflow.commit_attempt(repo, config, branch=branch, tree=tree, parent=base,
                                     result=result_mod.new("incorrect", error="wrong\n--- at shape 3"),
                                     author=None, model="human")
     attempt = next(a for a in repo.read() if a.sha == outcome.sha)

@@ -11,7 +11,7 @@ import pytest
 
 import fake_llm
 from conftest import fast_config_text
-from kgit import evolve, workflow as experiments
+from kgit import evolve, workflow
 from kgit.archive import costlog
 from kgit.review import campaign as review
 from kgit.review import html, pr, spending
@@ -82,7 +82,7 @@ def test_max_cost_refuses_a_call_that_could_pass_it_and_keeps_the_plans(kernel_r
     carried out by the next run with no new design, its commit carrying its part of the design."""
     (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"pick": 2, "attempts": 1, "knowledge": [],
                                                                      "max_cost_usd": 0.005}))
-    repo, config = experiments.load(kernel_repo)
+    repo, config = workflow.load(kernel_repo)
     unusable = fake_llm.search_replace("kernel.py", "NO SUCH LINE", "x = 1")
     fake = fake_llm.FakeLLM([("design", fake_llm.design(["Larger blocks", "Smaller blocks"], chosen=[0, 1])),
                              ("write", unusable)], cost=0.002, bound=0.003)
@@ -110,7 +110,7 @@ def test_max_cost_refuses_a_call_that_could_pass_it_and_keeps_the_plans(kernel_r
 def test_a_call_without_a_known_bound_stops_only_once_the_budget_is_spent(kernel_repo):
     (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"iterations": 5, "knowledge": [],
                                                                      "max_cost_usd": 0.001}))
-    repo, config = experiments.load(kernel_repo)
+    repo, config = workflow.load(kernel_repo)
     fake = fake_llm.FakeLLM([("design", fake_llm.design(["Bigger blocks"]))], cost=0.002)
     summary = evolve.evolve(repo, config, client=fake)
     assert not fake.answers and summary.rows == [] and summary.cost == pytest.approx(0.002)
@@ -119,7 +119,7 @@ def test_a_call_without_a_known_bound_stops_only_once_the_budget_is_spent(kernel
 
 def test_an_unpriced_run_says_unpriced_everywhere(kernel_repo):
     (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"pick": 1, "attempts": 1, "knowledge": []}))
-    repo, config = experiments.load(kernel_repo)
+    repo, config = workflow.load(kernel_repo)
     notes = "Twice the elements per program.\n\nA speedup is likely on the large shapes."
     fake = fake_llm.FakeLLM([
         ("design", fake_llm.design(["Larger blocks per program"])),

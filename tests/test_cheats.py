@@ -14,7 +14,7 @@ import pytest
 
 from cheats import FAST_TIMING, baseline, in_fork, run_harness, source
 from kgit import config as config_mod
-from kgit.evaluation import child as evaluate
+from kgit.evaluation import child
 
 
 def _last_error(doc) -> str:
@@ -100,8 +100,8 @@ def test_honest_kernel_passes_with_guards_on(tmp_path):
 
 
 def test_shipped_baseline_passes_through_the_real_child(kernel_repo, tmp_path):
-    """The evaluate.run_child path kgit uses: python -I in its own process group."""
-    doc = evaluate.evaluate_tree(kernel_repo, config_mod.load(kernel_repo), state_dir=tmp_path / "state")
+    """The child.run_child path kgit uses: python -I in its own process group."""
+    doc = child.evaluate_tree(kernel_repo, config_mod.load(kernel_repo), state_dir=tmp_path / "state")
     assert doc["status"] == "ok", (doc.get("error"), doc.get("stderr"))
     assert doc["schema"] == "kgit.result/1" and doc["geomean_us"] > 0
 
@@ -115,7 +115,7 @@ def test_shipped_triton_baselines_pass(tmp_path, problem):
 def test_a_runtime_cheat_is_rejected_through_the_real_child(kernel_repo, tmp_path):
     config = config_mod.load(kernel_repo)
     (kernel_repo / "kernel.py").write_text(source("forbidden_runtime"))
-    doc = evaluate.evaluate_tree(kernel_repo, config, state_dir=tmp_path / "state")
+    doc = child.evaluate_tree(kernel_repo, config, state_dir=tmp_path / "state")
     assert (doc["status"], doc["reason"]) == ("rejected", "forbidden by the problem: torch.add")
 
 
@@ -133,7 +133,7 @@ def test_a_forged_result_through_the_real_child_is_not_the_verdict(kernel_repo, 
     # As kgit evaluates, the whole static policy applies: the forger's computed names never run
     # (run_harness above shows the layers behind it holding when they do).
     (kernel_repo / "kernel.py").write_text(source("forged_result"))
-    doc = evaluate.evaluate_tree(kernel_repo, config_mod.load(kernel_repo), state_dir=tmp_path / "state")
+    doc = child.evaluate_tree(kernel_repo, config_mod.load(kernel_repo), state_dir=tmp_path / "state")
     assert (doc["status"], doc["reason"]) == ("rejected", "forbidden call: getattr with a computed name "
                                               "(dynamic attribute access)"), doc.get("error")
     assert doc["geomean_us"] is None and '"status": "ok"' not in doc["stdout"]

@@ -61,14 +61,14 @@ def test_invalid_yaml_is_one_line_with_a_hint_that_loses_nothing():
 
 
 def test_machine_local_settings_lie_over_the_committed_file_and_stay_strict(kernel_repo, run_kgit):
-    from kgit import workflow as experiments
+    from kgit import workflow
 
     done = run_kgit(kernel_repo, "config", "--local", "evaluator.command", "./box.sh {device}",
                     "evaluator.backend", "command", "evaluator.devices", "[0, 1]")
     assert done.exit_code == 0, done.output
     assert "evaluator.devices = [0, 1]" in done.stdout
     local = kernel_repo / ".git" / "kgit" / "local.yaml"
-    _, config = experiments.load(kernel_repo)
+    _, config = workflow.load(kernel_repo)
     assert (config.evaluator.backend, config.evaluator.command, config.evaluator.devices) == (
         "command", "./box.sh {device}", [0, 1])
     assert config.timing.min_reps == 2  # the rest is .kgit.yaml's
@@ -86,8 +86,8 @@ def test_machine_local_settings_lie_over_the_committed_file_and_stay_strict(kern
     assert local.read_text() == before  # a refused setting is never saved
     assert run_kgit(kernel_repo, "config", "--local", "--unset", "evaluator.backend", "evaluator.command",
                     "evaluator.devices").exit_code == 0
-    assert experiments.load(kernel_repo)[1].evaluator.backend == "local"
+    assert workflow.load(kernel_repo)[1].evaluator.backend == "local"
     # A hand-edited file is read as strictly as .kgit.yaml.
     local.write_text("llm:\n  model: x\n")
     with pytest.raises(ConfigError, match="cannot be machine-local"):
-        experiments.load(kernel_repo)
+        workflow.load(kernel_repo)

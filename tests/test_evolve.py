@@ -12,7 +12,7 @@ import pytest
 
 import fake_llm
 from conftest import fast_config_text
-from kgit import evolve, workflow as experiments
+from kgit import evolve, workflow
 from kgit.archive.repo import Repo
 from kgit.errors import ConfigError, LockedError
 from kgit.scientist import offline, prompts
@@ -30,7 +30,7 @@ def configure(repo_path, **evolve_keys):
     """Write a .kgit.yaml with fast timing and these evolve settings (knowledge off unless given)."""
     keys = {"knowledge": [], **evolve_keys}
     (repo_path / ".kgit.yaml").write_text(fast_config_text(evolve=keys), encoding="utf-8")
-    return experiments.load(repo_path)
+    return workflow.load(repo_path)
 
 
 def trailers(cwd, sha) -> dict:
@@ -133,7 +133,7 @@ def test_same_tree_is_not_measured_again(kernel_repo):
 
     def counting(sha):
         evaluated.append(sha)
-        return experiments.evaluate_rev(repo, config, sha)
+        return workflow.evaluate_rev(repo, config, sha)
 
     summary = evolve.evolve(repo, config, client=fake, evaluate=counting)
     assert len(evaluated) == 1
@@ -167,7 +167,7 @@ def test_offline_runs_concurrently_then_resumes_without_repeating(kernel_repo, r
     # One attempt each, built on its base; the third builds on the best of the first run.
     assert all(a.parents == [a.base] for a in attempts)
     third = next(a for a in attempts if a.experiment == 3)
-    assert third.base == experiments.best([a for a in repo.read() if a.experiment < 3]).sha
+    assert third.base == workflow.best([a for a in repo.read() if a.experiment < 3]).sha
 
 
 def test_exhausted_space_ends_the_run_with_exit_0(kernel_repo, run_kgit, monkeypatch):
@@ -187,7 +187,7 @@ def test_interrupt_keeps_commits_and_leaves_no_lock_or_worktree(kernel_repo):
         calls.append(sha)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return experiments.evaluate_rev(repo, config, sha)
+        return workflow.evaluate_rev(repo, config, sha)
 
     summary = evolve.evolve(repo, config, evaluate=evaluate_then_interrupt)
     assert summary.interrupted and "interrupted" in summary.stop
@@ -288,7 +288,7 @@ def test_offline_evolve_on_the_gpu(kernel_repo):
     (kernel_repo / ".kgit.yaml").write_text(fast_config_text(timing={"target_rse": 0.01, "max_time_s": 0.5,
                                                                         "min_reps": 10, "warmup": 3},
                                                              evolve={"pick": 2}), encoding="utf-8")
-    repo, config = experiments.load(kernel_repo)
+    repo, config = workflow.load(kernel_repo)
     summary = evolve.evolve(repo, config)
     assert [r.status for r in summary.rows] == ["ok", "ok"]
     for row in summary.rows:
@@ -358,7 +358,7 @@ def remote_gpu_repo(kernel_repo, **evolve_keys):
     (kernel_repo / ".kgit.yaml").write_text(fast_config_text(
         evolve=keys, evaluator={"backend": "command", "command": "ssh h200-box kgit eval-candidate {folder}"}),
         encoding="utf-8")
-    repo, config = experiments.load(kernel_repo)
+    repo, config = workflow.load(kernel_repo)
     harness = "kgit test harness"
     record = {**gpu_result(100.0, harness)}
     repo.add_note(repo.rev("kgit/baseline"), {"device": GPU, "harness": harness, "timing": "events", "status": "ok",

@@ -6,13 +6,13 @@ from __future__ import annotations
 import itertools
 
 from conftest import fast_config_text
-from kgit import evolve, workflow as experiments
+from kgit import evolve, workflow
 from kgit.archive.repo import Repo, parse_branch
 
 
 def test_offline_branches_name_their_base_and_progress_names_the_base_used(kernel_repo):
     (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"knowledge": [], "pick": 1, "attempts": 1}))
-    repo, config = experiments.load(kernel_repo)
+    repo, config = workflow.load(kernel_repo)
     config = evolve.with_overrides(config, iterations=3)
     baseline = repo.read()[0]
     speed = itertools.count(2)

@@ -11,7 +11,8 @@ import pytest
 
 from kgit import config as config_mod
 from kgit.archive.repo import Repo
-from kgit.evaluation import buildfacts, child, sandbox
+from kgit.archive import buildfacts
+from kgit.evaluation import child, sandbox
 from kgit_harness import factcache
 
 NAMESPACES = sandbox.plan("auto").namespaces

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import fast_config_text, git
 from kgit import evolve, live, remeasure
-from kgit import workflow as ex
+from kgit import workflow
 from kgit.evaluation import child
 from kgit.errors import INTERRUPTED_MESSAGE
 
@@ -93,12 +93,12 @@ def test_judge_notices_become_stages_and_still_time_the_quiet_loop():
 
 
 def test_record_shows_each_stage_of_a_real_evaluation(kernel_repo):
-    repo, config = ex.load(kernel_repo)
-    ex.start(repo, "smaller blocks")
+    repo, config = workflow.load(kernel_repo)
+    workflow.start(repo, "smaller blocks")
     kernel = kernel_repo / "kernel.py"
     kernel.write_text(kernel.read_text().replace(BLOCK, BLOCK.replace("= 1024", "= 512")))
     stream = io.StringIO()
-    ex.record(repo, config, progress=live.Progress(stream, live=True))
+    workflow.record(repo, config, progress=live.Progress(stream, live=True))
     out = stream.getvalue()
     limit = f"of the {config.evaluator.timeout_s:g} s limit"
     drawn = [part.split("\x1b[K")[0] for part in out.split("\r") if part.startswith("evaluating: ")]
@@ -111,7 +111,7 @@ def test_record_shows_each_stage_of_a_real_evaluation(kernel_repo):
 
 def test_evolve_and_remeasure_show_each_attempts_stage(kernel_repo):
     (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"pick": 1, "iterations": 1, "knowledge": []}))
-    repo, config = ex.load(kernel_repo)
+    repo, config = workflow.load(kernel_repo)
     baseline = repo.read()[0]
     progress = live.Progress(io.StringIO(), live=True)
     evaluator = _StagedEvaluator(progress, _result_like(baseline))
@@ -160,7 +160,7 @@ def test_ctrl_c_exits_130_with_the_sentence_evolve_says(kernel_repo, run_kgit, m
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ex, "record", interrupted)
+    monkeypatch.setattr(workflow, "record", interrupted)
     result = run_kgit(kernel_repo, "record")
     assert result.exit_code == 130
     assert f"kgit: {INTERRUPTED_MESSAGE}." in result.stderr and "Aborted" not in result.output
@@ -168,8 +168,8 @@ def test_ctrl_c_exits_130_with_the_sentence_evolve_says(kernel_repo, run_kgit, m
 
 
 def test_ctrl_c_during_a_real_record_leaves_nothing_behind(kernel_repo):
-    repo, _ = ex.load(kernel_repo)
-    branch, _ = ex.start(repo, "a kernel that takes its time")
+    repo, _ = workflow.load(kernel_repo)
+    branch, _ = workflow.start(repo, "a kernel that takes its time")
     kernel = kernel_repo / "kernel.py"
     kernel.write_text("import time\ntime.sleep(120)\n" + kernel.read_text())
     # Python's own SIGINT handler, as a terminal's Ctrl-C meets it (a suite started as a shell's
@@ -194,8 +194,8 @@ def test_ctrl_c_during_a_real_record_leaves_nothing_behind(kernel_repo):
 
 # -- errors in the kernel's terms -------------------------------------------------------------
 def test_a_syntax_error_names_kernel_py_first_and_leaves_kgits_frames_out(kernel_repo, run_kgit):
-    repo, _ = ex.load(kernel_repo)
-    ex.start(repo, "a typo")
+    repo, _ = workflow.load(kernel_repo)
+    workflow.start(repo, "a typo")
     kernel = kernel_repo / "kernel.py"
     kernel.write_text(kernel.read_text().replace(BLOCK, "BLOCK_SIZE = = 1024"))
     line = next(i for i, text in enumerate(kernel.read_text().splitlines(), 1) if text.startswith("BLOCK_SIZE"))
@@ -212,7 +212,7 @@ def test_a_syntax_error_names_kernel_py_first_and_leaves_kgits_frames_out(kernel
 
 
 def test_a_traceback_without_a_kernel_frame_is_left_whole():
-    from kgit.evaluation.excerpts import in_user_terms
+    from kgit.excerpts import in_user_terms
 
     harness_bug = 'Traceback (most recent call last):\n  File "/opt/kgit_harness/judge.py", line 9, in run\nKeyError: 3'
     assert in_user_terms(harness_bug) == harness_bug

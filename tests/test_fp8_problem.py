@@ -21,7 +21,7 @@ import torch
 import yaml
 
 from kgit import config as config_mod
-from kgit.evaluation import child as evaluate
+from kgit.evaluation import child
 from kgit_harness.problem import load_task, shipped
 
 from conftest import FAST_TIMING
@@ -346,8 +346,8 @@ def test_the_harness_runs_the_problem_without_a_gpu(tmp_path):
     data = yaml.safe_load(config_mod.default_text())
     data["timing"] = dict(FAST_TIMING)
     config = config_mod.parse(yaml.safe_dump(data), "test config")
-    problem_dir, candidate_dir = evaluate.stage_candidate(PROBLEM, ".", ["kernel.py"], tmp_path)
-    doc = evaluate.run_child(problem_dir, candidate_dir, config, tmp_path)
+    problem_dir, candidate_dir = child.stage_candidate(PROBLEM, ".", ["kernel.py"], tmp_path)
+    doc = child.run_child(problem_dir, candidate_dir, config, tmp_path)
     assert doc["status"] == "ok", doc.get("error") or doc.get("stderr")
     assert doc["timing"] == "interpreter"
     assert {t["key"] for t in doc["tests"]} == {"m=64,n=64,k=128", "m=64,n=576,k=256", "m=96,n=192,k=384"}
@@ -390,8 +390,8 @@ def test_the_harness_measures_the_baseline_on_the_gpu():
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         config = config_mod.parse(config_mod.default_text(), "default")
-        problem_dir, candidate_dir = evaluate.stage_candidate(PROBLEM, ".", ["kernel.py"], scratch)
-        doc = evaluate.run_child(problem_dir, candidate_dir, config, scratch)
+        problem_dir, candidate_dir = child.stage_candidate(PROBLEM, ".", ["kernel.py"], scratch)
+        doc = child.run_child(problem_dir, candidate_dir, config, scratch)
     assert doc["status"] == "ok", doc.get("error") or doc.get("stderr")
     assert doc["timing"] == "events" and len(doc["shapes"]) == 18
     print("harness geomean us", doc["geomean_us"])

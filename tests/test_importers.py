@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kgit.evaluation import child as evaluate
+from kgit.evaluation import child
 from kgit import importers
 from kgit import config as config_mod
 from kgit.errors import KgitError
@@ -78,7 +78,7 @@ def _evaluate(problem_dir: Path, kernel: str, tmp_path: Path) -> dict:
     candidate = scratch / "candidate"
     candidate.mkdir()
     (candidate / "kernel.py").write_text(kernel)
-    return evaluate.run_child(staged, candidate, config, scratch)
+    return child.run_child(staged, candidate, config, scratch)
 
 
 @pytest.mark.parametrize("remove, named", [

@@ -220,7 +220,7 @@ def test_the_fp8_baselines_evaluation_splits_each_shape_into_its_triton_kernel_a
 
     from conftest import FAST_TIMING
     from kgit import config as config_mod
-    from kgit.evaluation import child as evaluate
+    from kgit.evaluation import child
 
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
@@ -229,8 +229,8 @@ def test_the_fp8_baselines_evaluation_splits_each_shape_into_its_triton_kernel_a
         data["timing"] = dict(FAST_TIMING)
         config = config_mod.parse(yaml.safe_dump(data), "test config")
         (scratch / "stage").mkdir()
-        problem_dir, candidate_dir = evaluate.stage_candidate(variant, ".", ["kernel.py"], scratch / "stage")
-        doc = evaluate.run_child(problem_dir, candidate_dir, config, scratch / "stage")
+        problem_dir, candidate_dir = child.stage_candidate(variant, ".", ["kernel.py"], scratch / "stage")
+        doc = child.run_child(problem_dir, candidate_dir, config, scratch / "stage")
     assert doc["status"] == "ok", doc.get("error") or doc.get("stderr")
     assert doc["timing"] == "events" and len(doc["shapes"]) == 18
     for shape in doc["shapes"]:
@@ -252,7 +252,7 @@ def test_kernel_split_false_leaves_the_split_out_and_the_timing_as_it_is():
 
     from conftest import FAST_TIMING
     from kgit import config as config_mod
-    from kgit.evaluation import child as evaluate
+    from kgit.evaluation import child
     from kgit_harness import problem
 
     data = yaml.safe_load(config_mod.default_text())
@@ -263,9 +263,9 @@ def test_kernel_split_false_leaves_the_split_out_and_the_timing_as_it_is():
         config = config_mod.parse(yaml.safe_dump(data), "test config")
         with tempfile.TemporaryDirectory() as scratch:
             scratch = Path(scratch)
-            problem_dir, candidate_dir = evaluate.stage_candidate(problem.shipped()["vector_add"], ".", ["kernel.py"],
+            problem_dir, candidate_dir = child.stage_candidate(problem.shipped()["vector_add"], ".", ["kernel.py"],
                                                                   scratch)
-            docs[split] = evaluate.run_child(problem_dir, candidate_dir, config, scratch)
+            docs[split] = child.run_child(problem_dir, candidate_dir, config, scratch)
     assert docs[True]["status"] == docs[False]["status"] == "ok", (docs[True].get("error"), docs[False].get("error"))
     assert all(s["kernels"]["rows"] for s in docs[True]["shapes"])
     assert not any("kernels" in s for s in docs[False]["shapes"])

@@ -12,7 +12,8 @@ import pytest
 
 from kgit import config as config_mod
 from kgit.archive.repo import Repo
-from kgit.evaluation import buildfacts, profile
+from kgit.archive import buildfacts
+from kgit.evaluation import profile
 from kgit_harness import problem
 
 NCU_RAW = Path(__file__).parent / "data" / "ncu" / "fp8_baseline_h200_raw.csv"
@@ -103,7 +104,7 @@ def test_kgit_profile_stores_the_figures_in_the_note_and_the_designer_reads_them
     assert "ncu on NVIDIA H200" in shown.output and "m=6144,n=4608,k=7168" in shown.output
     repo = Repo(softmax_repo)
     (baseline,) = repo.read()
-    record = profile.latest(baseline)
+    record = buildfacts.latest_profile(baseline)
     assert record["kind"] == "profile" and len(record["shapes"]) == 18 and record["verified"] is True
     assert baseline.measurements()[0].source == "commit" and len(baseline.measurements()) == 1
     text = buildfacts.base_facts(repo.read(), baseline.sha)
@@ -159,7 +160,7 @@ def test_kgit_profile_of_the_fp8_baseline_on_the_gpu(tmp_path, capsys):
     # The GPU evaluation of kgit init recorded the static facts too (Triton of this host).
     assert set(baseline.targets) == {"gfx942", "sm_90a"}
     assert all(v.startswith("builds; ") for v in baseline.targets.values()), baseline.targets
-    assert profile.latest(baseline)["shapes"] == record["shapes"]
+    assert buildfacts.latest_profile(baseline)["shapes"] == record["shapes"]
     assert record["shapes"][0]["key"] in buildfacts.base_facts(repo.read(), baseline.sha)
     with capsys.disabled():  # the figures the closing note quotes
         print("\n" + "\n".join(f"{k}: {v}" for k, v in baseline.targets.items()))

@@ -169,7 +169,7 @@ def test_the_designer_sees_each_shapes_rate_against_the_devices_peaks():
 def test_the_build_target_policy_follows_the_config_and_says_which_launches_were_compiled():
     from kgit import problems as problem_mod
     from kgit.config import Config
-    from kgit.evaluation import buildfacts
+    from kgit.archive import buildfacts
     from kgit.scientist import context
 
     task = problem_mod.load_task(problem_mod.shipped()["fp8_blockscale_gemm"])

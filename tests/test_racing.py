@@ -14,7 +14,7 @@ import pytest
 
 import fake_llm
 from conftest import fast_config_text
-from kgit import evolve, problems, workflow as experiments
+from kgit import evolve, problems, workflow
 from kgit.archive import figures
 from kgit_harness import racing
 from kgit_harness import result as result_mod
@@ -110,7 +110,7 @@ def remote_gpu_repo(kernel_repo, **evolve_keys):
     """The vector_add repository as an H200 evaluator sees it: the baseline timed there (a note)."""
     keys = {"knowledge": [], **evolve_keys}
     (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve=keys), encoding="utf-8")
-    repo, config = experiments.load(kernel_repo)
+    repo, config = workflow.load(kernel_repo)
     repo.add_note(repo.rev("kgit/baseline"), {
         "device": GPU, "harness": HARNESS, "timing": "events", "status": "ok", "geomean_us": 100.0,
         "times": dict(INCUMBENT["times"]), "noise": 0.001, "when": 2_000_000_000, "versions": {}})
@@ -168,7 +168,7 @@ def test_evolve_races_against_the_base_and_a_stopped_attempt_is_never_best(kerne
     attempts = repo.read()
     attempt = next(a for a in attempts if a.sha == stopped)
     assert not attempt.ok and attempt.measurements() == []
-    assert figures.best(attempts).sha == experiments.best(attempts).sha == summary.rows[0].sha
+    assert figures.best(attempts).sha == workflow.best(attempts).sha == summary.rows[0].sha
     assert stopped not in git(kernel_repo, "log", "--all", "--grep", "speedup", "--format=%H")
 
 
@@ -182,11 +182,11 @@ def test_a_stopped_attempt_with_tiny_times_is_never_best(kernel_repo):
     doc = stopped_result()
     # As if the times had been recorded at 1 us: faster than anything, yet partial.
     doc["shapes"] = [shape(KEYS[0], 1.0)]
-    outcome = experiments.commit_attempt(repo, config, branch=branch, tree=tree, parent=baseline, result=doc,
+    outcome = workflow.commit_attempt(repo, config, branch=branch, tree=tree, parent=baseline, result=doc,
                                          author="kgit (test)", model="test")
     attempts = repo.read()
     assert next(a for a in attempts if a.sha == outcome.sha).status == "stopped"
-    best = experiments.best(attempts)
+    best = workflow.best(attempts)
     assert best is not None and best.sha != outcome.sha and best.ok
     assert outcome.speedup is None
 
@@ -241,7 +241,7 @@ def test_judge_stops_a_candidate_far_slower_than_a_fictional_incumbent(kernel_re
     """vector_add's baseline raced against an incumbent 100x faster on every shape: stopped after one."""
     from kgit.evaluation import child
 
-    repo, config = experiments.load(kernel_repo)
+    repo, config = workflow.load(kernel_repo)
     task_keys = ["size=1048576", "size=16777216", "size=67108864"]
     ok = child.evaluate_tree(kernel_repo, config, state_dir=repo.state / "scratch")
     assert ok["status"] == "ok" and ok["timing"] == "events"
@@ -279,7 +279,7 @@ def test_judge_consults_the_race_after_each_shape_and_stops(kernel_repo, tmp_pat
     from kgit.evaluation import child
     from kgit_harness import judge
 
-    repo, config = experiments.load(kernel_repo)
+    repo, config = workflow.load(kernel_repo)
     task = problems.load_task(kernel_repo / config.problem)
     scratch = tmp_path / "scratch"
     scratch.mkdir()

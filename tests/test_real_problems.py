@@ -19,7 +19,7 @@ from kgit import config as config_mod
 from kgit import importers
 from kgit.archive import trailers
 from kgit.errors import KgitError
-from kgit.evaluation import child as evaluate
+from kgit.evaluation import child
 from kgit_harness import checking, needs, policy, portable
 from kgit_harness import result as result_mod
 
@@ -37,7 +37,7 @@ def _evaluate(problem_dir: Path, kernel: str, tmp_path: Path, name: str = "run")
     shutil.copytree(problem_dir, scratch / "problem")
     (scratch / "candidate").mkdir()
     (scratch / "candidate" / "kernel.py").write_text(kernel)
-    return evaluate.run_child(scratch / "problem", scratch / "candidate", config, scratch)
+    return child.run_child(scratch / "problem", scratch / "candidate", config, scratch)
 
 
 def _problem(tmp_path: Path, reference: str, task: dict, name: str = "problem") -> Path:

@@ -10,7 +10,7 @@ import pytest
 
 import review_archive as ra
 from kgit import config as config_mod
-from kgit import workflow as ex
+from kgit import workflow
 from kgit.review import plots, html as report_html, campaign as review
 from kgit.archive.repo import Repo
 from kgit.errors import ConfigError
@@ -73,9 +73,9 @@ def test_experiment_numbers_name_the_best_correct_or_the_last_attempt(built, run
     root, shas = built
     repo = Repo(root)
     # #1: attempt 1 incorrect, attempt 2 ok -> attempt 2; #3 has only a timeout -> that one.
-    assert ex.resolve(repo, "1") == shas["e1.2"] and ex.resolve(repo, "#2") == shas["e2.2"]
-    assert ex.resolve(repo, "3") == shas["e3.1"] and ex.resolve(repo, "0") == shas["baseline"]
-    assert ex.resolve(repo, shas["e1.1"][:12]) == shas["e1.1"]  # shas and branches still work
+    assert workflow.resolve(repo, "1") == shas["e1.2"] and workflow.resolve(repo, "#2") == shas["e2.2"]
+    assert workflow.resolve(repo, "3") == shas["e3.1"] and workflow.resolve(repo, "0") == shas["baseline"]
+    assert workflow.resolve(repo, shas["e1.1"][:12]) == shas["e1.1"]  # shas and branches still work
     shown = json.loads(run_kgit(root, "show", "2", "--json").output)
     assert shown["sha"] == shas["e2.2"]
     lineage = json.loads(run_kgit(root, "lineage", "2", "--json").output)
@@ -149,9 +149,9 @@ def test_diff_across_devices_says_how_to_compare(built, tmp_path, run_kgit):
     # The base's MI300X figure as a note, so committing needs no re-measurement.
     repo.add_note(shas["e1.2"], {"device": mi300["device"], "harness": mi300["harness"], "status": "ok",
                                  "geomean_us": 50.0, "times": ra.scaled(1.6), "when": 2})
-    branch, _ = ex.start(repo, "try it on the MI300X", shas["e1.2"], checkout=False)
+    branch, _ = workflow.start(repo, "try it on the MI300X", shas["e1.2"], checkout=False)
     tree = ra.tree_with(repo, shas["e1.2"], "# mi300 variant\n")
-    other = ex.commit_attempt(repo, config_mod.load(copy), branch=branch, tree=tree, parent=shas["e1.2"],
+    other = workflow.commit_attempt(repo, config_mod.load(copy), branch=branch, tree=tree, parent=shas["e1.2"],
                               result=mi300, author=None, model="human").sha
     result = run_kgit(copy, "diff", shas["e2.2"], other)
     assert result.exit_code == 0

@@ -3,7 +3,7 @@
 The static policy check (harness/policy.py) rejects `os`, `socket` and `ctypes`
 imports before any code runs, so a plain hostile kernel.py never reaches the runtime
 defences. These tests stand in for a kernel that found a way around the static check:
-they call `evaluate.run_child` on a candidate folder whose kernel.py imports a helper
+they call `child.run_child` on a candidate folder whose kernel.py imports a helper
 module, `hostile.py`, that the policy does not read (it reads only the problem's
 editable files). Everything the helper does then meets the sandbox alone.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from kgit import config as config_mod
-from kgit.evaluation import child as evaluate, sandbox
+from kgit.evaluation import child, sandbox
 from kgit_harness import problem as problem_mod
 
 from conftest import fast_config_text
@@ -64,9 +64,9 @@ PARENT = textwrap.dedent('''
     import json, sys
     from pathlib import Path
     from kgit import config
-    from kgit.evaluation import child as evaluate
+    from kgit.evaluation import child
     cfg = config.parse(Path(sys.argv[1]).read_text())
-    doc = evaluate.run_child(Path(sys.argv[2]), Path(sys.argv[3]), cfg, Path(sys.argv[4]))
+    doc = child.run_child(Path(sys.argv[2]), Path(sys.argv[3]), cfg, Path(sys.argv[4]))
     print(json.dumps(doc))
 ''')
 
@@ -145,7 +145,7 @@ def test_kernel_still_passes_while_snooping(snooped):
 def test_no_secret_in_the_environment(snooped):
     report = snooped["report"]
     assert report["env_has_secret"] is False
-    assert not any(evaluate.SECRET_PATTERN.search(k) for k in report["env_keys"])
+    assert not any(child.SECRET_PATTERN.search(k) for k in report["env_keys"])
     assert "KGIT_TEST_PHRASE" not in report["env_keys"] and "OPENAI_API_KEY" not in report["env_keys"]
 
 
@@ -197,7 +197,7 @@ def test_process_group_kill_without_namespaces(tmp_path):
     """sandbox: off keeps the process-group kill: a forked child in the group dies too."""
     marker = f"{random.randint(10**6, 10**7)}.{random.randint(1, 999)}"
     problem_dir, candidate_dir, scratch = stage(tmp_path, f"hostile.escape({marker!r}, detach=False)")
-    doc = evaluate.run_child(problem_dir, candidate_dir, _config(sandbox="off"), scratch)
+    doc = child.run_child(problem_dir, candidate_dir, _config(sandbox="off"), scratch)
     try:
         assert doc["status"] == "ok", doc.get("error")
         assert any("switched off" in m for m in doc["sandbox"]["missing"])
@@ -209,7 +209,7 @@ def test_process_group_kill_without_namespaces(tmp_path):
 
 def test_segfault_is_a_crash_with_the_stack(tmp_path):
     problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.segfault()")
-    doc = evaluate.run_child(problem_dir, candidate_dir, _config(), scratch)
+    doc = child.run_child(problem_dir, candidate_dir, _config(), scratch)
     assert doc["status"] == "crash"
     assert "SIGSEGV" in doc["error"]
     assert "hostile.py" in doc["error"] and "segfault" in doc["error"]  # faulthandler's Python stack
@@ -217,7 +217,7 @@ def test_segfault_is_a_crash_with_the_stack(tmp_path):
 
 def test_infinite_loop_times_out_and_leaves_nothing(tmp_path):
     problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.spin()")
-    doc = evaluate.run_child(problem_dir, candidate_dir, _config(timeout_s=10), scratch)
+    doc = child.run_child(problem_dir, candidate_dir, _config(timeout_s=10), scratch)
     assert doc["status"] == "timeout"
     assert "10 s" in doc["error"]
     assert _gone(str(scratch), within_s=5)
@@ -225,7 +225,7 @@ def test_infinite_loop_times_out_and_leaves_nothing(tmp_path):
 
 def test_huge_allocation_is_a_runtime_error(tmp_path):
     problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.hog(64)")
-    doc = evaluate.run_child(problem_dir, candidate_dir, _config(max_memory_gb=2), scratch)
+    doc = child.run_child(problem_dir, candidate_dir, _config(max_memory_gb=2), scratch)
     assert doc["status"] == "runtime-error", doc.get("error")
     assert "memory" in doc["error"].lower()
     assert any("data=2147483648" in a for a in doc["sandbox"]["applied"])
@@ -233,7 +233,7 @@ def test_huge_allocation_is_a_runtime_error(tmp_path):
 
 def test_enormous_output_is_cut_not_stored(tmp_path):
     problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.shout(64)")
-    doc = evaluate.run_child(problem_dir, candidate_dir, _config(max_output_bytes=4000), scratch)
+    doc = child.run_child(problem_dir, candidate_dir, _config(max_output_bytes=4000), scratch)
     assert doc["status"] == "ok", doc.get("error")
     assert len(doc["stdout"]) < 4200
     cut = int(doc["stdout"].split("[... ")[1].split(" bytes cut")[0])
@@ -275,13 +275,13 @@ def test_strict_mode_refuses_without_namespaces(monkeypatch):
 
 
 def test_output_tail_keeps_head_and_tail():
-    tail = evaluate.OutputTail(10)
+    tail = child.OutputTail(10)
     for chunk in (b"abc", b"defgh", b"ijklmnop", b"qrstuvwxyz"):
         tail.add(chunk)
     text = tail.text()
     assert text.startswith("abcde") and text.endswith("vwxyz")
     assert "[... 16 bytes cut ...]" in text
-    small = evaluate.OutputTail(100)
+    small = child.OutputTail(100)
     small.add(b"hello")
     assert small.text() == "hello"
 
@@ -338,7 +338,7 @@ def _run_source(tmp_path: Path, source: str, config) -> dict:
     problem_dir, candidate_dir, scratch = stage(tmp_path, "pass")
     (candidate_dir / "kernel.py").write_text(source)
     (candidate_dir / "hostile.py").unlink()
-    return evaluate.run_child(problem_dir, candidate_dir, config, scratch)
+    return child.run_child(problem_dir, candidate_dir, config, scratch)
 
 
 @pytest.mark.gpu
@@ -395,7 +395,7 @@ def test_gpu_faults_become_statuses(tmp_path, fault, statuses, words):
     problem_dir, candidate_dir, scratch = stage(tmp_path / "bad", "pass")
     (candidate_dir / "kernel.py").write_text(GPU_FAULTS[fault])
     (candidate_dir / "hostile.py").unlink()
-    doc = evaluate.run_child(problem_dir, candidate_dir, _config(timeout_s=30), scratch)
+    doc = child.run_child(problem_dir, candidate_dir, _config(timeout_s=30), scratch)
     assert doc["status"] in statuses, (doc["status"], doc.get("error"))
     assert all(w.lower() in doc["error"].lower() for w in words), doc["error"][-2000:]
     assert _gone(str(scratch), within_s=10)
@@ -410,7 +410,7 @@ def test_the_spec_with_the_secret_seed_is_gone_before_the_candidate_runs(tmp_pat
     # (Asked through the helper module, which the static policy does not read.)
     action = 'print("KGIT-SPEC", hostile.spec_exists())'
     problem_dir, candidate_dir, scratch = stage(tmp_path, action)
-    doc = evaluate.run_child(problem_dir, candidate_dir, _config(), scratch)
+    doc = child.run_child(problem_dir, candidate_dir, _config(), scratch)
     lines = [line for line in doc["stdout"].splitlines() if line.startswith("KGIT-SPEC ")]
     assert lines, (doc["status"], doc.get("error"), doc["stderr"][-1500:])
     assert lines[0].startswith("KGIT-SPEC False"), lines[0]
@@ -445,7 +445,7 @@ def _run_confined(scratch: Path, code: str, mode: str = "auto", problem: bool = 
     spec["lifeline_fd"] = life_r
     cmd = isolation.command([sys.executable, "-I", "-B", "-c", CONFINED, json.dumps(spec), code], lifeline_fd=life_r)
     try:
-        proc = subprocess.run(cmd, cwd=scratch, env=evaluate.child_env(scratch), pass_fds=(life_r,),
+        proc = subprocess.run(cmd, cwd=scratch, env=child.child_env(scratch), pass_fds=(life_r,),
                               capture_output=True, text=True, timeout=120)
     finally:
         os.close(life_r)
@@ -766,7 +766,7 @@ def test_memory_past_the_limit_through_memfd_or_a_shared_mapping_is_stopped(tmp_
 @needs_namespaces
 def test_an_evaluation_past_its_memory_limit_says_so(tmp_path):
     problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.memfd_hog(3072)")
-    doc = evaluate.run_child(problem_dir, candidate_dir, _config(max_memory_gb=1), scratch)
+    doc = child.run_child(problem_dir, candidate_dir, _config(max_memory_gb=1), scratch)
     assert doc["status"] != "ok"
     assert "went past its host memory limit (1 GiB" in doc["error"], doc["error"][-2000:]
 
@@ -869,7 +869,7 @@ def test_key_shaped_text_is_redacted_from_the_error(tmp_path, monkeypatch):
     secret = f"sk-test-{random.getrandbits(64):x}"
     monkeypatch.setenv("MY_SERVICE_TOKEN", secret)
     problem_dir, candidate_dir, scratch = stage(tmp_path, f"hostile.leak_key({secret!r})")
-    doc = evaluate.run_child(problem_dir, candidate_dir, _config(), scratch)
+    doc = child.run_child(problem_dir, candidate_dir, _config(), scratch)
     assert doc["status"] == "runtime-error", (doc["status"], doc.get("error"))
     assert "could not log in with [redacted]" in doc["error"]
     text = doc["error"] + doc["stdout"] + doc["stderr"]
@@ -913,7 +913,7 @@ def test_secret_shaped_text_is_kept_out_of_the_commit(tmp_path, monkeypatch):
 
 def test_an_aten_alias_of_a_forbidden_op_is_rejected(tmp_path):
     problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.aten_add(data)")
-    doc = evaluate.run_child(problem_dir, candidate_dir, _config(), scratch)
+    doc = child.run_child(problem_dir, candidate_dir, _config(), scratch)
     assert (doc["status"], doc["reason"]) == ("rejected", "forbidden by the problem: torch.add"), doc.get("error")
     assert "aten::add" in doc["error"]
 
@@ -970,7 +970,7 @@ def test_secret_values_from_the_environment_are_masked():
     doc = secrets.redact_result({"error": "x plain-value-without-shape", "tests": [{"message": "session-0001"}]}, env)
     assert doc["error"] == "x [redacted]" and doc["tests"][0]["message"] == "[redacted]"
     # One pattern for the environment of evaluated code and for redaction.
-    assert evaluate.SECRET_PATTERN is secrets.SECRET_NAME
+    assert child.SECRET_PATTERN is secrets.SECRET_NAME
     assert secrets.allowed_env(env) == {"PATH": "/usr/bin"}
 
 
@@ -1102,7 +1102,7 @@ def test_out_of_memory_kills_are_read_from_v1_and_v2(tmp_path):
 def test_scratch_size_and_process_count_come_from_the_config(tmp_path):
     """End to end through run_child: evaluator.scratch_gb and evaluator.max_processes reach the child."""
     problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.hoard(256)")
-    doc = evaluate.run_child(problem_dir, candidate_dir, _config(scratch_gb=16 / 1024, max_processes=48), scratch)
+    doc = child.run_child(problem_dir, candidate_dir, _config(scratch_gb=16 / 1024, max_processes=48), scratch)
     assert doc["status"] == "ok", doc.get("error")
     seen = json.loads(doc["stdout"].split("KGIT-HOARD ", 1)[1].splitlines()[0])
     assert seen["written"] <= 16 << 20 and seen["fill_error"] == "No space left on device", seen

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import fake_llm
 from conftest import fast_config_text
-from kgit import evolve, workflow as experiments
-from kgit.evaluation import gpus as devices
+from kgit import evolve, workflow
+from kgit.evaluation import gpus
 
 SLOW_BLOCK = "BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 2048 4096"
 TIMING = {"target_rse": 0.0001, "max_time_s": 0.5, "min_reps": 7, "warmup": 2}  # far from the screening's
@@ -18,7 +18,7 @@ TIMING = {"target_rse": 0.0001, "max_time_s": 0.5, "min_reps": 7, "warmup": 2}  
 def _repo(kernel_repo, ranked_on_gpu: bool):
     (kernel_repo / ".kgit.yaml").write_text(fast_config_text(timing=TIMING, evolve={"knowledge": [], "pick": 1,
                                                                                      "attempts": 1}), encoding="utf-8")
-    repo, config = experiments.load(kernel_repo)
+    repo, config = workflow.load(kernel_repo)
     if ranked_on_gpu:  # what `kgit remeasure` on an H200 leaves on the baseline
         repo.add_note(repo.rev("kgit/baseline"), {
             "device": "NVIDIA H200", "harness": "h", "timing": "events", "status": "ok", "geomean_us": 100.0,
@@ -28,7 +28,7 @@ def _repo(kernel_repo, ranked_on_gpu: bool):
 
 def _run(repo, config, monkeypatch):
     # A CPU host, whatever this one has: kgit sees no GPU, and neither does the judge.
-    monkeypatch.setattr(devices, "discover", lambda: devices.Host(None, ()))
+    monkeypatch.setattr(gpus, "discover", lambda: gpus.Host(None, ()))
     for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"):
         monkeypatch.setenv(name, "")
     edit = fake_llm.search_replace("kernel.py", SLOW_BLOCK, f"{SLOW_BLOCK}\n# variant A")

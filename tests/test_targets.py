@@ -14,7 +14,8 @@ import torch
 
 from kgit import config as config_mod
 from kgit.archive.repo import Repo
-from kgit.evaluation import buildfacts
+from kgit.archive import buildfacts
+from kgit.evaluation import targets_policy
 from kgit_harness.result import Result
 from kgit_harness import problem, targets
 
@@ -260,13 +261,13 @@ def test_each_kernel_variant_is_kept_beside_the_commit_when_the_trailer_sums_up_
 @pytest.mark.parametrize("required", [False, True])
 def test_require_targets_fails_an_attempt_that_does_not_build(required):
     config = config_mod.parse(f"require_targets: {str(required).lower()}\n")
-    doc = buildfacts.apply_policy(_doc(amd_builds=False), config)
+    doc = targets_policy.apply_policy(_doc(amd_builds=False), config)
     if required:
         assert doc.status == "compile-error" and doc.reason == "does not build for a declared target"
         assert "gfx942 (MI300X): RuntimeError: boom" in doc.error
     else:
         assert doc.status == "ok" and doc.error is None
-    assert buildfacts.apply_policy(_doc(), config).status == "ok"
+    assert targets_policy.apply_policy(_doc(), config).status == "ok"
 
 
 def test_the_attempt_shows_its_targets_in_show_and_log(softmax_repo, run_kgit):
@@ -341,6 +342,7 @@ class _Client:
 def test_the_writer_and_the_fixer_see_the_base_build_facts(softmax_repo):
     """The write and fix requests carry the figures of the base's Kgit-Target-* trailers."""
     from kgit.archive import trees
+    from kgit.evaluation import gpus
     from kgit.scientist import protocol
     from kgit.scientist.answers import Plan, Selection
 
@@ -349,7 +351,7 @@ def test_the_writer_and_the_fixer_see_the_base_build_facts(softmax_repo):
     task = problem.load_task(softmax_repo / config.problem)
     attempts = repo.read()
     (baseline,) = attempts
-    ctx = protocol.build(repo, config, task, softmax_repo / config.problem, attempts)
+    ctx = protocol.build(repo, config, task, softmax_repo / config.problem, attempts, gpus.discover())
     assert ctx.targets == ["gfx942", "sm_90a"]
     plan = Plan("wider rows", "one program per two rows", "change the grid")
     files = trees.commit_files(repo, baseline.sha, ctx.editable)
@@ -396,7 +398,7 @@ def test_the_gpu_shapes_configurations_are_captured_without_running_and_compiled
     import yaml
 
     from conftest import FAST_TIMING
-    from kgit.evaluation import child as evaluate
+    from kgit.evaluation import child
 
     source = tmp_path / "source"
     source.mkdir()
@@ -409,8 +411,8 @@ def test_the_gpu_shapes_configurations_are_captured_without_running_and_compiled
     data["targets_gpu_shapes"] = True  # off by default: seconds a CPU evaluation
     config = config_mod.parse(yaml.safe_dump(data), "test config")
     (tmp_path / "stage").mkdir()
-    problem_dir, candidate_dir = evaluate.stage_candidate(source, "problem", ["kernel.py"], tmp_path / "stage")
-    doc = evaluate.run_child(problem_dir, candidate_dir, config, tmp_path / "stage")
+    problem_dir, candidate_dir = child.stage_candidate(source, "problem", ["kernel.py"], tmp_path / "stage")
+    doc = child.run_child(problem_dir, candidate_dir, config, tmp_path / "stage")
     assert doc["status"] == "ok", doc.get("error") or doc.get("stderr")
     facts = doc["targets"]
     dry = facts["dry"]

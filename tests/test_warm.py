@@ -19,11 +19,11 @@ import pytest
 
 from kgit import config as config_mod
 from kgit.archive.repo import BASELINE_TAG, Repo
-from kgit.evaluation import backends, child, gpus as devices
+from kgit.evaluation import backends, child, gpus
 
 from conftest import fast_config_text, git
 
-CPU_HOST = devices.Host(None, ())
+CPU_HOST = gpus.Host(None, ())
 
 
 def _config(**evaluator) -> config_mod.Config:
@@ -82,7 +82,7 @@ def test_a_spare_is_held_while_its_device_times_and_goes_on_after(kernel_repo, m
     try:
         first = evaluator(sha)
         assert first["status"] == "ok", first.get("error")
-        assert [(what, device) for what, device, _ in seen] == [("begin", devices.CPU), ("end", devices.CPU)]
+        assert [(what, device) for what, device, _ in seen] == [("begin", gpus.CPU), ("end", gpus.CPU)]
         assert seen[0][2] == "T" and seen[1][2] not in ("T", ""), seen
         spare = _spare(evaluator.warm, next(iter(evaluator.warm._spares)))
         second = evaluator(sha)  # the held spare, running again, is the next evaluation's pair
@@ -285,11 +285,11 @@ class TwoSlots:
 def test_one_slow_candidate_does_not_idle_the_other_slot(kernel_repo):
     """evolve.jobs = 2 on two slots: while the first iteration's slow candidate holds one slot,
     the next iterations are designed and evaluated on the other."""
-    from kgit import evolve, workflow as experiments
+    from kgit import evolve, workflow
 
     (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"knowledge": [], "pick": 2, "attempts": 1,
                                                                       "jobs": 2, "race": False}))
-    repo, config = experiments.load(kernel_repo)
+    repo, config = workflow.load(kernel_repo)
     config = evolve.with_overrides(config, iterations=3)
     slots = TwoSlots(repo.read()[0])
     summary = evolve.evolve(repo, config, evaluate=slots)

@@ -196,16 +196,16 @@ def test_lock_names_the_holder(kernel_repo, run_kgit):
 
 
 def test_base_from_another_device_is_retimed_and_noted(kernel_repo, run_kgit):
-    from kgit import workflow as experiments
+    from kgit import workflow
 
     repo = Repo(kernel_repo)
-    branch, base = experiments.start(repo, "pretend H200 result", checkout=False)
+    branch, base = workflow.start(repo, "pretend H200 result", checkout=False)
     fake = {"schema": "kgit.result/1", "status": "ok", "device": "NVIDIA H200", "timing": "events", "harness": "other",
             "ranking": "mean", "geomean_us": 5.0, "eval_s": 1.0,
             "shapes": [{"key": "size=4096", "mean_us": 5.0}, {"key": "size=65536", "mean_us": 5.0}]}
     tree = git(kernel_repo, "rev-parse", "HEAD^{tree}").strip()
     with repo.lock("test"):
-        outcome = experiments.commit_attempt(repo, experiments.load(kernel_repo)[1], branch=branch, tree=tree,
+        outcome = workflow.commit_attempt(repo, workflow.load(kernel_repo)[1], branch=branch, tree=tree,
                                              parent=base, result=fake, author="kgit (test-model)", model="test-model",
                                              cost=None, tokens=12)
     assert git(kernel_repo, "log", "-1", "--format=%an", outcome.sha).strip() == "kgit (test-model)"
@@ -221,14 +221,14 @@ def test_base_from_another_device_is_retimed_and_noted(kernel_repo, run_kgit):
 
 def test_works_without_any_git_identity(tmp_path, monkeypatch):
     """CI has no user.name/email: kgit stands in for author and committer."""
-    from kgit import workflow as experiments
+    from kgit import workflow
 
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "empty-gitconfig"))
     root = tmp_path / "anon"
     root.mkdir()
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     assert subprocess.run(["git", "config", "user.name"], cwd=root, capture_output=True).returncode != 0
-    outcome = experiments.init(root, "vector_add", config_text=fast_config_text())
+    outcome = workflow.init(root, "vector_add", config_text=fast_config_text())
     who = git(root, "log", "-1", "--format=%an <%ae>|%cn <%ce>", outcome.sha).strip()
     assert who == "kgit <kgit@localhost>|kgit <kgit@localhost>"
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from kgit import __version__
 from kgit.cleanup import remove_tree
-from kgit.evaluation import candidate, gpus as devices, child as evaluate
+from kgit.evaluation import candidate, child, gpus
 from kgit import secrets
 from kgit.errors import KgitError
 from kgit_harness import result as result_mod
@@ -89,7 +89,7 @@ class WarmPairs:
         except Exception:  # noqa: BLE001 - the evaluation starts its own pair and meets the same error
             return None
         pair.go_on()  # held for another evaluation's timing, and now needed itself
-        if pair.alive() and pair.key == evaluate.start_key(config, env) and pair.scratch.parent == state_dir:
+        if pair.alive() and pair.key == child.start_key(config, env) and pair.scratch.parent == state_dir:
             return pair
         pair.discard()
         return None
@@ -100,7 +100,7 @@ class WarmPairs:
         From one long-lived thread: the parent-death signal of a child fires when the
         *thread* that started it ends, and a hypothesis thread of `kgit evolve` ends with
         its hypothesis."""
-        future = _spawner().submit(evaluate.Pair.ahead, config, state_dir, env)
+        future = _spawner().submit(child.Pair.ahead, config, state_dir, env)
         with self._lock:
             old = self._spares.pop(slot, None)
             self._spares[slot] = future
@@ -193,11 +193,11 @@ class LocalEvaluator:
     races = True
     watches = True
 
-    def __init__(self, repo, config, host: devices.Host | None = None, board: devices.Board = devices.BOARD,
+    def __init__(self, repo, config, host: gpus.Host | None = None, board: gpus.Board = gpus.BOARD,
                  warm: bool = False):
         self.repo, self.config, self.board = repo, config, board
-        self.host = host or devices.discover()
-        self.devices = devices.select(self.host, config.evaluator.devices)
+        self.host = host or gpus.discover()
+        self.devices = gpus.select(self.host, config.evaluator.devices)
         # Spare pairs only where more evaluations follow (`kgit evolve`): for one evaluation
         # a spare would only compete with it for the CPU and then be thrown away.
         self.warm = WarmPairs() if warm and config.evaluator.warm else None
@@ -214,14 +214,14 @@ class LocalEvaluator:
         share = range(self.config.evaluator.per_gpu)
         if watch is not None:
             watch("waiting for a free " + ("GPU" if any(self.devices) else "CPU slot"))
-        key = self.board.acquire([("local", d or devices.CPU, k) for k in share for d in self.devices])
+        key = self.board.acquire([("local", d or gpus.CPU, k) for k in share for d in self.devices])
         if watch is not None:
             watch("start")
-        device = None if key[1] == devices.CPU else key[1]
-        env = devices.pin_env(self.host, device)
+        device = None if key[1] == gpus.CPU else key[1]
+        env = gpus.pin_env(self.host, device)
         try:
             # A GPU is held host-wide, across kgit processes; the CPU slot only within this one.
-            with devices.host_slot(key) if device is not None else contextlib.nullcontext():
+            with gpus.host_slot(key) if device is not None else contextlib.nullcontext():
                 with self.repo.worktree(sha) as path:
                     pair = quiet = None
                     if self.warm is not None:
@@ -234,11 +234,11 @@ class LocalEvaluator:
                     doc = self.run(path, env, **given)
         finally:
             self.board.release(key)
-        doc["worker"] = {**this_host(), "device": device or devices.CPU, "env": env}
+        doc["worker"] = {**this_host(), "device": device or gpus.CPU, "env": env}
         return doc
 
     def run(self, path: Path, env: dict, race: dict | None = None, pair=None, quiet=None, watch=None) -> dict:
-        return evaluate.evaluate_tree(path, self.config, state_dir=self.repo.state / "scratch", devices_env=env,
+        return child.evaluate_tree(path, self.config, state_dir=self.repo.state / "scratch", devices_env=env,
                                       race=race, pair=pair, quiet=quiet, watch=watch)
 
 
@@ -259,7 +259,7 @@ class CommandEvaluator:
     when it echoes the nonce and digest of the folder sent (candidate.check_answer).
     """
 
-    def __init__(self, repo, config, board: devices.Board = devices.BOARD):
+    def __init__(self, repo, config, board: gpus.Board = gpus.BOARD):
         self.repo, self.config, self.board = repo, config, board
         listed = config.evaluator.devices
         self.devices = [str(d) for d in listed] if isinstance(listed, list) else [""]
@@ -466,16 +466,17 @@ class RayEvaluator:
                 raise EvaluatorError(f"cannot reach a Ray cluster at evaluator.address={address!r} ({e}). "
                                      "Start one with `ray start --head`, or set the address to ray://HOST:10001, "
                                      "or \"local\" to start a private one on this host.") from None
-        gpus = int(self.ray.cluster_resources().get("GPU", 0))
-        if gpus < 1:
+        gpu_count = int(self.ray.cluster_resources().get("GPU", 0))
+        if gpu_count < 1:
             raise EvaluatorError("the Ray cluster has no GPUs, so no task with num_gpus=1 could ever run. "
                                  "Start the workers on GPU nodes (`ray start --address=HEAD:6379`), or use "
                                  "evaluator.backend: local.")
         with self._lock:
             # One limit per process: tasks beyond the cluster's GPUs would only wait in Ray's
             # queue, where a timeout could not tell waiting from hanging.
-            self.limit = self._limits.setdefault((config.evaluator.address, gpus), threading.BoundedSemaphore(gpus))
-        self.slots = gpus
+            self.limit = self._limits.setdefault((config.evaluator.address, gpu_count),
+                                                 threading.BoundedSemaphore(gpu_count))
+        self.slots = gpu_count
         self.task = self.ray.remote(num_gpus=1, max_retries=0)(evaluate_packed)
 
     def __call__(self, sha: str) -> dict:
@@ -525,7 +526,7 @@ def evaluate_packed(files: dict) -> dict:
 
 def import_ray():
     """Ray, imported only for the ray backend, after making AMD visibility variables acceptable to it."""
-    os.environ.update(devices.ray_safe_env(os.environ))
+    os.environ.update(gpus.ray_safe_env(os.environ))
     if "ROCR_VISIBLE_DEVICES" in os.environ:
         del os.environ["ROCR_VISIBLE_DEVICES"]
     try:

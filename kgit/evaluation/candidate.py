@@ -41,7 +41,7 @@ from pathlib import Path
 from kgit import __version__
 from kgit.cleanup import remove_tree
 from kgit import config as config_mod
-from kgit.evaluation import child as evaluate
+from kgit.evaluation import child
 from kgit.errors import KgitError
 from kgit.problems import load_task
 
@@ -168,7 +168,7 @@ def evaluate_folder(folder: Path, devices_env: dict | None = None) -> dict:
         problem_dir = shutil.copytree(folder / "problem", scratch / "problem")
         kernel_dir = shutil.copytree(folder / "kernel", scratch / "kernel")
         echo = answer(scratch, manifest)
-        doc = evaluate.run_child(problem_dir, kernel_dir, config, scratch, devices_env)
+        doc = child.run_child(problem_dir, kernel_dir, config, scratch, devices_env)
     finally:
         remove_tree(scratch)
     doc["candidate"] = echo

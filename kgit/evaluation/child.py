@@ -26,7 +26,8 @@ from pathlib import Path
 
 from kgit.cleanup import remove_tree
 from kgit import secrets as kgit_secrets
-from kgit.evaluation import excerpts, sandbox
+from kgit import excerpts
+from kgit.evaluation import sandbox
 from kgit.errors import ConfigError
 from kgit_harness import result as result_mod
 from kgit_harness.spec import Spec, StartSpec, TimingSettings

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from kgit.archive.buildfacts import latest_profile, profile_lines
 from kgit.cleanup import remove_tree
 from kgit.errors import KgitError
 
@@ -225,21 +226,6 @@ def bound(s: dict) -> str:
         f"tensor pipes {tensor:.1f}%; " if tensor is not None else "") + f"{dram_text})"
 
 
-def lines(record: dict) -> list[str]:
-    """The designer's view of one profile record: one line per shape, then where it ran."""
-    out = [f"{s['key']}: {s['duration_us']:.1f} us, {s['bound']}" for s in record.get("shapes") or []]
-    if out:
-        verified = "" if record.get("verified", True) else " (unverified profiler path)"
-        out.append(f"measured by {record.get('profiler')} on {record.get('device') or 'an unnamed device'}{verified}")
-    return out
-
-
-def latest(attempt) -> dict | None:
-    """An attempt's newest profile record, from its note."""
-    found = attempt.notes.of_kind("profile")
-    return max(found, key=lambda n: n.get("when", 0)) if found else None
-
-
 # -- running ------------------------------------------------------------------------------
 def profile(repo, config, rev: str, choice: str = "auto", devices_env: dict | None = None) -> dict:
     """Profile the attempt at `rev` on this host, store the record in its note, return it."""
@@ -297,13 +283,13 @@ def after_iteration(repo, config, best) -> str:
     """`evolve.profile`: profile `best` (the loop's best attempt) unless it has a profile already; one progress line."""
     if best is None:
         return "no correct attempt to profile"
-    if latest(best) is not None:
+    if latest_profile(best) is not None:
         return f"{best.sha[:10]} has a profile already"
     try:
         record = profile(repo, config, best.sha, config.evolve.profile)
     except ProfilerError as e:
         return f"{best.sha[:10]} not profiled: {e}"
-    first = lines(record)
+    first = profile_lines(record)
     return f"{best.sha[:10]} profiled" + (f": {first[0]}" if first else "")
 
 

@@ -20,7 +20,7 @@ from kgit.review import spending as spending_mod
 from kgit.review.text import num as _num
 from kgit.workflow import best as best_of
 from kgit.workflow import find, resolve
-from kgit_harness import peaks as devices_mod
+from kgit_harness import peaks
 from kgit import problems as problem_mod
 from kgit_harness.result import geomean
 
@@ -298,7 +298,7 @@ def references(task, best: Attempt) -> dict[str, float]:
 
 def speed_of_light_geomean(task, attempt: Attempt) -> float | None:
     """Geomean over the attempt's shapes of the datasheet bound max(flops/peak, bytes/bandwidth)."""
-    peak = devices_mod.lookup(attempt.device)
+    peak = peaks.lookup(attempt.device)
     if peak is None or attempt.timing == "interpreter" or not attempt.times:
         return None
     shapes = {problem_mod.shape_key(s): s for s in task.benchmarks}
@@ -306,7 +306,7 @@ def speed_of_light_geomean(task, attempt: Attempt) -> float | None:
     for key in attempt.times:
         if key not in shapes:
             return None
-        bound = devices_mod.speed_of_light_us(*task.work(shapes[key]), peak)
+        bound = peaks.speed_of_light_us(*task.work(shapes[key]), peak)
         if not bound:
             return None
         bounds.append(bound)

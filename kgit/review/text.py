@@ -125,7 +125,7 @@ def devices_table(attempts) -> str:
     """One row per attempt and device: the latest geomean and the spread of repeated measurements,
     beside the attempt's static build facts per target."""
     from kgit.archive.measure import by_device
-    from kgit.evaluation.buildfacts import short
+    from kgit.archive.buildfacts import short
 
     rows = []
     for a in sorted(attempts, key=lambda a: (a.experiment, a.attempt)):
@@ -183,8 +183,8 @@ def recorded_text(judged, base_times: dict, verbose: bool = False) -> str:
 
 def error_text(error: str, verbose: bool = False) -> str:
     """A candidate's error for the terminal: its place in the kernel first, kgit's frames left
-    out unless `verbose` (kgit/evaluation/excerpts.py), at most its last 3000 characters."""
-    from kgit.evaluation.excerpts import in_user_terms
+    out unless `verbose` (kgit/excerpts.py), at most its last 3000 characters."""
+    from kgit.excerpts import in_user_terms
 
     return in_user_terms(error.rstrip()[-3000:], verbose)
 
@@ -208,7 +208,7 @@ def result_summary(judged, verbose: bool = False) -> str:
                                if s.kernels and s.kernels.get("rows")}, result.device)
     if result.error:
         lines += ["", "error:", error_text(result.error, verbose)]
-    from kgit.evaluation.buildfacts import trailers
+    from kgit.archive.buildfacts import trailers
 
     lines += [f"{key[len('Kgit-'):].lower()}: {value}" for key, value in trailers(result)]
     return "\n".join(lines)

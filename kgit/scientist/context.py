@@ -9,6 +9,7 @@ import ast
 import importlib.metadata
 import re
 from dataclasses import dataclass, field
+from typing import Protocol
 from pathlib import Path
 
 from kgit.archive import figures
@@ -102,7 +103,7 @@ def targets_text(names, required: bool, on_gpu: bool, gpu_shapes: bool = False) 
     """The build-target policy as .kgit.yaml sets it, and which launches the facts are compiled
     from (harness/targets.py: the launches of the judge's correctness checks, and with
     `targets_gpu_shapes` a dry run of the GPU shapes)."""
-    from kgit.evaluation.buildfacts import HARDWARE
+    from kgit.archive.buildfacts import HARDWARE
     from kgit_harness.targets import MAX_VARIANTS
 
     if not names:
@@ -168,10 +169,19 @@ def _target(config) -> str:
     return "this host (evaluator.backend: local)"
 
 
-def environment(config, attempts, host=None, task=None) -> Environment:
+class Machine(Protocol):
+    """The GPUs of the host kgit runs on, as the loop found them (kgit/evaluation/gpus.py
+    discovers them; the scientist is handed them, never looks)."""
+
+    vendor: str | None  # "nvidia", "amd", or None without a GPU
+    ids: tuple[str, ...]  # the visible GPUs
+
+
+def environment(config, attempts, host: Machine | None, task=None) -> Environment:
     """The environment this run's evaluator measures in.
 
-    For the local evaluator the host's GPUs decide; for a remote one, the latest timing
+    For the local evaluator the host's GPUs decide (`host`: what the loop discovered; None
+    only for a remote evaluator, which never reads it); for a remote one, the latest timing
     in the archive (the evaluator last used) does. Versions come from the latest note
     that recorded them on that device, else (local only) from this installation.
     """
@@ -184,10 +194,8 @@ def environment(config, attempts, host=None, task=None) -> Environment:
     device = (latest.device if latest else None) or "unknown"
     timing = (latest.timing if latest else None) or ""
     if config.evaluator.backend == "local":
-        if host is None:
-            from kgit.evaluation import gpus
-
-            host = gpus.discover()
+        if host is None:  # a programming error: the loop passes what it discovered
+            raise ValueError("the local evaluator's environment needs the host's GPUs (kgit.evaluation.gpus.discover)")
         if not host.ids:
             device, timing = "cpu", figures.INTERPRETER
         elif figures.is_interpreter(timing, device):
@@ -233,6 +241,6 @@ def _function_source(path: Path, name: str) -> str:
 def candidate_error(text: str) -> str:
     """An error as the writer should see it: the traceback frames of kgit, its harness and Python's
     import machinery removed."""
-    from kgit.evaluation.excerpts import without_own_frames
+    from kgit.excerpts import without_own_frames
 
     return without_own_frames(text)[0]

@@ -8,7 +8,7 @@ history and decides.
 from __future__ import annotations
 
 from kgit.archive import notebook
-from kgit.evaluation import buildfacts
+from kgit.archive import buildfacts
 from kgit.scientist import prompts
 from kgit.scientist.answers import ask_json, design
 from kgit.scientist.view import ArchiveView

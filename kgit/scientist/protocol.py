@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from kgit.archive import notebook, trees
-from kgit.evaluation import buildfacts
+from kgit.archive import buildfacts
 from kgit.scientist import context as context_mod
 from kgit.scientist import design as design_mod
 from kgit.scientist import knowledge as knowledge_mod
@@ -60,7 +60,8 @@ class Context:
         return prompts.message("system", *parts)
 
 
-def build(repo, config, task, problem_dir, attempts, host=None) -> Context:
+def build(repo, config, task, problem_dir, attempts, host: context_mod.Machine | None) -> Context:
+    """The run's context; `host`: this host's GPUs as the loop discovered them (None for a remote evaluator)."""
     environment = context_mod.environment(config, attempts, host, task)
     text = prompts.task_text(task, environment.on_gpu, context_mod.check_text(task, problem_dir))
     declared = list(task.targets if config.targets is None else config.targets)

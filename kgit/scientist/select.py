@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kgit.archive import figures, measure, notebook
 from kgit.archive import trailers as tr
-from kgit.evaluation import buildfacts
+from kgit.archive import buildfacts
 from kgit.scientist import prompts
 from kgit.scientist.answers import Selection, ask_json, selection
 from kgit.scientist.view import ArchiveView

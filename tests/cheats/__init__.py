@@ -39,7 +39,7 @@ def baseline(problem: str) -> str:
 
 
 def stage(tmp_path: Path, problem: str, code: str) -> tuple[Path, Path]:
-    """(problem_dir, candidate_dir) as evaluate.stage_candidate lays them out."""
+    """(problem_dir, candidate_dir) as child.stage_candidate lays them out."""
     candidate = tmp_path / "candidate"
     candidate.mkdir(parents=True)
     (candidate / "kernel.py").write_text(code)
@@ -54,7 +54,7 @@ def run_harness(tmp_path: Path, name: str | None = None, timing: dict | None = N
     (seconds saved per cheat); the runner it starts is always a fresh `python -I`, so
     the candidate shares nothing with the test process or the judge. CUDA does not
     survive a fork, so on a GPU the judge is a fresh `python -I` too.
-    evaluate.run_child is exercised separately.
+    child.run_child is exercised separately.
     """
     if name is not None:
         problem, code = problem_of(name), source(name)

@@ -1,17 +1,21 @@
-"""Build facts on kgit's side: the `Kgit-Target-<name>` trailers, the require_targets
-policy, and the lines the designer, writer and selector read.
+"""Build facts as the archive keeps them: the `Kgit-Target-<name>` trailers, the notes of
+every kernel variant and of hardware counters beside a commit, and the lines the designer,
+writer, selector and the review read of them.
 
-The facts themselves are made in the candidate's process (kgit_harness/targets.py)
-and arrive in the result document's `targets` entry. They are candidate-reported:
-a kernel could forge them, so `require_targets` is a policy for honest kernels, not
-a security boundary (docs/targets.md).
+The facts themselves are made in the candidate's process (kgit_harness/targets.py) and
+arrive in the result document's `targets` entry. They are candidate-reported (docs/targets.md).
+Reading them out of an attempt is the archive's job, so the scientist and the review read
+them here, never through kgit/evaluation/.
 """
 
 from __future__ import annotations
 
 import re
 
+from typing import Any
+
 from kgit.archive import trailers as tr
+from kgit.archive.measure import targets_of
 from kgit_harness.result import Result
 
 TRAILER_PREFIX = tr.BY_ATTR["targets"].key  # + the target's name, "_" written "-"
@@ -28,20 +32,6 @@ def trailers(result) -> list[tuple[str, str]]:
     if isinstance(result, dict):
         result = Result.from_dict(result)
     return tr.lines(tr.target_values(result))
-
-
-def apply_policy(result, config):
-    """With `require_targets`, an ok result (a harness `Result`) whose kernels do not build for a target fails."""
-    if not getattr(config, "require_targets", False) or result.status != "ok":
-        return result
-    results = (result.targets or {}).get("results") or {}
-    failing = [n for n, r in results.items() if r.get("builds") is False]
-    if failing:
-        lines = [f"{n} ({HARDWARE.get(n, n)}): {results[n].get('error')}" for n in failing]
-        result.status, result.reason = "compile-error", "does not build for a declared target"
-        result.error = ("The kernel is correct on this machine but does not build for the declared target(s) "
-                        "(require_targets is on):\n" + "\n".join(lines))
-    return result
 
 
 def short(targets: dict[str, str]) -> str:
@@ -67,15 +57,26 @@ def short(targets: dict[str, str]) -> str:
 def base_facts(attempts, sha: str | None, declared=None) -> str:
     """The $targets text of a prompt: the build facts and latest profile of attempt `sha`,
     and which of the `declared` targets (the problem's, or .kgit.yaml's) it does not build for."""
-    from kgit.evaluation import profile
-
     attempt = next((a for a in attempts if a.sha == sha), None)
     if attempt is None:
         return prompt_lines({}, declared=declared)
-    from kgit.archive.measure import targets_of
+    record = latest_profile(attempt)
+    return prompt_lines(attempt.targets, profile_lines(record) if record else None, declared, targets_of(attempt))
 
-    record = profile.latest(attempt)
-    return prompt_lines(attempt.targets, profile.lines(record) if record else None, declared, targets_of(attempt))
+
+def latest_profile(attempt) -> dict[str, Any] | None:
+    """An attempt's newest hardware-counter profile (`kgit profile`, kgit/evaluation/profile.py), from its note."""
+    found = attempt.notes.of_kind("profile")
+    return max(found, key=lambda n: n.get("when", 0)) if found else None
+
+
+def profile_lines(record: dict[str, Any]) -> list[str]:
+    """The designer's view of one profile record: one line per shape, then where it ran."""
+    out = [f"{s['key']}: {s['duration_us']:.1f} us, {s['bound']}" for s in record.get("shapes") or []]
+    if out:
+        verified = "" if record.get("verified", True) else " (unverified profiler path)"
+        out.append(f"measured by {record.get('profiler')} on {record.get('device') or 'an unnamed device'}{verified}")
+    return out
 
 
 def prompt_lines(targets: dict[str, str], profile: list[str] | None = None, declared=None,
