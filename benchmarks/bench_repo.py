@@ -10,7 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from kgit import config as config_mod, workflow
+from kgit import config as config_mod
+from kgit import workflow
 
 FAST_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
 

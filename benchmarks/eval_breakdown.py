@@ -35,18 +35,16 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
 import tabulate as tabulate_mod
+import yaml
+from bench_repo import FAST_TIMING, make_repo
 from tabulate import tabulate
-
-tabulate_mod.PRESERVE_WHITESPACE = True  # the stages nest by indentation
 
 from kgit import config as config_mod
 from kgit.archive.repo import BASELINE_TAG, Repo
 from kgit.evaluation import backends, child, gpus
 
-from bench_repo import FAST_TIMING, make_repo
-
+tabulate_mod.PRESERVE_WHITESPACE = True  # the stages nest by indentation
 
 # (row, first mark, second mark); marks are seconds after kgit started the judge.
 START_ROWS = [

@@ -20,12 +20,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from bench_repo import make_repo
 from tabulate import tabulate
 
 from kgit import evolve, workflow
-
-from bench_repo import make_repo
-
 
 
 def run_once(root: Path, problem: str, iterations: int, warm: bool, fast: bool, jobs: int, progress=None) -> dict:

@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from hostile_kernels import stage  # noqa: E402
 
 from kgit import config as config_mod  # noqa: E402
-from kgit.evaluation import child  # noqa: E402
 from kgit import workflow
 from kgit.archive.repo import Repo  # noqa: E402
 from kgit.errors import LockedError  # noqa: E402
+from kgit.evaluation import child  # noqa: E402
 
 KGIT = str(Path(sys.executable).with_name("kgit"))
 FAST_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
@@ -208,7 +208,7 @@ def run_fault_classes(gpu: bool) -> list[dict]:
             doc = child.run_child(problem_dir, candidate_dir, config, scratch)
             wall = time.monotonic() - started
             time.sleep(0.5)
-            orphans = processes_under(scratch) + [p for p in processes_under(Path("4242.4242"))]
+            orphans = processes_under(scratch) + list(processes_under(Path("4242.4242")))
             for pid in orphans:
                 os.kill(pid, signal.SIGKILL)
             excerpt = [line for line in (doc.get("error") or "").strip().splitlines() if line.strip()]

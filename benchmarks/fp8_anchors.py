@@ -205,7 +205,7 @@ def main(argv=None) -> int:
                 row.update(vendor_figures(torch, timer, data, dims, rate))
             rows.append(row)
             continue
-        row["reference"] = timer.mean_us(lambda: ref.ref_kernel(data))
+        row["reference"] = timer.mean_us(lambda data=data: ref.ref_kernel(data))
         times = sweep(torch, timer, ref, kernel, data, pristine, grid)
         row["baseline"] = times.get(GRID[0])  # the grid starts with kernel.py's own configuration
         row["swept"], row["swept_config"] = best(times)
@@ -213,7 +213,7 @@ def main(argv=None) -> int:
         row["K-major_config"] = config
         if config is not None:
             configure(kernel, config)
-            row["K-major"] = timer.mean_us(lambda: kernel.custom_kernel(k_major(data)))
+            row["K-major"] = timer.mean_us(lambda data=data: kernel.custom_kernel(k_major(data)))
         if on_gpu:
             row.update(vendor_figures(torch, timer, data, dims, rate))
         rows.append(row)

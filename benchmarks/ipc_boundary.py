@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -71,7 +70,7 @@ def judge():
                 if not chunk:
                     break
                 reply += chunk
-        except socket.timeout:
+        except TimeoutError:
             reply = b'{"error": "timeout"}\n'
         proc.wait(timeout=60)
         err = proc.stderr.read().decode(errors="replace")[-400:]

@@ -28,12 +28,13 @@ from pathlib import Path
 import yaml
 from tabulate import tabulate
 
+from kgit import config as config_mod
+from kgit import evolve, workflow
 from kgit.archive import repo as archive
-from kgit import config as config_mod, evolve, workflow
-from kgit.evaluation import child
-from kgit.scientist import edits, prompts
 from kgit.archive import trees
+from kgit.evaluation import child
 from kgit.scientist import design as design_mod
+from kgit.scientist import edits, prompts
 from kgit.scientist import select as select_mod
 from kgit.scientist.llm import Reply
 
@@ -135,7 +136,7 @@ def main():
     prof.wrap(edits, "apply", "edit parsing")
     prof.wrap(archive, "run_git", git_category)
     prof.wrap(trees, "read_files", "git plumbing + archive reads")
-    prof.wrap(evaluate, "stage_candidate", "candidate staging")
+    prof.wrap(child, "stage_candidate", "candidate staging")
     # With warm evaluators (evaluator.warm, on in evolve) the pair's start-up happened
     # before its candidate arrived; what is timed here is from the candidate to the result.
     prof.wrap(child.Pair, "evaluate", "harness child (start + checks + timing)")

@@ -45,8 +45,7 @@ from tabulate import tabulate
 from kgit import config as config_mod
 from kgit import importers
 from kgit.errors import KgitError
-from kgit.evaluation import child
-from kgit.evaluation import gpus
+from kgit.evaluation import child, gpus
 
 QUICK_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
 # KernelBench's adversarial unit-test kernels: the problem they are written against, and

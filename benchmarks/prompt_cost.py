@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))  # fake_llm's answer builders
 
 import fake_llm  # noqa: E402
+
 from kgit import evolve, workflow  # noqa: E402
 from kgit.scientist.llm import Reply  # noqa: E402
 
@@ -80,6 +81,7 @@ def tokens_of(text: str) -> tuple[int, str]:
 
 def make_repo(root: Path, problem: str, iterations: int, pick: int, attempts: int) -> Path:
     import yaml
+
     from kgit import config as config_mod
 
     path = root / "repo"

@@ -76,6 +76,7 @@ def kernel_sources(names: list[str], tmp: Path) -> dict[str, str]:
 def kgit_figures(source: str, protocol: str | None, tmp: Path, label: str) -> dict:
     """One kgit evaluation of `source` (a kernel.py) under `protocol` (None: the problem's own)."""
     from bench_repo import make_repo
+
     from kgit import config as config_mod
     from kgit.evaluation import child
 

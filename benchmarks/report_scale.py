@@ -22,8 +22,10 @@ from tabulate import tabulate
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from kgit.review import plots, html as report_html, campaign as review  # noqa: E402
 from kgit.archive.repo import Attempt, Repo  # noqa: E402
+from kgit.review import campaign as review
+from kgit.review import html as report_html
+from kgit.review import plots  # noqa: E402
 
 SHAPES = [f"m={m},n=1536,k=7168" for m in (128, 1024, 6144)]
 

@@ -33,19 +33,20 @@ import time
 
 import torch
 
-from kgit_harness import problem
-from kgit_harness import guards as guards_mod, timing
+from kgit_harness import guards as guards_mod
+from kgit_harness import problem, timing
 from kgit_harness.guards import Guards
+
 
 # The tensor reads a Triton launcher makes per tensor argument (pointer, specialisation,
 # dtype signature, device and stream lookup), as a CPU stand-in for the launch itself.
 def _launch(x, y, cols):
     for t in (x, y):
         t.data_ptr()
-        t.data_ptr() % 16
-        t.dtype
-        t.device
-        t.is_cuda
+        t.data_ptr() % 16  # noqa: B018 - each attribute read is what is timed
+        t.dtype  # noqa: B018
+        t.device  # noqa: B018
+        t.is_cuda  # noqa: B018
     x.stride(0)
     y.stride(0)
     y.copy_(x)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
 import shutil
+import statistics
 import subprocess
 import tempfile
 from pathlib import Path
@@ -28,8 +28,8 @@ from tabulate import tabulate
 
 from kgit import config as config_mod
 from kgit import workflow
-from kgit.archive.repo import Repo
 from kgit.archive import buildfacts
+from kgit.archive.repo import Repo
 from kgit.evaluation.evaluated import Evaluation
 from kgit_harness import problem, targets
 

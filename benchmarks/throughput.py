@@ -24,17 +24,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from bench_repo import make_repo
 from tabulate import tabulate
 
-from kgit.evaluation import backends
-from kgit.evaluation.gpus import Host, discover
 from kgit import config as config_mod
 from kgit.archive.repo import BASELINE_TAG, Repo
-
-from bench_repo import make_repo
-
-
-
+from kgit.evaluation import backends
+from kgit.evaluation.gpus import Host, discover
 
 
 def measure(repo: Repo, gpus: int, evaluations: int, host: Host | None, warm: bool) -> dict:

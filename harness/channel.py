@@ -106,7 +106,7 @@ def _recv_once(sock, n: int, deadline, *, with_fds: bool) -> tuple[bytes, list[i
             data, fds, _flags, _addr = socket.recv_fds(sock, n, MAX_FDS)
         else:
             data, fds = sock.recv(n), []
-    except socket.timeout:
+    except TimeoutError:
         raise Timeout("no message before the deadline") from None
     except OSError as e:
         raise Closed(f"the channel broke ({e})") from None

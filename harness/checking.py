@@ -128,7 +128,6 @@ def compare(task, reference, pristine, out) -> tuple[bool, str]:
     The expected output is computed only now, after the candidate ran, so there is
     nothing for it to find in memory while it runs.
     """
-    import torch
 
     custom = getattr(reference, "check_implementation", None)
     if custom is not None:

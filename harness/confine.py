@@ -321,7 +321,7 @@ def allowlisted_view(scratch: str, keep: list[str], view: dict, *, scratch_bytes
         # Every symbolic link on the way is copied first, while the new root is bare.
         sources = [_mirror(root, p) for p in view_sources()]
         scratch_at, keep_at = _mirror(root, scratch), {p: _mirror(root, p) for p in keep}
-        placed = []
+        placed: list = []
         for real in sorted(set(sources), key=len):
             if any(_inside(real, q) for q in placed) or not os.path.exists(real):
                 continue

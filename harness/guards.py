@@ -80,7 +80,7 @@ class Guards:
         _current[0] = self
         self._trap_kernels = _trap_kernels(torch, [q for q, base in _trapped.items() if base in self._aten],
                                            self._key)
-        self._threads = set()
+        self._threads: set = set()
         self._stream = None
         self._tripwire = _Tripwire(reference, self) if reference is not None else None
         if not _hook_installed[0]:
@@ -248,8 +248,7 @@ def _op_mode(torch, guards):
 _MATRIX_PRODUCTS = frozenset({"mm", "bmm", "addmm", "addbmm", "baddbmm", "mv", "addmv", "dot", "vdot", "matmul",
                               "_scaled_mm", "_int_mm", "linear", "_addmm_activation"})
 ATEN_FAMILIES = {
-    **{name: _MATRIX_PRODUCTS for name in ("matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "einsum",
-                                            "tensordot", "linear", "_scaled_mm", "mv", "dot", "inner")},
+    **dict.fromkeys(("matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "einsum", "tensordot", "linear", "_scaled_mm", "mv", "dot", "inner"), _MATRIX_PRODUCTS),
     "softmax": frozenset({"softmax", "_softmax", "_safe_softmax"}),
     "log_softmax": frozenset({"log_softmax", "_log_softmax"}),
 }
@@ -271,7 +270,7 @@ def aten_ops(torch, forbidden: list[str]) -> dict:
 
 
 def _by_base(bases: dict) -> dict:
-    found = {}
+    found: dict = {}
     for name, names in bases.items():
         for base in names:
             found.setdefault(base, name)  # the first forbidden name that lowers to it
@@ -356,8 +355,8 @@ def _takes_tensors(torch, name: str) -> bool:
 # The process's ATen trap: one registration per op, shared by every Guards (the tests build
 # several in one process), reporting to the newest.
 _trapped: dict = {}  # "aten::mm.out" -> the forbidden base it belongs to
-_trap_lib = []
-_current = [None]  # the Guards the trap reports to
+_trap_lib: list = []
+_current: list[Guards | None] = [None]  # the Guards the trap reports to
 # Dispatch keys the trap may sit at, in order of preference: each is passed by every dispatch
 # of a thread that includes it, above autograd, and sees no use in the runner otherwise.
 # AutocastPrivateUse1 is autocast's key for an out-of-tree backend (none is loaded);

@@ -26,9 +26,28 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
-from kgit_harness import (channel, checking, confine, factcache, kernelsplit, needs, peaks, phases, pidone, policy,
-                          portable, problem, protocols, racing, reported, shared, timing, upstream_timing)
+from kgit_harness import (
+    channel,
+    checking,
+    confine,
+    factcache,
+    kernelsplit,
+    needs,
+    peaks,
+    phases,
+    pidone,
+    policy,
+    portable,
+    problem,
+    protocols,
+    racing,
+    reported,
+    shared,
+    timing,
+    upstream_timing,
+)
 from kgit_harness import result as result_mod
 from kgit_harness.spec import Spec, StartSpec
 
@@ -140,7 +159,7 @@ class Runner:
             return reply
         self._failure(reply)
 
-    def _failure(self, reply: dict):
+    def _failure(self, reply: dict) -> NoReturn:
         op = reply["op"]
         if op == "error" and reply.get("status") in RUNNER_STATUSES:
             raise Verdict(reply["status"], channel.text(reply, "error"))
@@ -330,7 +349,7 @@ class TimingContext:
         like = self._likes.setdefault(id(sample), output_like(self.torch, self.task, self.reference, sample))
         return slot_bytes(self.torch, self.task, sample, like)
 
-    def new_slots(self, sample, count: int) -> "Slots":
+    def new_slots(self, sample, count: int) -> Slots:
         like = self._likes.pop(id(sample), None)
         return Slots(self.torch, self.runner, self.task, self.reference, sample, count, self.on_gpu, like=like)
 
@@ -563,7 +582,7 @@ def _helpers(spec: Spec, task) -> bool:
     import ast
 
     candidate_dir = Path(spec.candidate_dir)
-    wanted = set()
+    wanted: set = set()
     for name in task.files:
         try:
             tree = ast.parse((candidate_dir / name).read_text(encoding="utf-8", errors="replace"))
@@ -653,7 +672,7 @@ def _evaluate(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibrati
         return {"status": "incorrect", "tests": tests,
                 "error": "\n".join(f"{t['key']} (seed {t['seed']}): {t['message']}" for t in failed)[:4000]}
 
-    shapes = []
+    shapes: list = []
     benchmarks = task.shapes("benchmarks", on_gpu)
     protocol = _protocol(spec, task)
     stat = doc["ranking"] + "_us"
@@ -720,7 +739,7 @@ def _time_shapes(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibr
         if why:
             doc.update(tests=tests, shapes=shapes)
             raise Verdict("rejected", f"{entry['key']}: {why}", reason=timing.DISAGREE_REASON)
-        race = racing.decide(spec.race, shapes, len(benchmarks), on_gpu, stat)
+        race = racing.decide(dict(spec.race) if spec.race is not None else None, shapes, len(benchmarks), on_gpu, stat)
         if race:
             # Correct on every test, but no ranking on partial data: no geomean, a status of its own.
             return {"status": "stopped", "tests": tests, "shapes": shapes, "race": race,

@@ -52,8 +52,8 @@ def short_name(raw: str) -> str:
 
 
 def _aten(name: str) -> str:
-    template = re.search(r"at::native::(?:\(anonymous namespace\)::)?(\w+)", name)
-    template = template.group(1) if template else ""
+    found_template = re.search(r"at::native::(?:\(anonymous namespace\)::)?(\w+)", name)
+    template = found_template.group(1) if found_template else ""
     kind = "elementwise" if "elementwise" in template else "reduce" if "reduce" in template else None
     op = None
     found = re.search(r"([A-Za-z0-9]\w*?)_kernel_cuda", name)
@@ -128,12 +128,13 @@ def segments(events, calls: int, marked: bool) -> list[tuple[list[dict] | None, 
         if calls != 1:
             raise ValueError("an unmarked session holds exactly one call")
         rows = summarize((name, us) for name, _, us in events)
-        return [(rows, None) if rows else (None, NO_KERNELS)]
+        one: tuple[list[dict] | None, str | None] = (rows, None) if rows else (None, NO_KERNELS)
+        return [one]
     at = [i for i, (name, _, _) in enumerate(events) if MARKER_KERNEL in name]
     if not calls + 1 <= len(at) <= calls + 1 + LEAD_MARKERS:
         return [(None, AMBIGUOUS)] * calls
     at = at[len(at) - calls - 1:]
-    out = []
+    out: list[tuple[list[dict] | None, str | None]] = []
     for a, b in zip(at, at[1:]):
         rows = summarize((name, us) for name, _, us in events[a + 1:b])
         out.append((rows, None) if rows else (None, NO_KERNELS))
@@ -167,7 +168,7 @@ class Session:
         self.torch, self.synchronize, self.activities, self.marker = torch, synchronize, activities, marker
         self.prof, self.why, self.failed = None, None, []
 
-    def start(self) -> "Session":
+    def start(self) -> Session:
         from torch.profiler import ProfilerActivity, profile
 
         self.synchronize()
@@ -213,6 +214,7 @@ class Session:
             self.prof.__exit__(None, None, None)
         except Exception as e:  # noqa: BLE001
             lost = lost or f"torch.profiler did not stop: {type(e).__name__}: {e}"[:300]
+        found: list[tuple[list[dict] | None, str | None]]
         if lost:
             found = [(None, lost)] * calls
         else:

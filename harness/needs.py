@@ -13,8 +13,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import resource
 import os
+import resource
 import traceback
 from pathlib import Path
 
@@ -32,7 +32,7 @@ class Unsupported(Exception):
     """The problem cannot run here; the message is the reason (`needs ...`)."""
 
 
-def check(task, reference, on_gpu: bool, torch, sizes: "Sizes | None" = None) -> dict:
+def check(task, reference, on_gpu: bool, torch, sizes: Sizes | None = None) -> dict:
     """Raise Unsupported if this machine lacks what the problem needs.
 
     `sizes` keeps the inputs' sizes of this problem from an earlier evaluation: the dry

@@ -77,7 +77,7 @@ def mapped_devices(target: str):
     real_generator = torch.Generator
     real_sync = torch.cuda.synchronize
 
-    class Generator(real_generator):
+    class Generator(real_generator):  # type: ignore[valid-type,misc]  # torch's class, as it was before this patch
         # A subclass, not a function: torch's lazily imported modules use the name in
         # annotations (torch.Generator | None) and isinstance checks.
         def __new__(cls, device="cpu"):

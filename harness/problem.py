@@ -9,15 +9,16 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
-import sys
 from pathlib import Path
 
 import yaml
 
 from kgit_harness import protocols
-from kgit_harness.targets import DEFAULT as DEFAULT_TARGETS, check_names as check_target_names
+from kgit_harness.targets import DEFAULT as DEFAULT_TARGETS
+from kgit_harness.targets import check_names as check_target_names
 
 
 class ProblemError(Exception):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+from typing import Any
 
 from kgit_harness.targets import KNOWN as TARGET_NAMES
 
@@ -53,7 +54,7 @@ def number(value, low: float = 0.0, high: float = 1e9):
 
 def defined_functions(sources: dict[str, str]) -> set[str]:
     """The function names the candidate's files define (the judge's own read of their text)."""
-    names = set()
+    names: set = set()
     for text in sources.values():
         try:
             tree = ast.parse(text)
@@ -73,7 +74,7 @@ class _Notes:
 
 
 def _options(value, notes: _Notes) -> dict:
-    out = {}
+    out: dict = {}
     if not isinstance(value, dict):
         return out
     for key, v in list(value.items())[:MAX_LIST]:
@@ -98,7 +99,7 @@ def _kernel(raw, known: set[str] | None, notes: _Notes) -> dict | None:
     if known is not None and name not in known:
         notes.add(f"facts for {name}, which the candidate's source does not define")
         return None
-    out = {"kernel": name}
+    out: dict[str, Any] = {"kernel": name}
     for key in _KERNEL_INTS:
         if key in raw:
             out[key] = integer(raw[key])
@@ -180,7 +181,7 @@ def clean_targets(raw, names=None, sources: dict[str, str] | None = None) -> dic
     notes = _Notes()
     if not isinstance(raw, dict):
         return {"reported_by": "candidate", "results": {}, "dropped": ["the runner's build facts were not an object"]}
-    allowed = [n for n in (names if names is not None else TARGET_NAMES)]
+    allowed = list(names if names is not None else TARGET_NAMES)
     known = defined_functions(sources) if sources is not None else None
     results = {}
     raw_results = raw.get("results") if isinstance(raw.get("results"), dict) else {}
@@ -194,7 +195,7 @@ def clean_targets(raw, names=None, sources: dict[str, str] | None = None) -> dic
             results.setdefault(name, {"builds": None, "error": "the runner reported no facts for this target",
                                       "kernels": [], "failures": [], "not_compiled": 0})
     version = raw.get("triton")
-    out = {"reported_by": "candidate",
+    out: dict[str, Any] = {"reported_by": "candidate",
            "triton": version if isinstance(version, str) and _VERSION.fullmatch(version) else "unknown",
            "launches": integer(raw.get("launches")) or 0, "variants": integer(raw.get("variants")) or 0,
            "unreadable": [line(u) for u in _items(raw.get("unreadable"), 16, notes)],

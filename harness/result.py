@@ -132,7 +132,7 @@ class Result:
             raise ValueError(f"'eval_s' must be a number or null, not {self.eval_s!r}")
         if self.status == "ok":
             geo = self.geomean_us
-            if not _number(geo) or not math.isfinite(geo) or geo <= 0:
+            if geo is None or not _number(geo) or not math.isfinite(geo) or geo <= 0:
                 raise ValueError(f"an ok result needs a positive number in 'geomean_us', not {geo!r}")
 
     @classmethod

@@ -21,12 +21,13 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kgit_harness import channel, confine, kernelsplit, portable, problem, shared, timing, torchflags
 from kgit_harness import targets as build_targets
 from kgit_harness.guards import Guards
-
 
 # Wall seconds all of a dry run's candidate calls may take (op_targets_dry): host code that
 # is heavy at the GPU shapes' sizes costs that much at most, never the evaluation.
@@ -203,7 +204,7 @@ class Session:
         self.candidate: Candidate | None = None
         self.split: kernelsplit.Session | None = None
         self.rid = None  # the request being served: every message about it carries its id
-        self.after = None  # checks to run once the reply is sent (see serve)
+        self.after: Callable[..., Any] | None = None  # checks to run once the reply is sent (see serve)
 
     def serve(self) -> int:
         while True:
@@ -313,7 +314,7 @@ class Session:
                 out = cand.kernel(data)
             us = host_us = 0.0
         copied = cand.clock.perf_counter()
-        dtypes = []
+        dtypes: list = []
         why = deliver(self.torch, out, self._target(data, out_buffer), out_buffer is None, dtypes)
         if clock:
             # Back-to-back calls pay for the copy-out too: part of the host time the judge allows.
@@ -345,7 +346,7 @@ class Session:
         launched = clock.perf_counter()
         if timed:
             clock.end.record()
-        casts = [[] for _ in chosen]
+        casts: list[list] = [[] for _ in chosen]
         whys = [deliver(self.torch, out, self._target(data, buf), buf is None, cast)
                 for out, (data, buf), cast in zip(results, chosen, casts)]
         if self.on_gpu and not timed:
@@ -425,7 +426,7 @@ class Session:
         if facts is None or self.on_gpu:
             return {"op": "done", "targets": None}
         torch, cand = self.torch, self.candidate
-        report = {"captured": [], "failed": {}, "skipped": dict(message.get("skipped") or {})}
+        report: dict[str, Any] = {"captured": [], "failed": {}, "skipped": dict(message.get("skipped") or {})}
         budget = _Budget(DRY_BUDGET_S)
         with build_targets.capture(known=getattr(self, "launches", None)) as launches, budget:
             for item in message["shapes"]:

@@ -219,7 +219,7 @@ def dry():
 
 
 @contextlib.contextmanager
-def capture(known: "Launches | None" = None):
+def capture(known: Launches | None = None):
     """Record the Triton launches made inside the block: `with capture() as launches:`.
 
     With `known`, a variant it already holds is counted there, not recorded again.
@@ -547,7 +547,8 @@ def _build_target(launches: Launches, name: str) -> dict:
 
     if any(not isinstance(v.fn, JITFunction) for v in launches.variants):
         _leave_interpreter()
-    kernels, errors, skipped, per_kernel = [], [], 0, {}
+    kernels, errors, skipped = [], [], 0
+    per_kernel: dict = {}
     for variant in launches.variants:
         per_kernel[id(variant.fn)] = per_kernel.get(id(variant.fn), 0) + 1
         if per_kernel[id(variant.fn)] > MAX_VARIANTS:
@@ -633,7 +634,7 @@ def _collect(children: dict, timeout_s: float) -> dict:
     import selectors
 
     sel = selectors.DefaultSelector()
-    chunks = {name: [] for name in children}
+    chunks: dict[str, list] = {name: [] for name in children}
     for name, (_, fd) in children.items():
         sel.register(fd, selectors.EVENT_READ, name)
     deadline = time.monotonic() + timeout_s
@@ -671,7 +672,7 @@ def build_facts(launches: Launches, names, timeout_s: float = COMPILE_TIMEOUT_S)
     return start_build(launches, names, timeout_s).finish()
 
 
-def start_build(launches: Launches, names, timeout_s: float = COMPILE_TIMEOUT_S) -> "Build":
+def start_build(launches: Launches, names, timeout_s: float = COMPILE_TIMEOUT_S) -> Build:
     """Fork the compile children (from the calling thread, one per target) and return at once."""
     names = check_names(names)
     build = Build(launches, names, timeout_s, time.perf_counter())

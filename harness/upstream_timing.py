@@ -190,7 +190,11 @@ def _fresh(protocol, ctx, shape, first_shape) -> dict:
             return {"error": f"the first call: {error}", **timing.stats([0.0])}
         _warm(protocol, ctx, slots, 0, first, first_shape)
         round_trip = timing.round_trips(slots, ctx.calibration)
-        times, judge_times, host, call_us, empties = [], [], [], [], []
+        times: list[float] = []
+        judge_times: list[float] = []
+        host: list[float] = []
+        call_us: list[float] = []
+        empties: list[float] = []
         started = time.perf_counter()
         for i in range(calls):
             with PHASES.span("timing: inputs"):
@@ -242,11 +246,14 @@ def _batch(protocol, ctx, shape, first_shape) -> dict:
         _warm(protocol, ctx, slots, 0, first, first_shape)
         round_trip = timing.round_trips(slots, ctx.calibration)
         clock = time.perf_counter
-        times, judge_times, host, call_us, empties = [], [], [], [], []
+        times: list[float] = []
+        judge_times: list[float] = []
+        host: list[float] = []
+        call_us: list[float] = []
+        empties: list[float] = []
         started = clock()
         outs = []
         while True:
-            t0 = clock()
             for j, private in zip(chosen, inputs):
                 slots.fill(j, private)
             filled = clock()
@@ -294,7 +301,11 @@ def _fixed(protocol, ctx, shape, first_shape) -> dict:
         _warm(protocol, ctx, slots, 0, first, first_shape)
         round_trip = timing.round_trips(slots, ctx.calibration)
         kept = timing.Reservoir(timing.RECHECKED, random.Random(ctx.secret ^ int(shape.get("seed", 0))))
-        times, judge_times, host, call_us, empties = [], [], [], [], []
+        times: list[float] = []
+        judge_times: list[float] = []
+        host: list[float] = []
+        call_us: list[float] = []
+        empties: list[float] = []
         started = time.perf_counter()
         last = None
         while True:

@@ -67,7 +67,7 @@ def _empty(root_fd: int):
     """Empty the folder open as root_fd, however deep it goes."""
     moved = 0
     # Each level: [descriptor, its name in the level above, subfolders still to visit].
-    stack = [[root_fd, None, _sweep(root_fd)]]
+    stack: list[tuple[int, str, list[str]]] = [(root_fd, "", _sweep(root_fd))]
     try:
         while stack:
             fd, name, pending = stack[-1]
@@ -91,7 +91,7 @@ def _empty(root_fd: int):
             if sub_fd is None:
                 _remove(os.unlink, sub, fd)
                 continue
-            stack.append([sub_fd, sub, _sweep(sub_fd)])
+            stack.append((sub_fd, sub, _sweep(sub_fd)))
     finally:
         for fd, _, _ in stack[1:]:
             os.close(fd)

@@ -9,12 +9,9 @@ from pathlib import Path
 
 import click
 
-from kgit import __version__
-from kgit import live
-from kgit import workflow
-from kgit import importers
-from kgit.review import text as report
+from kgit import __version__, importers, live, workflow
 from kgit.errors import INTERRUPTED_MESSAGE, ExitCode, KgitError
+from kgit.review import text as report
 
 
 class KgitGroup(click.Group):
@@ -461,7 +458,8 @@ def report_(output, open_it, markdown, as_json):
     per-shape speedup of the best attempt, the table of hypotheses, and totals.
     Images are embedded: the file opens offline and can be mailed or archived.
     """
-    from kgit.review import html as report_html, campaign as review
+    from kgit.review import campaign as review
+    from kgit.review import html as report_html
 
     repo, task = review.here()
     if markdown or as_json:
@@ -498,8 +496,8 @@ def pr(experiment, remote, base_branch, as_json):
     """
     import shlex
 
-    from kgit.review import pr as pr_mod
     from kgit.review import campaign as review
+    from kgit.review import pr as pr_mod
 
     repo, task = review.here()
     proposal = pr_mod.propose(repo, task, experiment, remote=remote, base_branch=base_branch)

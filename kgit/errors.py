@@ -27,6 +27,9 @@ class KgitError(Exception):
     """A problem the user can fix; the message names the fix."""
 
     exit_code = ExitCode.FIX_NEEDED
+    # What a `kgit evolve` run that ends with this error did (evolve.Summary), so the CLI
+    # prints the run's summary however it ended; None from every other command.
+    summary: object = None
 
 
 class UsageError(KgitError):

@@ -23,24 +23,24 @@ from dataclasses import dataclass, field
 from tabulate import tabulate
 
 from kgit import config as config_mod
-from kgit import live
-from kgit.evaluation import backends, gpus
-from kgit.evaluation.evaluated import Evaluation
-from kgit import workflow
+from kgit import live, workflow
+from kgit import problems as problem_mod
+from kgit.archive import costlog, figures, measure, notebook, trees
 from kgit.archive import trailers as tr
+from kgit.archive.attempt import Attempt
 from kgit.archive.refs import ExperimentRef
 from kgit.archive.repo import Repo
+from kgit.costs import amount, cost_text, usd
 from kgit.errors import INTERRUPTED_MESSAGE, KgitError, LLMError, LLMRateLimited, LLMUnavailable
-from kgit import problems as problem_mod
-from kgit_harness.result import STATUSES
-from kgit.archive import costlog, figures, measure, notebook, trees
+from kgit.evaluation import backends, gpus
+from kgit.evaluation.evaluated import Evaluation
 from kgit.scientist import context as context_mod
 from kgit.scientist import pending, protocol
 from kgit.scientist import write as write_mod
 from kgit.scientist.answers import Selection
 from kgit.scientist.ledger import BudgetReached, Ledger
 from kgit.scientist.llm import Client, Reply
-from kgit.costs import amount, cost_text, usd
+from kgit_harness.result import STATUSES
 
 ERROR_CHARS = 3000
 # Interpreter timing where nobody ranks on it (the archive ranks on a GPU): one warm-up and
@@ -80,8 +80,8 @@ class Summary:
     models: list = field(default_factory=list)  # the stages' models; ["offline"] for an offline run
     skipped: list = field(default_factory=list)  # reasons of iterations that produced no plan
     interrupted: bool = False
-    best_before: object = None
-    best_after: object = None
+    best_before: Attempt | None = None
+    best_after: Attempt | None = None
     correctness_only: bool = False  # the evaluation ran in the interpreter: no timing was a speed figure
     rule: str = ""  # how `best` was chosen (kgit/archive/figures.py)
     run: str = ""  # this run's name in the cost log and the commits' Kgit-Run
@@ -170,7 +170,8 @@ class Run:
             self._take_pending(attempts)
             # With evolve.jobs > 1, one pool of hypothesis threads for the whole run.
             self.pool = ThreadPoolExecutor(max_workers=self.config.evolve.jobs, thread_name_prefix="kgit-hypothesis")
-            self.in_flight, finished = [], False
+            self.in_flight: list = []
+            finished = False
             try:
                 for number in range(1, self.config.evolve.iterations + 1):
                     stop = self._budget_stop()

@@ -21,8 +21,8 @@ from pathlib import Path
 import yaml
 
 from kgit import workflow
-from kgit_harness import problem as problem_format
 from kgit.errors import KgitError
+from kgit_harness import problem as problem_format
 
 GPUMODE_HELPERS = "gpumode"  # subfolder of the problem holding the GPU MODE sources
 KERNELBENCH_INIT_SEED = 0
@@ -238,7 +238,8 @@ def _returned_input(tree: ast.Module) -> int | list | None:
     if func is None or not func.args.args:
         return None
     data = func.args.args[0].arg
-    unpacked = returned = None
+    unpacked: list[str | None] | None = None
+    returned: str | list[str] | None = None
     for node in ast.walk(func):
         if (unpacked is None and isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
                 and node.value.id == data and isinstance(node.targets[0], ast.Tuple)):
@@ -247,7 +248,7 @@ def _returned_input(tree: ast.Module) -> int | list | None:
             returned = node.value.id
         elif (isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple)
               and all(isinstance(e, ast.Name) for e in node.value.elts)):
-            returned = [e.id for e in node.value.elts]
+            returned = [e.id for e in node.value.elts if isinstance(e, ast.Name)]
     if unpacked and isinstance(returned, list) and returned and all(r in unpacked for r in returned):
         return [unpacked.index(r) for r in returned]
     if unpacked and isinstance(returned, str) and returned in unpacked:
@@ -355,10 +356,10 @@ def _gpumode_requires(source: Path, texts: list, reference: ast.Module, others: 
                 modules |= {a.name.split(".")[0] for a in node.names}
             elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
                 modules.add(node.module.split(".")[0])
-    modules = sorted(m for m in modules if m not in sys.stdlib_module_names and m not in local
-                     and m not in ("torch", "triton", "numpy"))
-    if modules:
-        requires["modules"] = modules
+    needed = sorted(m for m in modules if m not in sys.stdlib_module_names and m not in local
+                    and m not in ("torch", "triton", "numpy"))
+    if needed:
+        requires["modules"] = needed
     return requires
 
 
@@ -503,7 +504,7 @@ def _eval_call_sizes(eval_path: Path, gen: ast.FunctionDef) -> dict:
     tree = _parse(eval_path, _read(eval_path))
     numbers = _module_numbers(tree)
     params = [a.arg for a in gen.args.args]
-    sizes = {}
+    sizes: dict = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "generate_inputs":
             for name, arg in zip(params, node.args):
@@ -674,7 +675,7 @@ def _kernelbench_sizes(tree: ast.Module) -> dict:
     A size may be an expression over earlier ones (`N = 2048 * 2`, `dim = N // 4`); it is
     evaluated with the harness's arithmetic-only formula evaluator, never executed.
     """
-    constants = {}
+    constants: dict = {}
     for node in tree.body:
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
             continue
@@ -687,7 +688,7 @@ def _kernelbench_sizes(tree: ast.Module) -> dict:
 
 def _arithmetic(node: ast.expr, known: dict) -> int | float | None:
     """The value of a constant expression over `known` names, or None if it is anything else."""
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and type(node.value) in (int, float):
         return node.value
     if not isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Call)):
         return None

@@ -16,9 +16,9 @@ from kgit.archive import measure
 from kgit.archive.notes import Measurement
 from kgit.archive.remotes import sync  # noqa: F401  (kgit sync; the git side lives in the archive)
 from kgit.archive.repo import BASELINE_TAG
+from kgit.errors import KgitError
 from kgit.evaluation.backends import get_evaluator
 from kgit.evaluation.evaluated import Evaluation
-from kgit.errors import KgitError
 from kgit.workflow import best, find, resolve
 
 ERROR_EXCERPT_CHARS = 2000

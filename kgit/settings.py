@@ -34,7 +34,7 @@ class Settings:
     source: str = ""  # where that value comes from
 
     def to_json(self) -> dict:
-        out = {"file": str(self.path), "local": self.local}
+        out: dict[str, object] = {"file": str(self.path), "local": self.local}
         if self.key:
             out.update(key=self.key, value=self.value, source=self.source)
         return out
@@ -57,7 +57,6 @@ def configure(repo: Repo, args: tuple = (), *, local: bool = False, unset: bool 
     The local file is checked with the committed `.kgit.yaml` before it is written, so a
     setting that would make the configuration invalid is refused, not saved."""
     path = local_file(repo)
-    args = list(args)
     if local and (args or unset):
         if unset:
             pairs = [(key, None) for key in args]

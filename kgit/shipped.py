@@ -15,7 +15,7 @@ DEFAULT_CONFIG = ".kgit.yaml"
 
 
 def path(relative: str) -> Path:
-    packaged = Path(str(resources.files("kgit").joinpath(PACKAGED, relative)))
+    packaged = Path(str(resources.files("kgit").joinpath(PACKAGED).joinpath(relative)))
     if packaged.exists():
         return packaged
     return Path(__file__).resolve().parent.parent / relative

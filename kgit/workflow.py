@@ -12,21 +12,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kgit import config as config_mod
-from kgit import live
-from kgit.evaluation import child, targets_policy
-from kgit.evaluation.evaluated import Evaluation
-from kgit.archive import figures, measure
+from kgit import live, settings
+from kgit import problems as problem_mod
+from kgit.archive import figures, measure, trees
 from kgit.archive import trailers as tr
-from kgit.archive import trees
 from kgit.archive.notes import Measurement
 from kgit.archive.refs import ExperimentRef
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
 from kgit.errors import EvaluationFailed, KgitError, NotAKernelRepo
-from kgit import problems as problem_mod
-from kgit import settings
+from kgit.evaluation import child, targets_policy
+from kgit.evaluation.evaluated import Evaluation
 from kgit.scientist import offline
 from kgit.scientist.protocol import is_offline
 from kgit_harness import racing
+from kgit_harness.result import Result
 
 GITIGNORE_LINES = ["__pycache__/", "*.pyc"]
 # Experiments between two `Repo.maintain()` runs (ref packing and commit-graph).
@@ -383,7 +382,7 @@ def experiment_info(repo: Repo, attempts: list[Attempt], branch: str) -> dict:
     }
 
 
-def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, result: Evaluation | dict,
+def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, result: Evaluation | Result | dict,
                    notes: str = "", plan: str = "", expected_gain: str | None = None,
                    author: str | None, model: str, cost: float | None = None, tokens: int | None = None,
                    run: str | None = None, extra_trailers: list | None = None) -> Outcome:
@@ -424,7 +423,8 @@ def commit_attempt(repo: Repo, config, *, branch: str, tree: str, parent: str, r
     if ok:
         base_attempt = find(attempts, info["base"])
         verdict = figures.verdict(speedup, result.timing, result.device, figures.result_noise(result),
-                                  figures.measurement_noise(base_attempt, base_m) if base_attempt else (base_m or {}).get("noise"),
+                                  figures.measurement_noise(base_attempt, base_m) if base_attempt else
+                                  base_m.noise if base_m else None,
                                   figures.repeatability(attempts, result.device, result.harness, judged.evaluator))
         subject = (f"{slug}: {verdict.subject_part()}" if verdict.word == "interpreter" else
                    f"{slug}: {verdict.subject_part()} vs base (geomean {result.geomean_us:.1f} us)")

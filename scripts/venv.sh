@@ -8,8 +8,10 @@ if [ ! -x "$VENV/bin/python" ]; then
     _step "making the virtual environment $VENV"
     python3 -m venv "$VENV"
 fi
-# The Ray extra too: tests marked `ray` run a local cluster and must not skip.
-if ! "$VENV/bin/python" -c "import kgit, pytest, hypothesis, xdist, ray" 2>/dev/null; then
+# The Ray extra too: tests marked `ray` run a local cluster and must not skip; and the
+# checkers scripts/test.sh runs first (ruff, mypy).
+if ! "$VENV/bin/python" -c "import kgit, pytest, hypothesis, xdist, ray, mypy" 2>/dev/null \
+        || ! [ -x "$VENV/bin/ruff" ]; then
     # The venv's own pip is new enough (editable installs need 21.3; Python 3.11 ships 23.2):
     # upgrading it anyway cost every fresh CI clone a download and a reinstall.
     if ! "$VENV/bin/python" -c "import sys, pip; sys.exit(int(pip.__version__.split('.')[0]) < 22)"; then
@@ -20,7 +22,7 @@ if ! "$VENV/bin/python" -c "import kgit, pytest, hypothesis, xdist, ray" 2>/dev/
         _step "installing torch 2.13.0 (the longest step: a large download)"
         "$VENV/bin/python" -m pip install --progress-bar on --no-compile "torch==2.13.0"
     fi
-    _step "installing kgit (editable) with triton, litellm, ray, pytest and the rest"
+    _step "installing kgit (editable) with triton, litellm, ray, pytest, ruff, mypy and the rest"
     "$VENV/bin/python" -m pip install --progress-bar on --no-compile -e ".[test,ray]"
     # pip compiles the ~17,000 installed .py files one at a time; compileall does it on every
     # core. The .pyc files matter: the harness runs `python -I -B`, which never writes them,

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 # libgomp lock when several test files ran in one process): one thread, no pool.
 torch.set_num_threads(1)
 
-from kgit import config as config_mod
-from kgit import workflow
+from kgit import config as config_mod  # noqa: E402 - after the thread setting above
+from kgit import workflow  # noqa: E402
 
 # Short timing so the CPU interpreter runs stay quick; everything else is the default.
 FAST_TIMING = {"target_rse": 0.5, "max_time_s": 0.05, "min_reps": 2, "warmup": 0}
@@ -50,7 +50,14 @@ def fast_config_text(targets=(), **sections) -> str:
 
 
 def git(cwd, *args) -> str:
+    """`git ARGS` in `cwd`; its output. The one git helper of the tests (kgit's own code runs
+    git only through kgit/archive/)."""
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def rev(cwd, name: str) -> str:
+    """The object name `name` resolves to in the repository at `cwd`."""
+    return git(cwd, "rev-parse", name).strip()
 
 
 def make_git_repo(path: Path) -> Path:

@@ -29,7 +29,7 @@ class Sshd:
         """The ssh command line that reaches the box as `name` (KGIT_SSH of the worked example)."""
         return f"ssh -F {self.client_config}"
 
-    def start(self) -> "Sshd":
+    def start(self) -> Sshd:
         binary = shutil.which("sshd") or "/usr/sbin/sshd"
         if not Path(binary).exists():
             raise RuntimeError("no sshd here: install the OpenSSH server (`apt-get install openssh-server`, as "

@@ -4,11 +4,10 @@ import json
 import subprocess
 
 import pytest
+from conftest import git
 
 from kgit import workflow
 from kgit.archive.repo import Repo
-
-from conftest import git
 
 
 def _full(repo: Repo) -> list[dict]:
@@ -105,7 +104,9 @@ def test_lines_left_by_a_crashed_append_are_ignored_and_dropped(kernel_repo):
 def test_a_whole_read_stored_piece_by_piece_is_read_back_whole(kernel_repo, monkeypatch):
     """git's output read 200 bytes at a time: the records are written in many pieces, yet the
     cache holds each attempt once and a warm read gives what a full read gives."""
-    from kgit.archive import attempt as attempt_mod, command, repo as repo_mod
+    from kgit.archive import attempt as attempt_mod
+    from kgit.archive import command
+    from kgit.archive import repo as repo_mod
 
     repo = Repo(kernel_repo)
     branch, base = workflow.start(repo, "pieces", checkout=False)

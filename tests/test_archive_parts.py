@@ -14,8 +14,8 @@ from kgit.archive import trailers as tr
 from kgit.archive.attempt import Attempt, parse_log
 from kgit.archive.refs import BadRefName, ExperimentRef
 from kgit.archive.repo import Repo
-from kgit_harness.result import Result
 from kgit.errors import EvaluationFailed, ExitCode, GitError, KgitError, UsageError
+from kgit_harness.result import Result
 
 
 # -- refs ---------------------------------------------------------------------------------

@@ -13,14 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import fast_config_text, git
 
-from kgit.evaluation import backends, candidate, gpus
 from kgit import config as config_mod
 from kgit.archive.repo import BASELINE_TAG, Repo
 from kgit.errors import ConfigError, KgitError
+from kgit.evaluation import backends, candidate, gpus
 from kgit_harness import result as result_mod
-
-from conftest import fast_config_text, git
 
 NVIDIA_TWO = gpus.Host("nvidia", ("0", "1"))
 

@@ -14,14 +14,13 @@ import typing
 
 import pytest
 import yaml
+from conftest import make_git_repo
 
 from kgit import config as config_mod
 from kgit import workflow
 from kgit.archive import trailers as tr
 from kgit.archive.repo import Repo
 from kgit_harness import result as result_mod
-
-from conftest import make_git_repo
 
 # A value of the wrong type for each annotation kgit uses.
 WRONG = {str: [1, 2], int: "many", float: "fast", bool: 3, list: 5}

@@ -4,27 +4,22 @@ commit whole, and an offline run still says it used no model.
 
 from __future__ import annotations
 
-import subprocess
 from types import SimpleNamespace
 
-import pytest
-
 import fake_llm
-from conftest import fast_config_text
-from kgit import evolve, workflow
+import pytest
+from conftest import fast_config_text, git
+
+from kgit import costs, evolve, workflow
 from kgit.archive import costlog
 from kgit.review import campaign as review
 from kgit.review import html, pr, spending
 from kgit.review import text as report
-from kgit import costs
 from kgit.scientist import write
 
 SLOW_BLOCK = "BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 2048 4096"
 FAST_BLOCK = "BLOCK_SIZE = 2048  # kgit: tune 256 512 1024 2048 4096"
 
-
-def git(cwd, *args) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
 def test_writer_notes_keep_their_paragraphs_without_the_edit_blocks():

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cheats import FAST_TIMING, baseline, in_fork, run_harness, source
+
 from kgit import config as config_mod
 from kgit.evaluation import child
 

@@ -6,12 +6,11 @@ Each test keeps its evaluations to a handful: they are the slow part.
 from __future__ import annotations
 
 import json
-import subprocess
-
-import pytest
 
 import fake_llm
-from conftest import fast_config_text
+import pytest
+from conftest import fast_config_text, git
+
 from kgit import evolve, workflow
 from kgit.archive.repo import Repo
 from kgit.errors import ConfigError, LockedError
@@ -21,9 +20,6 @@ from kgit.scientist import select as select_mod
 SLOW_BLOCK = "BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 2048 4096"
 FAST_BLOCK = "BLOCK_SIZE = 4096  # kgit: tune 256 512 1024 2048 4096"
 
-
-def git(cwd, *args) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
 def configure(repo_path, **evolve_keys):
@@ -370,7 +366,6 @@ def remote_gpu_repo(kernel_repo, **evolve_keys):
 def test_speedup_is_claimed_only_beyond_the_noise_and_grep_lists_exactly_those(kernel_repo, run_kgit):
     repo, config, harness = remote_gpu_repo(kernel_repo, pick=3, attempts=1)
     # A fabricated second attempt, so the selector has a real choice and is asked.
-    kernel = (kernel_repo / "kernel.py").read_text()
     variants = {"A": 80.0, "B": 99.7, "C": 125.0}  # 1.25x faster, within the noise, 0.8x
 
     def evaluate(sha):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 
 from conftest import fast_config_text
+
 from kgit import evolve, workflow
 from kgit.archive.repo import Repo, parse_branch
 

@@ -3,15 +3,14 @@ out of the runner's reach (harness/factcache.py, docs/targets.md)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from kgit import config as config_mod
-from kgit.archive.repo import Repo
 from kgit.archive import buildfacts
+from kgit.archive.repo import Repo
 from kgit.evaluation import child, sandbox
 from kgit_harness import factcache
 
@@ -85,8 +84,8 @@ def test_an_evaluation_of_the_same_code_takes_its_facts_from_the_cache(softmax_r
     assert len(list(folder.glob("*/*.json"))) == 1  # kgit init's evaluation stored the baseline's
     again = child.evaluate_tree(softmax_repo, config, state_dir=repo.state / "scratch")
     assert again["status"] == "ok" and again["targets"]["cached"] is True
-    assert dict((k[len(buildfacts.TRAILER_PREFIX):].replace("-", "_"), v)
-                for k, v in buildfacts.trailers(again)[:-1]) == baseline.targets
+    assert {k[len(buildfacts.TRAILER_PREFIX):].replace("-", "_"): v
+            for k, v in buildfacts.trailers(again)[:-1]} == baseline.targets
     # One changed byte of the candidate is another candidate: compiled afresh, stored beside.
     kernel = softmax_repo / "kernel.py"
     kernel.write_text(kernel.read_text() + "\n# a comment\n")

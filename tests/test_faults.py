@@ -16,15 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import fast_config_text, git
 
-from conftest import fast_config_text
 from kgit.archive.repo import Repo
 
 KGIT = str(Path(sys.executable).with_name("kgit"))
 
-
-def _git(repo, *args) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
 
 
 def _start(repo: Path, *args) -> subprocess.Popen:
@@ -63,7 +60,7 @@ def _processes_under(path: Path) -> list[str]:
 
 def _reachable(repo) -> set[str]:
     # Refs only: `--all` would also count leftover worktrees' provisional commits.
-    return set(_git(repo, "rev-list", "--branches", "--tags", "--glob=refs/notes/*", "HEAD").split())
+    return set(git(repo, "rev-list", "--branches", "--tags", "--glob=refs/notes/*", "HEAD").split())
 
 
 def _evaluating(repo: Path) -> bool:
@@ -71,7 +68,7 @@ def _evaluating(repo: Path) -> bool:
 
 
 def _attempt_commits(repo) -> set[str]:
-    out = _git(repo, "rev-list", "--branches=kgit/*", "--not", "kgit/baseline")
+    out = git(repo, "rev-list", "--branches=kgit/*", "--not", "kgit/baseline")
     return set(out.split())
 
 
@@ -96,7 +93,7 @@ def assert_cleaned(repo: Path):
     for sub in ("worktrees", "scratch"):
         assert not list((state / sub).glob("*")) if (state / sub).exists() else True, f"left in {sub}"
     assert not list(state.glob("index-*"))
-    assert _git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
 
 
 @pytest.fixture
@@ -112,16 +109,19 @@ def experiment(kernel_repo, run_kgit):
 def test_kill_record(experiment, moment):
     repo = experiment
     before = _reachable(repo)
-    status_before = _git(repo, "status", "--porcelain")
+    status_before = git(repo, "status", "--porcelain")
+    # A delay into the moment, the same on every run (seeded by the moment), so that a
+    # failure can be repeated.
+    delay = random.Random(moment)
     proc = _start(repo, "record")
     if moment == "starting":
-        time.sleep(random.uniform(0.05, 0.6))
+        time.sleep(delay.uniform(0.05, 0.6))
     else:
         _wait_for(lambda: _evaluating(repo), "the evaluation to start")
-        time.sleep(random.uniform(0.0, 1.0))
+        time.sleep(delay.uniform(0.0, 1.0))
     _kill_group(proc)
     assert_survived(repo, before)
-    assert _git(repo, "status", "--porcelain") == status_before
+    assert git(repo, "status", "--porcelain") == status_before
 
     # The next run cleans up and records the attempt.
     again = subprocess.run([KGIT, "record"], cwd=repo, capture_output=True, text=True)
@@ -185,8 +185,8 @@ def test_clean_removes_a_worktree_left_locked_by_a_killed_add(kernel_repo):
     repo = Repo(kernel_repo)
     dead = repo.state / "worktrees" / "999999999-0123456789ab"
     dead.parent.mkdir(parents=True, exist_ok=True)
-    _git(kernel_repo, "worktree", "add", "--detach", "--lock", "--reason", "initializing", str(dead), "HEAD")
-    assert _git(kernel_repo, "worktree", "list", "--porcelain").count("worktree ") == 2
+    git(kernel_repo, "worktree", "add", "--detach", "--lock", "--reason", "initializing", str(dead), "HEAD")
+    assert git(kernel_repo, "worktree", "list", "--porcelain").count("worktree ") == 2
     repo.clean_worktrees()
-    assert _git(kernel_repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert git(kernel_repo, "worktree", "list", "--porcelain").count("worktree ") == 1
     assert not dead.exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from conftest import logged
 
 from kgit import problems as problem_mod
 from kgit import remeasure
@@ -13,8 +14,6 @@ from kgit.archive import cause, figures, notebook
 from kgit.archive.repo import Repo
 from kgit.scientist import context
 from kgit_harness.result import Result
-
-from conftest import logged
 
 
 def attempt(sha, experiment, when, device="NVIDIA H200", timing="events", geomean=10.0, status="ok", notes="",
@@ -96,9 +95,10 @@ def test_the_check_is_described_from_its_definition_without_unreadable_pointers(
 
 
 def test_errors_lose_kgits_own_frames_and_keep_the_candidates():
+    from pathlib import Path
+
     import kgit
     import kgit_harness
-    from pathlib import Path
 
     harness = Path(kgit_harness.__file__).resolve().parent
     own = Path(kgit.__file__).resolve().parent

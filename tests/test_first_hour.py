@@ -13,12 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import fast_config_text, git
-from kgit import evolve, live, remeasure
-from kgit import workflow
-from kgit.evaluation import child
+
+from kgit import evolve, live, remeasure, workflow
 from kgit.errors import INTERRUPTED_MESSAGE
+from kgit.evaluation import child
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = "BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 2048 4096"

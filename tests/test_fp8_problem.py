@@ -19,12 +19,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import FAST_TIMING
 
 from kgit import config as config_mod
 from kgit.evaluation import child
 from kgit_harness.problem import load_task, shipped
-
-from conftest import FAST_TIMING
 
 PROBLEM = shipped()["fp8_blockscale_gemm"]
 

@@ -10,7 +10,8 @@ import types
 import pytest
 import torch
 
-from kgit_harness import channel, checking, peaks as devices, policy, problem, shared, timing
+from kgit_harness import channel, checking, policy, problem, shared, timing
+from kgit_harness import peaks as devices
 from kgit_harness.guards import Guards, Tripped
 from kgit_harness.result import SCHEMA, Result, new, validate
 from kgit_harness.spec import TimingSettings

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from kgit.evaluation import child
-from kgit import importers
-from kgit import config as config_mod
-from kgit.errors import KgitError
-
 from conftest import fast_config_text, git
+
+from kgit import config as config_mod
+from kgit import importers
+from kgit.errors import KgitError
+from kgit.evaluation import child
 
 DATA = Path(__file__).parent / "data"
 GPUMODE = DATA / "gpumode" / "row_scale"

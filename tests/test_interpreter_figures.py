@@ -9,8 +9,8 @@ import shutil
 import subprocess
 
 import pytest
-
 import review_archive as ra
+
 from kgit import evolve
 from kgit.archive.repo import Repo
 from kgit.review import campaign as review

@@ -217,8 +217,8 @@ def _contiguous_variant(folder: Path) -> Path:
 @pytest.mark.gpu
 def test_the_fp8_baselines_evaluation_splits_each_shape_into_its_triton_kernel_and_the_input_copies():
     import yaml
-
     from conftest import FAST_TIMING
+
     from kgit import config as config_mod
     from kgit.evaluation import child
 
@@ -249,8 +249,8 @@ def test_the_fp8_baselines_evaluation_splits_each_shape_into_its_triton_kernel_a
 @pytest.mark.gpu
 def test_kernel_split_false_leaves_the_split_out_and_the_timing_as_it_is():
     import yaml
-
     from conftest import FAST_TIMING
+
     from kgit import config as config_mod
     from kgit.evaluation import child
     from kgit_harness import problem

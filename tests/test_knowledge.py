@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
-
-from types import SimpleNamespace
 
 from kgit import config as config_mod
 from kgit import problems as problem_mod

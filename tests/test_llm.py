@@ -14,11 +14,11 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 import endpoint
 import fake_llm
-from conftest import fast_config_text
+import pytest
+from conftest import fast_config_text, git
+
 from kgit.config import LLMConfig
 from kgit.errors import LLMError, LLMUnavailable
 from kgit.scientist import llm, manual
@@ -204,15 +204,12 @@ def test_evolve_through_a_local_openai_compatible_server(kernel_repo, run_kgit, 
     assert "unpriced (1 call without a price) so far" in result.stderr
     assert "$0.0" not in result.output and "offline" not in result.output
 
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=kernel_repo, capture_output=True, text=True, check=True).stdout
-
-    message = git("log", "-1", "--format=%B", "--branches=kgit/*")
+    message = git(kernel_repo, "log", "-1", "--format=%B", "--branches=kgit/*")
     assert "Kgit-Status: ok" in message and "Kgit-Model: openai/test-model" in message
     assert "Kgit-Cost-USD: unknown" in message and "Kgit-Tokens: 150" in message
     # The key went to the server (that is its job) and nowhere else.
     assert server.log[0]["auth"] == f"Bearer {SECRET}"
-    assert SECRET not in git("log", "--all", "--format=%B") + result.output
+    assert SECRET not in git(kernel_repo, "log", "--all", "--format=%B") + result.output
     cache = list((kernel_repo / ".git" / "kgit" / "cache" / "llm").rglob("*.json"))
     assert len(cache) == 2 and all(SECRET not in p.read_text() for p in cache)
 
@@ -409,10 +406,7 @@ def test_evolve_with_the_manual_model_end_to_end(kernel_repo, tmp_path):
     stderr = "\n".join(seen)
     assert not failures and proc.returncode == 0, (failures, out + stderr)
 
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=kernel_repo, capture_output=True, text=True, check=True).stdout
-
-    message = git("log", "-1", "--format=%B", "--branches=kgit/*")
+    message = git(kernel_repo, "log", "-1", "--format=%B", "--branches=kgit/*")
     assert "Kgit-Status: ok" in message and "Kgit-Model: manual" in message and "Kgit-Cost-USD: unknown" in message
     assert "Doubling the block halves the programs launched.\n\nNo speed-up is claimed" in message
     assert "kernel.py kernel.py" not in message

@@ -10,13 +10,12 @@ that change nothing, so no candidate is evaluated: the model path is what is tes
 from __future__ import annotations
 
 import json
-import subprocess
-
-import pytest
 
 import endpoint
 import fake_llm
-from conftest import fast_config_text
+import pytest
+from conftest import fast_config_text, git
+
 from kgit.archive import costlog
 from kgit.archive.repo import Repo
 from kgit.scientist import pending
@@ -52,9 +51,6 @@ def unchanged(repo) -> str:
     """A writer's answer whose edits apply and change nothing: rejected, never evaluated."""
     return fake_llm.whole_file("kernel.py", (repo / "kernel.py").read_text())
 
-
-def git(repo, *args) -> str:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
 
 
 def test_unusable_answers_are_asked_again_not_replayed(kernel_repo, run_kgit, server, key):

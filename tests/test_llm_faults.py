@@ -8,13 +8,12 @@ the API key.
 from __future__ import annotations
 
 import socket
-import subprocess
-
-import pytest
 
 import endpoint
 import fake_llm
-from conftest import fast_config_text
+import pytest
+from conftest import fast_config_text, git
+
 from kgit.archive import costlog
 from kgit.archive.repo import Repo
 from kgit.config import LLMConfig
@@ -232,9 +231,6 @@ def _evolve(repo, run_kgit, server, **evolve):
     return run_kgit(repo, "evolve", "--model", "openai/test-model", "--api-base", server.url)
 
 
-def _git(repo, *args) -> str:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
-
 
 def test_garbage_answers_never_stop_the_run(kernel_repo, run_kgit, key):
     with FaultServer([endpoint.answer("I would rather not answer in JSON.")]) as server:
@@ -259,13 +255,13 @@ def test_hostile_writer_answers_are_recorded_as_rejected_attempts(kernel_repo, r
     log = Repo(kernel_repo).read()
     mine = sorted((a for a in log if a.experiment == 1), key=lambda a: a.attempt)
     assert [a.status for a in mine] == ["rejected", "rejected"]
-    first = _git(kernel_repo, "show", "-s", "--format=%B", mine[0].sha)
+    first = git(kernel_repo, "show", "-s", "--format=%B", mine[0].sha)
     assert "not an editable file" in first
     assert "forbidden import: os" in mine[1].trailers["Kgit-Reason"][0]
     for attempt in mine:  # nothing outside the editable set ever changed
-        assert _git(kernel_repo, "show", f"{attempt.sha}:problem/reference.py") == reference
+        assert git(kernel_repo, "show", f"{attempt.sha}:problem/reference.py") == reference
     assert (kernel_repo / "problem" / "reference.py").read_text() == reference
-    assert SECRET not in _git(kernel_repo, "log", "--all", "--format=%B") + result.output
+    assert SECRET not in git(kernel_repo, "log", "--all", "--format=%B") + result.output
 
 
 def test_a_writer_without_an_answer_commits_nothing_and_its_plan_waits(kernel_repo, run_kgit, key):
@@ -273,7 +269,7 @@ def test_a_writer_without_an_answer_commits_nothing_and_its_plan_waits(kernel_re
     answer is no experiment: nothing is committed, the summary says `no answer`, the plan is
     kept, and the next run carries it out without designing anything."""
     script = [endpoint.answer(fake_llm.design(["Try anything"])), endpoint.status(503)]
-    before = _git(kernel_repo, "rev-list", "--branches", "--tags")
+    before = git(kernel_repo, "rev-list", "--branches", "--tags")
     with FaultServer(script) as server:
         result = _evolve(kernel_repo, run_kgit, server, attempts=3)
         assert server.stages() == ["design", "write", "write"]  # the writer's try and one retry
@@ -285,7 +281,7 @@ def test_a_writer_without_an_answer_commits_nothing_and_its_plan_waits(kernel_re
     line = next(ln for ln in result.stderr.splitlines() if "no answer" in ln)
     assert "503" in line and "worth retrying" in line and "Check the model string" not in line
     assert "kept for the next run" in line
-    assert _git(kernel_repo, "rev-list", "--branches", "--tags") == before
+    assert git(kernel_repo, "rev-list", "--branches", "--tags") == before
     # The design call, answered, is in the cost log although no commit carries it.
     assert [r["stage"] for r in costlog.read(Repo(kernel_repo))] == ["design"]
     with Repo(kernel_repo).lock("test"):

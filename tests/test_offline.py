@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from conftest import git, make_git_repo
+
 from kgit.archive.repo import Repo
 from kgit.scientist import offline
 

@@ -10,8 +10,9 @@ import subprocess
 import sys
 
 import pytest
-
 import review_archive as ra
+from conftest import git, rev
+
 from kgit.archive.repo import Repo
 
 FAKE_GH = f"""#!{sys.executable}
@@ -32,9 +33,6 @@ if args[:2] == ["pr", "create"]:
     print("https://github.example/kernels/pull/7")
 """
 
-
-def git(cwd, *args) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -84,12 +82,12 @@ def test_pr_pushes_squashed_commits_and_opens_the_pull_request(setup, run_kgit):
     assert "https://github.example/kernels/pull/7" in result.output
 
     branch = "kgit-review/2-vectorize-loads-4-elements-per-thread"
-    tip = git(remote, "rev-parse", f"refs/heads/{branch}")
+    tip = rev(remote, f"refs/heads/{branch}")
     # Experiment 2 builds on experiment 1, which main lacks: one commit per experiment,
     # trees equal to the attempts', on top of the baseline; no failed attempt in between.
-    assert git(remote, "rev-parse", f"{tip}^{{tree}}") == git(root, "rev-parse", f"{shas['e2.2']}^{{tree}}")
-    assert git(remote, "rev-parse", f"{tip}~1^{{tree}}") == git(root, "rev-parse", f"{shas['e1.2']}^{{tree}}")
-    assert git(remote, "rev-parse", f"{tip}~2") == shas["baseline"]
+    assert rev(remote, f"{tip}^{{tree}}") == rev(root, f"{shas['e2.2']}^{{tree}}")
+    assert rev(remote, f"{tip}~1^{{tree}}") == rev(root, f"{shas['e1.2']}^{{tree}}")
+    assert rev(remote, f"{tip}~2") == shas["baseline"]
     messages = git(remote, "log", "--format=%B", f"{shas['baseline']}..{tip}")
     assert "speedup" not in messages  # `git log --all --grep speedup` still lists only attempts
     assert f"Kgit-Squash-Of: {shas['e2.2']}" in messages
@@ -125,7 +123,7 @@ def test_pr_on_a_base_branch_that_already_holds_the_parent_experiment(setup, run
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert doc["opened"] and len(doc["stack"]) == 1
-    assert git(remote, "rev-parse", f"{doc['sha']}^") == shas["e1.2"]
+    assert rev(remote, f"{doc['sha']}^") == shas["e1.2"]
     assert "## Stacked experiments" not in doc["body"]
 
 
@@ -133,7 +131,7 @@ def test_pr_after_the_parent_experiment_was_squash_merged(setup, run_kgit):
     # What a forge's squash merge of `kgit pr 1` leaves on main: a new commit with the
     # pull request's tree whose message quotes the squashed commits' messages.
     root, remote, bin_dir, log, shas = setup
-    tree = git(root, "rev-parse", f"{shas['e1.2']}^{{tree}}")
+    tree = rev(root, f"{shas['e1.2']}^{{tree}}")
     message = f"Use BLOCK_SIZE 2048 (#12)\n\n* kgit #1: use BLOCK_SIZE 2048\n\nKgit-Squash-Of: {shas['e1.2']}\n"
     merged = subprocess.run(["git", "commit-tree", tree, "-p", shas["baseline"], "-F", "-"], cwd=root, input=message,
                             capture_output=True, text=True, check=True).stdout.strip()
@@ -142,7 +140,7 @@ def test_pr_after_the_parent_experiment_was_squash_merged(setup, run_kgit):
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert len(doc["stack"]) == 1
-    assert git(remote, "rev-parse", f"{doc['sha']}^") == merged
+    assert rev(remote, f"{doc['sha']}^") == merged
 
 
 def test_pr_without_gh_prints_the_body_and_the_command(setup, run_kgit):
@@ -157,8 +155,8 @@ def test_pr_without_gh_prints_the_body_and_the_command(setup, run_kgit):
     body_file = root / ".git" / "kgit" / "pr" / "1.md"
     assert f"--body-file {body_file}" in command
     assert "Mismatch at index 17" in body_file.read_text()  # experiment 1's failed first attempt
-    tip = git(remote, "rev-parse", "refs/heads/kgit-review/1-block-size-2048-wider-tiles")
-    assert git(remote, "rev-parse", f"{tip}^") == shas["baseline"]
+    tip = rev(remote, "refs/heads/kgit-review/1-block-size-2048-wider-tiles")
+    assert rev(remote, f"{tip}^") == shas["baseline"]
     assert not log.exists()
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from kgit import config as config_mod
-from kgit.archive.repo import Repo
 from kgit.archive import buildfacts
+from kgit.archive.repo import Repo
 from kgit.evaluation import profile
 from kgit_harness import problem
 
@@ -133,6 +133,7 @@ def test_kgit_profile_of_the_fp8_baseline_on_the_gpu(tmp_path, capsys):
     """On the H200 (ncu installed): per benchmark shape, DRAM and SM/tensor throughput as
     percentages of peak, stored in the baseline's note and shown to the designer."""
     from conftest import fast_config_text, make_git_repo
+
     from kgit import workflow
     from kgit_harness import peaks
 

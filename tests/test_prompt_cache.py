@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import os
 
-from conftest import fast_config_text
-import fake_llm
 import endpoint
+import fake_llm
+from conftest import fast_config_text
 from test_llm import evolve_through
+
 from kgit.config import LLMConfig
 from kgit.scientist import caching, llm, prompts
 

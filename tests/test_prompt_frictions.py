@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
-from kgit.scientist import select
-
 from conftest import logged
+
+from kgit.scientist import select
 
 GPU = "NVIDIA H200"
 LDS = "does not fit: needs 96 KiB of LDS per workgroup; gfx942 has 64 KiB"
@@ -168,8 +168,8 @@ def test_the_designer_sees_each_shapes_rate_against_the_devices_peaks():
 
 def test_the_build_target_policy_follows_the_config_and_says_which_launches_were_compiled():
     from kgit import problems as problem_mod
-    from kgit.config import Config
     from kgit.archive import buildfacts
+    from kgit.config import Config
     from kgit.scientist import context
 
     task = problem_mod.load_task(problem_mod.shipped()["fp8_blockscale_gemm"])

@@ -7,8 +7,8 @@ import json
 
 import pytest
 import yaml
-
 from cheats import baseline, run_harness
+
 from kgit_harness import problem, protocols, upstream_timing
 
 # Every call's input tuple as the kernel sees it: the tuple's id(), its tensors' id()s and

@@ -8,12 +8,10 @@ becomes `kgit best`. The judge's own stop is tested end to end on a GPU (marked 
 
 from __future__ import annotations
 
-import subprocess
-
-import pytest
-
 import fake_llm
-from conftest import fast_config_text
+import pytest
+from conftest import fast_config_text, git
+
 from kgit import evolve, problems, workflow
 from kgit.archive import figures
 from kgit_harness import racing
@@ -25,15 +23,12 @@ KEYS = ["size=1048576", "size=16777216", "size=67108864"]
 SLOW_BLOCK = "BLOCK_SIZE = 1024  # kgit: tune 256 512 1024 2048 4096"
 
 
-def git(cwd, *args) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
-
 
 def shape(key, mean, rel_std=0.01, n=100):
     return {"key": key, "mean_us": mean, "std_us": rel_std * mean, "n": n}
 
 
-INCUMBENT = {"name": "abc1234567", "times": {k: 100.0 for k in KEYS}, "noise": 0.002}
+INCUMBENT = {"name": "abc1234567", "times": dict.fromkeys(KEYS, 100.0), "noise": 0.002}
 
 
 # -- the rule ---------------------------------------------------------------------------
@@ -296,7 +291,7 @@ def test_judge_consults_the_race_after_each_shape_and_stops(kernel_repo, tmp_pat
     spec = {"problem_dir": str(problem_dir), "candidate_dir": str(candidate_dir), "timing": asdict(config.timing),
             "secret_seed": 7, "timeout_s": 300, "kernel_split": True, "sandbox": {}, "runner_prefix": [],
             "runner_cwd": str(scratch),
-            "race": {"name": "fictional", "times": {k: 1e-3 for k in keys}, "noise": 0.01}}
+            "race": {"name": "fictional", "times": dict.fromkeys(keys, 0.001), "noise": 0.01}}
     doc = judge.run(spec)
     assert doc["status"] == "stopped", doc.get("error")
     assert calls == [(1, 2, False, "mean_us")]

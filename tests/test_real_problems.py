@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from conftest import fast_config_text
 
 from kgit import config as config_mod
 from kgit import importers
@@ -22,8 +23,6 @@ from kgit.errors import KgitError
 from kgit.evaluation import child
 from kgit_harness import checking, needs, policy, portable
 from kgit_harness import result as result_mod
-
-from conftest import fast_config_text, git
 
 DATA = Path(__file__).parent / "data"
 AXPB = DATA / "gpumode" / "axpb"
@@ -272,7 +271,7 @@ def test_what_the_machine_lacks_is_unsupported_not_a_kernel_failure(tmp_path, re
     doc = _evaluate(problem_dir, IDENTITY, tmp_path)
     assert doc["status"] == "unsupported" and reason in doc["reason"], (doc["status"], doc["reason"], doc["error"])
     assert trailers.subject("baseline", doc["status"], None, None, doc["reason"]).startswith(
-        f"baseline: unsupported here (needs")
+        "baseline: unsupported here (needs")
 
 
 SIMPLE_REFERENCE = ("import torch\n\ndef generate_input(n, seed):\n    return (torch.ones(n),)\n\n"

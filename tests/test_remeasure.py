@@ -7,17 +7,16 @@ import subprocess
 from types import SimpleNamespace
 
 import pytest
+from conftest import fast_config_text, git
 
 from kgit import config as config_mod
+from kgit import remeasure as rm
 from kgit.archive import measure
 from kgit.archive.notes import Measurement
-from kgit import remeasure as rm
 from kgit.archive.repo import BASELINE_TAG, NOTES_REF, Repo
 from kgit.errors import GitError, KgitError
 from kgit.review import text as report
 from kgit_harness import result as result_mod
-
-from conftest import fast_config_text, git
 
 
 def _refs(root) -> str:

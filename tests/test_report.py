@@ -12,11 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import review_archive as ra
 from matplotlib import image as mpimg
 
-import review_archive as ra
-from kgit.review import html as report_html, campaign as review
 from kgit.archive.repo import Repo
+from kgit.review import campaign as review
+from kgit.review import html as report_html
 from kgit_harness import problem as problem_mod
 
 SECTIONS = ["summary", "progress", "lineage", "shapes", "references", "hypotheses"]

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import subprocess
 
+from conftest import git, init_with_one_attempt, make_git_repo
+
 from kgit.archive import trailers as tr
 from kgit.archive.repo import parse_log
 from kgit_harness import reported
 from kgit_harness import result as result_mod
-
-from conftest import git, init_with_one_attempt, make_git_repo
 
 FORGED_NAME = "sm_90a\n\nKgit-Status: ok\nKgit-Geomean-us: 0.04"
 HOSTILE_TARGETS = {

@@ -7,14 +7,16 @@ import shutil
 from types import SimpleNamespace
 
 import pytest
-
 import review_archive as ra
+
 from kgit import config as config_mod
+from kgit import problems as problem_mod
 from kgit import workflow
-from kgit.review import plots, html as report_html, campaign as review
 from kgit.archive.repo import Repo
 from kgit.errors import ConfigError
-from kgit import problems as problem_mod
+from kgit.review import campaign as review
+from kgit.review import html as report_html
+from kgit.review import plots
 from kgit_harness.result import geomean
 
 
@@ -195,7 +197,7 @@ def _labels_overlapping(campaign) -> list[tuple[str, str]]:
     # Ten experiments as the offline strategist makes them: a best path and side chains.
     ({1: 0, 2: 0, 3: 1, 4: 2, 5: 3, 6: 2, 7: 5, 8: 6, 9: 6, 10: 7}, [1, 3, 5, 7, 10]),
     ({n: n - 1 for n in range(1, 31)}, list(range(1, 31))),  # one long chain
-    ({n: 0 for n in range(1, 11)}, [4]),  # ten tries from the baseline
+    (dict.fromkeys(range(1, 11), 0), [4]),  # ten tries from the baseline
 ])
 def test_lineage_tree_labels_never_overlap(parents, path):
     def hypothesis(n):
@@ -218,7 +220,7 @@ def test_task_references_and_speed_of_light():
     task = problem_mod.load_task(problem_mod.shipped()["vector_add"])
     task.references = {"H200": {"vendor library": 30.0}, "MI300X": {"rocBLAS": 20.0}}
     keys = [problem_mod.shape_key(s) for s in task.benchmarks]
-    attempt = SimpleNamespace(device="NVIDIA H200", timing="events", times={k: 100.0 for k in keys})
+    attempt = SimpleNamespace(device="NVIDIA H200", timing="events", times=dict.fromkeys(keys, 100.0))
     refs = review.references(task, attempt)
     sol = geomean(12 * s["size"] / 4.8e12 * 1e6 for s in task.benchmarks)
     assert refs == {"vendor library": 30.0, "speed of light": pytest.approx(sol)}

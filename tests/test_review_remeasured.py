@@ -1,7 +1,8 @@
 """A campaign evaluated in the interpreter and re-measured on a GPU is reviewed on the GPU's figures."""
 
 from kgit.archive.repo import parse_log
-from kgit.review import campaign as review, plots
+from kgit.review import campaign as review
+from kgit.review import plots
 
 
 def _attempt(sha: str, experiment: int, cpu_us: float, notes: str, baseline: bool = False):

@@ -22,13 +22,12 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import fast_config_text
+from hostile_kernels import HOSTILE, stage
 
 from kgit import config as config_mod
 from kgit.evaluation import child, sandbox
 from kgit_harness import problem as problem_mod
-
-from conftest import fast_config_text
-from hostile_kernels import HOSTILE, stage
 
 NAMESPACES, WHY_NOT = sandbox.probe()
 needs_namespaces = pytest.mark.skipif(not NAMESPACES, reason=f"this host allows no namespaces: {WHY_NOT}")
@@ -890,6 +889,7 @@ def test_secret_shaped_text_is_kept_out_of_the_commit(tmp_path, monkeypatch):
     """A candidate that read another project's .env printed it in its error: the commit
     body, its Kgit-Cause and the notes beside it keep none of it, whatever wrote the text."""
     from conftest import git, init_with_one_attempt
+
     from kgit.archive.refs import NOTES_REF
     from kgit.archive.repo import Repo
     from kgit_harness import result as result_mod
@@ -1026,6 +1026,7 @@ def test_remove_tree_survives_a_hostile_tree(tmp_path):
 ])
 def test_aten_aliases_of_forbidden_ops_trip_the_guard(forbidden, call):
     import torch
+
     from kgit_harness.guards import Guards, Tripped
 
     guards = Guards(torch, forbidden, None)
@@ -1038,6 +1039,7 @@ def test_aten_aliases_of_forbidden_ops_trip_the_guard(forbidden, call):
 
 def test_allowed_ops_pass_the_aten_guard_and_removing_it_is_seen():
     import torch
+
     from kgit_harness.guards import Guards
 
     guards = Guards(torch, ["torch.softmax", "torch.matmul"], None)
@@ -1056,6 +1058,7 @@ def test_a_hostile_leftover_scratch_does_not_break_cleanup(tmp_path):
     """A scratch folder left by a killed kgit, shaped by the candidate: the next command's
     cleanup removes it instead of raising RecursionError on every later `kgit record`."""
     from conftest import make_git_repo
+
     from kgit.archive.repo import Repo
 
     root = make_git_repo(tmp_path / "repo")

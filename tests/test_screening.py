@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fake_llm
 from conftest import fast_config_text
+
 from kgit import evolve, workflow
 from kgit.evaluation import gpus
 

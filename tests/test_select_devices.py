@@ -1,8 +1,8 @@
 """The selector sees re-measurements: the latest timing per device and the spread."""
 
-from kgit.scientist import select as select_mod
-
 from conftest import logged
+
+from kgit.scientist import select as select_mod
 
 
 def _attempt(notes: str):

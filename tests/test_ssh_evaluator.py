@@ -26,13 +26,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from kgit.archive.repo import BASELINE_TAG, Repo
-from kgit.evaluation import backends, candidate
-from kgit import config as config_mod
-
 from conftest import fast_config_text, git
 from sshd import Sshd
+
+from kgit import config as config_mod
+from kgit.archive.repo import BASELINE_TAG, Repo
+from kgit.evaluation import backends, candidate
 
 pytestmark = pytest.mark.ssh
 

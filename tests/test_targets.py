@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from kgit import config as config_mod
-from kgit.archive.repo import Repo
 from kgit.archive import buildfacts
+from kgit.archive.repo import Repo
 from kgit.evaluation import targets_policy
-from kgit_harness.result import Result
 from kgit_harness import problem, targets
+from kgit_harness.result import Result
 
 DATA = Path(__file__).parent / "data" / "targets"
 BOTH = ["gfx942", "sm_90a"]
@@ -130,7 +130,7 @@ def test_capture_of_compiled_jit_functions_reads_the_real_specialization(monkeyp
     y = torch.empty(256, dtype=torch.int32)
     with targets.capture() as launches:
         for n in (256, 1):  # no GPU: each launch fails after the capture saw it
-            with pytest.raises(Exception):
+            with pytest.raises(Exception):  # noqa: B017 - whichever error the launcher raises without a GPU
                 kernel._copy_bits[(2,)](x, y, n, BLOCK=128, num_warps=2)
     assert launches.total == 2 and len(launches.variants) == 2
     first, second = launches.variants
@@ -186,7 +186,7 @@ def test_a_compiler_that_dies_costs_its_target_only():
 def test_a_refused_fork_costs_the_facts_not_the_evaluation(monkeypatch):
     kernel = _load(DATA / "ptx_only.py", monkeypatch, interpret=False)
     with targets.capture() as launches:
-        with pytest.raises(Exception):  # no GPU: the launch fails after the capture saw it
+        with pytest.raises(Exception):  # noqa: B017 - no GPU: the launch fails after the capture saw it
             kernel.custom_kernel(torch.randn(8))
 
     def refuse(work):
@@ -280,7 +280,7 @@ def test_the_attempt_shows_its_targets_in_show_and_log(softmax_repo, run_kgit):
     # The softmax baseline compiles one variant per block size of its shapes: each is listed
     # under its target's line, from the note beside the commit.
     (kept,) = [n.to_note() for n in baseline.notes.targets]
-    for name, variants in kept["targets"].items():
+    for variants in kept["targets"].values():
         assert len(variants) > 1 and all(f"              {k}: {facts}" in shown.output for k, facts in variants)
     logged = json.loads(run_kgit(softmax_repo, "log", "--json").output)
     assert logged[0]["targets"] == baseline.targets
@@ -396,8 +396,8 @@ def test_the_gpu_shapes_configurations_are_captured_without_running_and_compiled
     judge lays out each GPU shape's inputs (no values), the runner calls the candidate with every
     launch skipped, and the configuration only those shapes choose is compiled too."""
     import yaml
-
     from conftest import FAST_TIMING
+
     from kgit.evaluation import child
 
     source = tmp_path / "source"

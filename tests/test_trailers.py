@@ -1,11 +1,11 @@
 import json
 import subprocess
 
+from conftest import git, init_with_one_attempt, make_git_repo
+
 from kgit.archive import trailers as tr
 from kgit.archive.repo import parse_log
 from kgit_harness import result as result_mod
-
-from conftest import git, init_with_one_attempt, make_git_repo
 
 
 def _commit(repo, message):

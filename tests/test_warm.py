@@ -16,12 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import fast_config_text, git
 
 from kgit import config as config_mod
 from kgit.archive.repo import BASELINE_TAG, Repo
 from kgit.evaluation import backends, child, gpus
-
-from conftest import fast_config_text, git
 
 CPU_HOST = gpus.Host(None, ())
 

@@ -3,9 +3,9 @@
 import json
 import subprocess
 
-from kgit.archive.repo import Repo
-
 from conftest import fast_config_text, git, make_git_repo
+
+from kgit.archive.repo import Repo
 
 
 def _status(path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, overload
 
@@ -226,12 +227,12 @@ _FAMILY_PREFIXES = tuple(t.key for t in tr.FAMILIES)
 _IN_JSON = [(t.json, t.attr) for t in tr.SCHEMA if t.json]
 
 
-def parse_log(out: str, notes: dict | None = None) -> list[Attempt]:
+def parse_log(out: str, notes: dict[str, str] | None = None) -> list[Attempt]:
     """The kgit attempts in `git log -z --format=LOG_FORMAT` output; `notes`: the note text by sha."""
     return parse_records(out.split("\0"), notes)
 
 
-def parse_records(records, notes: dict | None = None) -> list[Attempt]:
+def parse_records(records: Iterable[str], notes: dict[str, str] | None = None) -> list[Attempt]:
     """The kgit attempts among `git log -z --format=LOG_FORMAT` records; `notes`: the note text by sha."""
     attempts = []
     last = len(FIELDS) - 1

@@ -11,7 +11,7 @@ them here, never through kgit/evaluation/.
 from __future__ import annotations
 
 import re
-
+from collections.abc import Mapping
 from typing import Any
 
 from kgit.archive import trailers as tr
@@ -80,7 +80,7 @@ def profile_lines(record: dict[str, Any]) -> list[str]:
 
 
 def prompt_lines(targets: dict[str, str], profile: list[str] | None = None, declared=None,
-                 variants: dict[str, list] | None = None) -> str:
+                 variants: Mapping[str, list[list[Any]]] | None = None) -> str:
     """What the designer and writers read about the base: build facts per target (builds or
     the compiler's first error line; registers, LDS/shared, spills, occupancy) and, from the
     note beside its commit, each compiled kernel variant's when there were several, the declared

@@ -142,7 +142,11 @@ def _read_whole(state_path: Path, records_path: Path, state: dict, batches) -> l
     size = 0
     try:
         for batch in batches:
-            fresh = [a for a in batch if not (a.sha in seen or seen.add(a.sha))]
+            fresh = []
+            for a in batch:  # an attempt once, however many batches (or places in one) hold it
+                if a.sha not in seen:
+                    seen.add(a.sha)
+                    fresh.append(a)
             attempts += fresh
             if out is None or not fresh:
                 continue
@@ -172,7 +176,8 @@ def _read_whole(state_path: Path, records_path: Path, state: dict, batches) -> l
 
 def _newest_first(records: list, segments: list[int]) -> list:
     """The records as attempts in git's order: the last appended segment first."""
-    out, end = [], len(records)
+    out: list = []
+    end = len(records)
     for count in reversed(segments):
         out += map(_attempt, records[end - count:end])
         end -= count

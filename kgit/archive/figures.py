@@ -121,8 +121,7 @@ def verdict(ratio: float | None, timing: str | None, device: str | None, noise: 
         return Verdict("interpreter", ratio, None, "interpreter timings are not performance")
     known = [n for n in (noise, base_noise) if n is not None]
     if known:
-        a = noise if noise is not None else base_noise
-        b = base_noise if base_noise is not None else noise
+        a, b = (noise if noise is not None else known[0]), (base_noise if base_noise is not None else known[0])
         within, how = 2 * math.sqrt(a * a + b * b), "2 x the combined standard error"
     else:
         within, how = ASSUMED_NOISE, "no spread stored; assumed"

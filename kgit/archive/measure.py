@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from kgit.archive.notes import KernelSplits, KernelsNote, Measurement, PerShape, TargetLines, TargetsNote
+from kgit.archive.notes import KernelsNote, KernelSplits, Measurement, PerShape, TargetLines, TargetsNote
 from kgit_harness import targets as harness_targets
 from kgit_harness.result import Result, geomean
 

@@ -34,7 +34,7 @@ class ExperimentRef:
             raise BadRefName(f"an experiment slug is lowercase letters, digits and dashes, not {self.slug!r}.")
 
     @classmethod
-    def parse(cls, name: str) -> "ExperimentRef":
+    def parse(cls, name: str) -> ExperimentRef:
         """`kgit/<N>-<slug>`; anything else is refused."""
         found = cls.match(name)
         if found is None:
@@ -43,7 +43,7 @@ class ExperimentRef:
         return found
 
     @classmethod
-    def match(cls, name: str | None) -> "ExperimentRef | None":
+    def match(cls, name: str | None) -> ExperimentRef | None:
         """The experiment a branch name names, or None when it names none."""
         m = _BRANCH.match(name or "")
         return cls(int(m.group(1)), m.group(2)) if m else None

@@ -20,12 +20,18 @@ from pathlib import Path
 
 import orjson
 
-from kgit.cleanup import remove_tree
 from kgit.archive import cache as archive_cache
 from kgit.archive import command, measure
 from kgit.archive import trailers as tr
-from kgit.archive.attempt import LOG_FORMAT, Attempt, parse_log, parse_records  # noqa: F401  (Attempt, parse_log: the archive's API)
+from kgit.archive.attempt import (  # noqa: F401  (Attempt, parse_log: the archive's API)
+    LOG_FORMAT,
+    Attempt,
+    parse_log,
+    parse_records,
+)
+from kgit.archive.notes import KernelsNote, Measurement, TargetsNote
 from kgit.archive.refs import BASELINE_TAG, BRANCH_PREFIX, NOTES_REF, ExperimentRef
+from kgit.cleanup import remove_tree
 from kgit.errors import GitError, KgitError, LockedError, NotAKernelRepo
 from kgit.secrets import redact_data, redact_text
 
@@ -63,7 +69,7 @@ class Repo:
         self._blobs = command.BlobReader(self._git)
 
     @classmethod
-    def find(cls, path=".", require_kgit=True) -> "Repo":
+    def find(cls, path=".", require_kgit=True) -> Repo:
         path = Path(path).resolve()
         top = _toplevel(path)
         if top is None:
@@ -76,11 +82,11 @@ class Repo:
         return repo
 
     @classmethod
-    def open_or_init(cls, path: Path) -> "Repo":
+    def open_or_init(cls, path: Path) -> Repo:
         """The repository `path` is in, made with `git init` when it is in none."""
         if run_git(["rev-parse", "--is-inside-work-tree"], path, check=False).strip() != "true":
             run_git(["init", "--quiet"], path)
-        return cls(_toplevel(path))
+        return cls(_toplevel(path) or Path(path))
 
     def git(self, *args, input=None, env=None, check=True) -> str:
         return command.run(self._git, args, input=input, env=env, check=check)
@@ -315,7 +321,7 @@ class Repo:
         if code != 0:
             raise GitError(f"git cat-file of the notes failed: {err.decode('utf-8', 'replace').strip()[:800]}")
         found, at = {}, 0
-        for blob, shas in annotated.items():
+        for _blob, shas in annotated.items():
             header_end = out.index(b"\n", at)
             header = out[at:header_end].split()
             if len(header) != 3:  # "<sha> missing": a note blob gone from a damaged repository
@@ -433,21 +439,21 @@ class Repo:
         for sub in ("worktrees", "scratch"):
             root = self.state / sub
             if root.exists():
-                for path in root.iterdir():
-                    if _owner_alive(path.name):
+                for left in root.iterdir():
+                    if _owner_alive(left.name):
                         continue
-                    self.git("worktree", "remove", "--force", str(path), check=False)
-                    remove_tree(path)
+                    self.git("worktree", "remove", "--force", str(left), check=False)
+                    remove_tree(left)
                     removed += 1
-        for path in self.state.glob("index-*"):
-            if not _owner_alive(path.name):
-                path.unlink(missing_ok=True)
+        for index in self.state.glob("index-*"):
+            if not _owner_alive(index.name):
+                index.unlink(missing_ok=True)
         # A kill -9 in the middle of `git update-ref` leaves its .lock file, and every
         # later update of that ref fails. Only kgit writes these refs, and we hold the
         # archive lock, so such a file is stale.
         for pattern in ("refs/heads/kgit/**/*.lock", "refs/tags/kgit/*.lock", "refs/notes/kgit.lock"):
-            for path in self.git_dir.glob(pattern):
-                path.unlink(missing_ok=True)
+            for lock in self.git_dir.glob(pattern):
+                lock.unlink(missing_ok=True)
                 removed += 1
         self.git("worktree", "prune", check=False)
         return removed

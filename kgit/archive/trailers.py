@@ -15,6 +15,7 @@ The lowercase word "speedup" appears only in messages of timed, correct attempts
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kgit.archive import cause, figures
@@ -133,8 +134,9 @@ class Trailer:
     result_default: object = None  # written when the result leaves that field empty
     ok_only: bool = False  # carried only by a correct, timed result
     json: str | None = None  # its key in `Attempt.to_json()` (`kgit log --json`)
-    encode: object = None  # a family's name -> the key's tail (git trailer keys allow letters, digits, "-")
-    decode: object = None  # and back
+    # a family's name -> the key's tail (git trailer keys allow letters, digits, "-"), and back
+    encode: Callable[[str], str] = str
+    decode: Callable[[str], str] = str
     names: tuple = ()  # a family's names: the only ones it writes or reads
 
 

@@ -17,7 +17,7 @@ def read_files(repo, specs: list[tuple[str, str]]) -> dict[tuple[str, str], str 
 def commit_files(repo, rev: str, paths: list[str]) -> dict[str, str]:
     """The named files of one commit (absent ones left out)."""
     got = read_files(repo, [(rev, p) for p in paths])
-    return {p: got[(rev, p)] for p in paths if got[(rev, p)] is not None}
+    return {p: text for p in paths if (text := got[(rev, p)]) is not None}
 
 
 def tree_of(repo, rev: str) -> str:

@@ -29,14 +29,15 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
-from kgit import __version__
+from kgit import __version__, secrets
 from kgit.cleanup import remove_tree
-from kgit.evaluation import candidate, child, gpus
-from kgit import secrets
 from kgit.errors import KgitError
+from kgit.evaluation import candidate, child, gpus
+from kgit.secrets import redact_result
+from kgit.secrets import redact_text as redact
 from kgit_harness import result as result_mod
-from kgit.secrets import redact_result, redact_text as redact
 
 
 class EvaluatorError(KgitError):
@@ -110,7 +111,7 @@ class WarmPairs:
         if old is not None:
             _discard(old)
 
-    def quiet(self, device) -> "Quiet":
+    def quiet(self, device) -> Quiet:
         """What an evaluation on `device` tells when its timed loop begins and ends."""
         return Quiet(self, device)
 
@@ -229,7 +230,7 @@ class LocalEvaluator:
                         pair = self.warm.take(key, self.config, state, env)
                         self.warm.refill(key, self.config, state, env, device=key[1])
                         quiet = self.warm.quiet(key[1])
-                    given = {k: v for k, v in (("race", race), ("pair", pair), ("quiet", quiet), ("watch", watch))
+                    given: dict[str, Any] = {k: v for k, v in (("race", race), ("pair", pair), ("quiet", quiet), ("watch", watch))
                              if v is not None}
                     doc = self.run(path, env, **given)
         finally:

@@ -26,8 +26,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import os
 import json
+import os
 import secrets
 import shutil
 import signal
@@ -39,10 +39,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from kgit import __version__
-from kgit.cleanup import remove_tree
 from kgit import config as config_mod
-from kgit.evaluation import child
+from kgit.cleanup import remove_tree
 from kgit.errors import KgitError
+from kgit.evaluation import child
 from kgit.problems import load_task
 
 SCHEMA = "kgit.candidate/1"

@@ -125,7 +125,7 @@ def evaluation_cgroups(limits: dict) -> dict:
     gets None; the runner reports it as not applied.
     """
     made: dict[Path, Path] = {}
-    out = {}
+    out: dict = {}
     name = f"{CGROUP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
     for controller in CONTROLLERS:
         value = limits.get(controller)

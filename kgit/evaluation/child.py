@@ -23,15 +23,16 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
-from kgit.cleanup import remove_tree
-from kgit import secrets as kgit_secrets
 from kgit import excerpts
-from kgit.evaluation import sandbox
+from kgit import secrets as kgit_secrets
+from kgit.cleanup import remove_tree
 from kgit.errors import ConfigError
+from kgit.evaluation import sandbox
+from kgit.problems import load_task
 from kgit_harness import result as result_mod
 from kgit_harness.spec import Spec, StartSpec, TimingSettings
-from kgit.problems import load_task
 
 # The allowlist and the secret-name pattern live in kgit/secrets.py (re-exported here).
 ENV_ALLOW, SECRET_PATTERN = kgit_secrets.ENV_ALLOW, kgit_secrets.SECRET_NAME
@@ -106,7 +107,7 @@ def _readable(top: Path, path: Path):
 
 
 def evaluate_tree(source_root: Path, config, *, state_dir: Path, devices_env: dict | None = None,
-                  race: dict | None = None, pair: "Pair | None" = None, quiet=None, watch=None) -> dict:
+                  race: dict | None = None, pair: Pair | None = None, quiet=None, watch=None) -> dict:
     """Evaluate the kernel in a checked-out tree; return the result document.
 
     `race` is the incumbent to race against (harness/racing.py), from `kgit evolve` only.
@@ -187,11 +188,12 @@ class Pair:
             # used at once skips both (harness/judge.py start).
             ahead=warm, kernel_split=ev.kernel_split,
         )
-        self.proc, self.used = None, False
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.used = False
         self._start(devices_env)
 
     @classmethod
-    def ahead(cls, config, state_dir: Path, devices_env: dict | None = None, warm: bool = True) -> "Pair":
+    def ahead(cls, config, state_dir: Path, devices_env: dict | None = None, warm: bool = True) -> Pair:
         """A pair in a fresh scratch folder of `state_dir`, its candidate folder still empty;
         `warm`: kept for a candidate that does not exist yet (not used at once)."""
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -288,7 +290,8 @@ class Pair:
             pass  # the judge is gone already; what it left on the result pipe says why
         self.go_w = None
         limit = ev.max_output_bytes
-        streams = {"result": OutputTail(64 << 20), "stdout": OutputTail(limit), "stderr": OutputTail(limit)}
+        streams: dict[str, Any] = {"result": OutputTail(64 << 20), "stdout": OutputTail(limit),
+                                   "stderr": OutputTail(limit)}
         proc = self.proc
         result_r, self.result_r = self.result_r, None
         notice_r, self.notice_r = self.notice_r, None

@@ -147,7 +147,7 @@ def private_folders(scratch) -> list[str]:
         found.append(pwd.getpwuid(os.getuid()).pw_dir)
     except KeyError:
         pass
-    found.append(repository_of(scratch))
+    found.append(str(repository_of(scratch) or ""))
     return sorted({os.path.realpath(p) for p in found if p and os.path.isdir(p) and os.path.realpath(p) != "/"})
 
 
@@ -202,13 +202,13 @@ def _memory_total() -> int:
     return 0
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def probe() -> tuple[bool, str]:
     """Can this process start a child in fresh user, network, PID, IPC and mount namespaces?"""
     return _try_unshare(tuple(NAMESPACE_ARGS))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def probe_root() -> tuple[bool, str]:
     """As root: can this process start a child in fresh network, PID, IPC and mount namespaces
     without a user namespace (for an unprivileged runner)?"""
@@ -269,7 +269,7 @@ def plan(mode: str = "auto", runner_user: str = "auto") -> Isolation:
     return Isolation(missing=missing)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def protect_parent() -> bool:
     """Make this (kgit's) process non-dumpable, so processes of the same user cannot
     read /proc/<kgit pid>/environ or attach a debugger. Root can still; the PID

@@ -11,17 +11,17 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
+from kgit import problems as problem_mod
 from kgit.archive import figures, measure
 from kgit.archive.notes import Measurement
 from kgit.archive.repo import BASELINE_TAG, Attempt, Repo
-from kgit.errors import KgitError
 from kgit.costs import cost_text, unpriced
+from kgit.errors import KgitError
 from kgit.review import spending as spending_mod
 from kgit.review.text import num as _num
 from kgit.workflow import best as best_of
 from kgit.workflow import find, resolve
 from kgit_harness import peaks
-from kgit import problems as problem_mod
 from kgit_harness.result import geomean
 
 
@@ -306,7 +306,8 @@ def speed_of_light_geomean(task, attempt: Attempt) -> float | None:
     for key in attempt.times:
         if key not in shapes:
             return None
-        bound = peaks.speed_of_light_us(*task.work(shapes[key]), peak)
+        flops, nbytes = task.work(shapes[key])
+        bound = peaks.speed_of_light_us(flops, nbytes, peak)
         if not bound:
             return None
         bounds.append(bound)

@@ -8,14 +8,14 @@ references, hypotheses) so tests and people's tooling can find them.
 from __future__ import annotations
 
 import base64
-import re
 import datetime as dt
+import re
 from html import escape
 from pathlib import Path
 
 from kgit.archive import figures
-from kgit.review import plots
 from kgit.review import campaign as review
+from kgit.review import plots
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1100px;

@@ -22,16 +22,17 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from kgit.review import campaign as review
-from kgit.archive import measure
-from kgit.archive.notes import Measurement
-from kgit.archive.figures import GPU_WOULD_ADD, INTERPRETER_MEANING, timed as timed_for_speed
+from kgit.archive import measure, remotes
 from kgit.archive import trailers as tr
-from kgit.archive import remotes
+from kgit.archive.attempt import Attempt
+from kgit.archive.figures import GPU_WOULD_ADD, INTERPRETER_MEANING
+from kgit.archive.figures import timed as timed_for_speed
+from kgit.archive.notes import Measurement
 from kgit.archive.refs import ExperimentRef
 from kgit.archive.repo import Repo
-from kgit.errors import KgitError
 from kgit.costs import cost_text
+from kgit.errors import KgitError
+from kgit.review import campaign as review
 
 REVIEW_PREFIX = "kgit-review/"
 _SQUASH_OF = re.compile(r"Kgit-Squash-Of: ([0-9a-f]{40})")
@@ -168,7 +169,7 @@ def _squashed_on(repo: Repo, tip: str) -> dict[str, str]:
     A pull request merged with a merge commit keeps kgit's commits; a squash merge keeps
     their messages in its own, so the trailer is searched anywhere in the message.
     """
-    found = {}
+    found: dict = {}
     for sha, message in repo.messages(tip, grep="Kgit-Squash-Of: "):
         for attempt in _SQUASH_OF.findall(message):
             found.setdefault(attempt, sha)  # newest first: the latest merge wins
@@ -204,14 +205,14 @@ class Figures:
     """The one measurement of the baseline and of the PR base that every figure of a
     pull request (title, results table, attempts table) is computed from."""
 
-    best: object
-    base: object  # the PR base's attempt, or None
+    best: Attempt
+    base: Attempt | None  # the PR base's attempt
     base_m: Measurement | None
-    baseline: object
+    baseline: Attempt
     baseline_m: Measurement | None
 
     @classmethod
-    def of(cls, campaign, exp) -> "Figures":
+    def of(cls, campaign, exp) -> Figures:
         best = exp.best
         base = next((a for a in campaign.attempts if a.sha == exp.base), None)
         return cls(best, base, review.measurement_on(base, best) if base else None,

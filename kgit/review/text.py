@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from tabulate import tabulate
 
-from kgit.problems import shipped
-from kgit.problems import load_task
 from kgit.archive.notes import KernelsNote, Measurement
 from kgit.costs import unpriced, usd
+from kgit.problems import load_task, shipped
 
 
 def num(value, fmt="{:.1f}"):
@@ -124,8 +126,8 @@ def best_lines(attempts, attempt) -> list[str]:
 def devices_table(attempts) -> str:
     """One row per attempt and device: the latest geomean and the spread of repeated measurements,
     beside the attempt's static build facts per target."""
-    from kgit.archive.measure import by_device
     from kgit.archive.buildfacts import short
+    from kgit.archive.measure import by_device
 
     rows = []
     for a in sorted(attempts, key=lambda a: (a.experiment, a.attempt)):
@@ -214,7 +216,7 @@ def result_summary(judged, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
-def kernel_lines(splits: dict, device: str | None) -> list[str]:
+def kernel_lines(splits: Mapping[str, list[list[Any]]], device: str | None) -> list[str]:
     """The per-kernel split of one call per shape (harness/kernelsplit.py), or nothing."""
     from kgit_harness.kernelsplit import line
 
@@ -224,7 +226,7 @@ def kernel_lines(splits: dict, device: str | None) -> list[str]:
             + [f"  {key}: {line(rows)}" for key, rows in splits.items()])
 
 
-def latest_kernels(attempt) -> tuple[dict, str | None]:
+def latest_kernels(attempt) -> tuple[Mapping[str, list[list[Any]]], str | None]:
     """The newest per-kernel split kept for `attempt` (a remeasure note, or a kernels note
     beside a GPU-evaluated commit) and its device; ({}, None) when none was kept."""
     kept: list[Measurement | KernelsNote] = [n for n in attempt.notes.measurements if n.kernels]

@@ -9,8 +9,8 @@ import ast
 import importlib.metadata
 import re
 from dataclasses import dataclass, field
-from typing import Protocol
 from pathlib import Path
+from typing import Protocol
 
 from kgit.archive import figures
 from kgit.archive.notes import KernelsNote, Measurement
@@ -173,8 +173,13 @@ class Machine(Protocol):
     """The GPUs of the host kgit runs on, as the loop found them (kgit/evaluation/gpus.py
     discovers them; the scientist is handed them, never looks)."""
 
-    vendor: str | None  # "nvidia", "amd", or None without a GPU
-    ids: tuple[str, ...]  # the visible GPUs
+    @property
+    def vendor(self) -> str | None:  # "nvidia", "amd", or None without a GPU
+        ...
+
+    @property
+    def ids(self) -> tuple[str, ...]:  # the visible GPUs
+        ...
 
 
 def environment(config, attempts, host: Machine | None, task=None) -> Environment:

@@ -7,8 +7,7 @@ history and decides.
 
 from __future__ import annotations
 
-from kgit.archive import notebook
-from kgit.archive import buildfacts
+from kgit.archive import buildfacts, notebook
 from kgit.scientist import prompts
 from kgit.scientist.answers import ask_json, design
 from kgit.scientist.view import ArchiveView
@@ -29,7 +28,8 @@ def history(attempts, limit: int = HISTORY_CHARS, view: ArchiveView | None = Non
         tries = sorted(by_experiment[number], key=lambda a: a.attempt)
         lines.append(f"- experiment {number} (base {(tries[0].base or '')[:10]}): {' '.join(tries[0].hypothesis.split())}"
                      f" -> {view.outcome(tries)}")
-    text, used = [], 0
+    text: list[str] = []
+    used = 0
     for line in lines:
         if used + len(line) > limit:
             text.append(f"- ... and {len(lines) - len(text)} older experiments")

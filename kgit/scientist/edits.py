@@ -86,7 +86,8 @@ def _has_search(lines, start, fence) -> bool:
 
 
 def _read_block(lines, i, path, number) -> tuple[int, Edit]:
-    search, replace = [], []
+    search: list[str] = []
+    replace: list[str] = []
     part = search
     while i < len(lines):
         stripped = lines[i].strip()
@@ -108,7 +109,7 @@ def _skip_block(lines, i, fence) -> tuple[int, None]:
 
 
 def _read_whole(lines, i, path, fence) -> tuple[int, Edit]:
-    body = []
+    body: list = []
     while i < len(lines):
         if lines[i].strip() == fence:
             return i + 1, Edit(path, None, "\n".join(body) + "\n")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from kgit import problems as problem_mod
 from kgit import shipped
-from kgit.scientist import knowledge as knowledge_mod
 from kgit.errors import ConfigError
+from kgit.scientist import knowledge as knowledge_mod
 
 # "system" is the stable prefix every stage shares; "iteration" the writers' shared context.
 STAGES = ("system", "select", "design", "iteration", "write", "fix")
@@ -174,7 +174,7 @@ def policy_text() -> str:
 
 def part(text: str, stable: bool = False) -> dict:
     """One text part of a message; a stable one ends a prefix that repeats across calls."""
-    out = {"type": "text", "text": text}
+    out: dict[str, object] = {"type": "text", "text": text}
     if stable:
         out[STABLE] = True
     return out

@@ -10,10 +10,9 @@ iteration's base, reference and plans), the part that changes last.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from kgit.archive import notebook, trees
-from kgit.archive import buildfacts
+from kgit.archive import buildfacts, notebook, trees
 from kgit.scientist import context as context_mod
 from kgit.scientist import design as design_mod
 from kgit.scientist import knowledge as knowledge_mod
@@ -22,6 +21,9 @@ from kgit.scientist import select as select_mod
 from kgit.scientist import write as write_mod
 from kgit.scientist.answers import Plan, Selection
 from kgit.scientist.context import Environment
+
+if TYPE_CHECKING:
+    from kgit.scientist.llm import Client
 
 OFFLINE = "offline"
 
@@ -114,7 +116,7 @@ class _Selector:
     """Selection shared by both scientists: forced choices cost no call; an offline
     selector takes the best attempt by kgit's ranking rule."""
 
-    client = None
+    client: Client | None = None
 
     def select(self, ctx, attempts, best):
         forced = select_mod.forced(attempts, best)

@@ -8,9 +8,8 @@ never shown as performance (kgit/scientist/view.py).
 
 from __future__ import annotations
 
-from kgit.archive import figures, measure, notebook
+from kgit.archive import buildfacts, figures, measure, notebook
 from kgit.archive import trailers as tr
-from kgit.archive import buildfacts
 from kgit.scientist import prompts
 from kgit.scientist.answers import Selection, ask_json, selection
 from kgit.scientist.view import ArchiveView

@@ -5,6 +5,7 @@ noise, interpreter timings never shown as performance, failures with their one-l
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from kgit.archive import cause as cause_mod
 from kgit.archive import figures, measure
@@ -119,7 +120,7 @@ class ArchiveView:
 
     def outcome(self, tries) -> str:
         """How an experiment's attempts ended, failures with their cause, a later fix as such."""
-        notes = []
+        notes: list = []
         for a in tries:
             if a.ok:
                 head = f"correct at attempt {a.attempt} [{self.timing(a)}]"
@@ -135,7 +136,7 @@ class ArchiveView:
         found = self._ranking_measurement(a)
         return found.times if found else {}
 
-    def comparable_kernels(self, a) -> dict:
+    def comparable_kernels(self, a) -> Mapping[str, list[list[Any]]]:
         """{shape: [[kernel, launches, us], ...]} of the measurement comparable_times reads, if it
         kept the runner's per-kernel split (kgit/archive/measure.py)."""
         return measure.kernels_of(a, self.device, self.harness, self.evaluator) if self.gpu else {}
@@ -145,6 +146,6 @@ class ArchiveView:
         found = self._ranking_measurement(a)
         return (found.launch_bound or {}) if found else {}
 
-    def per_call(self, a) -> dict:
+    def per_call(self, a) -> Mapping[str, Mapping[str, float]]:
         """{shape: {"device_us", "host_us"}} beside the ranking measurement's figures, where kept."""
         return measure.per_call_of(a, self.device, self.harness, self.evaluator) if self.gpu else {}
