@@ -10,7 +10,7 @@ later ones (nothing moved: the kept objects are the answer), and one after a new
 an old attempt (the archive read warm, that one attempt rendered again).
 
     python benchmarks/archive_scale.py [--sizes 10000 100000]
-Goals (core issue, issue 15): at 100,000 attempts on a 2-core machine, the first read
+Goals: at 100,000 attempts on a 2-core machine, the first read
 <= 2 s, `kgit log --json` <= 3 s, the warm read no slower than 1.67 s. Other work on the
 machine inflates wall times: repeat, and compare before and after back to back.
 """

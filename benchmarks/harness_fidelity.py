@@ -1,6 +1,6 @@
 """How far the harness's timings can be trusted, on a GPU (written for the H200).
 
-Three figures, each against its goal from the harness issue:
+Three figures, each against its goal:
 
 1. Agreement with triton.testing.do_bench on the shipped baselines: per benchmark
    shape, the harness's statistic over do_bench's (same statistic, do_bench flushes

@@ -498,7 +498,7 @@ def run_started(spec: Spec, runner: Runner, torch, on_gpu: bool) -> dict:
         doc.update(status="crash", error=f"the problem could not be run: {e}")
     finally:
         if runner is not None:
-            _targets_finish(runner, doc)  # [kgit targets, issue 14]
+            _targets_finish(runner, doc)  # the build facts captured meanwhile (docs/targets.md)
             runner.close()
         PHASES.mark("result")
     doc["eval_s"] = round(_clock() - started, 3)
@@ -639,7 +639,7 @@ def _static_policy(sources: dict[str, str], task, computed_names: bool = False) 
 def _evaluate(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibration) -> dict:
     secret = spec.secret_seed
     tests = []
-    # [kgit targets, issue 14] The runner captures the checks' launches and cross-compiles them
+    # [build targets] The runner captures the checks' launches and cross-compiles them
     # for the build targets while the timing runs; collected in run() (docs/targets.md).
     # Facts of byte-identical code measured before are served from the judge's cache
     # (harness/factcache.py): no capture, no compile.
@@ -665,7 +665,7 @@ def _evaluate(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibrati
         if names:
             _targets_build(runner, names)
             runner.targets_cache = cache if checked else None
-    # [end kgit targets]
+    # [end build targets]
     PHASES.mark("checked")
     failed = [t for t in tests if not t["ok"]]
     if failed:
@@ -697,7 +697,7 @@ def _evaluate(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibrati
         _kernel_splits(task, reference, runner, torch, benchmarks, shapes, on_gpu)
         PHASES.mark("kernels split")
     elif names and spec.targets_gpu_shapes:
-        _dry_targets(task, reference, runner, torch, doc)  # [kgit targets, issue 18]
+        _dry_targets(task, reference, runner, torch, doc)  # build facts at the GPU shapes
         PHASES.mark("gpu shapes captured")
     return {"status": "ok", "tests": tests, "shapes": shapes, "geomean_us": geo, "speed_of_light": sol}
 
@@ -756,7 +756,7 @@ DRY_WAIT_S = 240.0
 
 
 def _dry_targets(task, reference, runner, torch, doc):
-    """[kgit targets, issue 18] In the interpreter, after timing: the build facts of the kernel
+    """In the interpreter, after timing: the build facts of the kernel
     configurations the GPU shapes would launch (the checks' CPU shapes reach only some).
 
     The checks' facts are collected (and cached) first; the runner then calls the candidate on

@@ -398,7 +398,7 @@ class Session:
         splits, self.split = self.split.stop(), None
         return {"op": "done", "splits": [{"kernels": rows, "why": why} for rows, why in splits]}
 
-    # [kgit targets, issue 14] The judge brackets its checks with these: the runner captures
+    # [build targets] The judge brackets its checks with these: the runner captures
     # the candidate's Triton launches and cross-compiles them (candidate-reported facts).
     def op_targets_start(self, message, fds) -> dict:
         self.capture = build_targets.capture()
@@ -453,7 +453,7 @@ class Session:
         extra = build_targets.build_facts(launches, list(facts.get("results") or {})) if launches.variants else {}
         self.facts = build_targets.merge(facts, extra, report)
         return {"op": "done", "targets": self.facts}
-    # [end kgit targets]
+    # [end build targets]
 
     def _sync(self):
         if self.on_gpu:

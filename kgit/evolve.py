@@ -314,7 +314,7 @@ class Run:
                 # other hypotheses at their next attempt instead of letting them run on.
                 self.stopping.set()
                 raise
-        if self.config.evolve.profile:  # issue 14: hardware counters of the best attempt so far
+        if self.config.evolve.profile:  # hardware counters of the best attempt so far (docs/targets.md)
             from kgit.evaluation import profile as profile_mod
 
             self._line(tag, "profile", "design", profile_mod.after_iteration(

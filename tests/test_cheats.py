@@ -311,7 +311,7 @@ def test_gpu_l2_is_flushed_between_timed_calls(tmp_path):
     assert harness > 1.1 * warm, (harness, cold, warm)
 
 
-# ---- what a hostile runner reports, and when (issue: nothing the runner says reaches the archive unchecked) ----
+# ---- what a hostile runner reports, and when: nothing the runner says reaches the archive unchecked ----
 
 @pytest.mark.parametrize("name", ["timed_only_inference", "guard_flag_cleared"])
 def test_a_forbidden_op_in_timed_calls_only_is_caught_whatever_it_skips(tmp_path, name):

@@ -1,4 +1,4 @@
-"""Branch names and progress lines of `kgit evolve` that tell experiments apart (issue 17):
+"""Branch names and progress lines of `kgit evolve` that tell experiments apart:
 the offline strategist repeats one change from different bases, so the name carries the base."""
 
 from __future__ import annotations

@@ -341,7 +341,7 @@ def _settled(batch, events, copy=0.0, call=0.0, runner_batch=0.0, samples=None):
     return timing.settle(stats), stats
 
 
-# Figures recorded on the H200 last session (judge batch us a call, event mean, judge's copy,
+# Figures recorded on an H200 (judge batch us a call, event mean, judge's copy,
 # runner host us in a timed call, runner host us a call in the batch).
 @pytest.mark.parametrize("batch, events, copy, call, runner_batch, clock", [
     (12.0, 10.0, 0.0, 5.0, 5.0, "events"),          # honest, GPU-bound

@@ -1,4 +1,4 @@
-"""What round 1 of the fp8 campaign found missing from the prompts (issue 18): failing
+"""What an fp8 campaign found missing from the prompts: failing
 targets' reasons in the selector's table, the GPU benchmark shapes and the base's figures
 there, the ranking device's software, and the build-target policy as configured."""
 
@@ -77,7 +77,7 @@ def test_the_environment_names_the_software_of_the_device_whose_timings_rank():
     ranking = next(line for line in text.splitlines() if line.startswith("- ranking timings"))
     assert GPU in ranking and "triton 3.6.0" in ranking and "torch 2.11.0+cu130" in ranking and "cuda 13.0" in ranking
     assert "python" not in ranking
-    # The run's own attempts get no timing from that GPU until a remeasure there (round 3 could not tell).
+    # The run's own attempts get no timing from that GPU until a remeasure there, and the text says so.
     arrive = next(line for line in text.splitlines() if line.startswith("- when timings arrive"))
     assert "correctness only" in arrive and f"no {GPU} timing until someone runs `kgit remeasure`" in arrive
     elsewhere = context.Environment("AMD Instinct MI300X", True, "events", ranked_on=GPU)

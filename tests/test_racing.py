@@ -1,4 +1,4 @@
-"""Racing (issue 15): the judge stops timing a candidate that is clearly slower than the incumbent.
+"""Racing: the judge stops timing a candidate that is clearly slower than the incumbent.
 
 The decision rule is a pure function (harness/racing.py), tested here on the CPU; so are
 the `stopped` status, its commit subject and trailers, that evolve hands the base's GPU

@@ -1,4 +1,4 @@
-"""The traits of GPU MODE's and KernelBench's own problems that kgit judged wrong (issue 16).
+"""The traits of GPU MODE's and KernelBench's own problems that kgit once judged wrong.
 
 Each test runs a small problem written for it, with the trait of an upstream problem:
 an output buffer among the inputs, `device="cuda"` hard-coded, weights drawn from the

@@ -1,4 +1,4 @@
-"""Interpreter timing where nobody ranks on it (issue 15): a `kgit evolve` on a CPU whose
+"""Interpreter timing where nobody ranks on it: a `kgit evolve` on a CPU whose
 archive ranks on a GPU (re-measurement notes) only screens each CPU benchmark shape (one
 warm-up, a few repetitions) and says so; where the interpreter figures rank (a fresh
 repository, the CPU demo) the configured timing stays.

@@ -1,4 +1,4 @@
-"""The manual experiment workflow of the core issue, driven through the CLI."""
+"""The manual experiment workflow (kgit init, try, record, log, show), driven through the CLI."""
 
 import json
 import subprocess

@@ -170,7 +170,7 @@ SCHEMA = (
     Trailer("Kgit-Tokens", "tokens", "float", fmt="{:d}", json="tokens"),
     Trailer("Kgit-Run", "run", json="run"),  # the `kgit evolve` run whose model calls the cost log holds
     Trailer("Kgit-Squash-Of", "squash_of"),
-    # Build facts (issue 14): one trailer per declared target, then which Triton made them.
+    # Build facts (docs/targets.md): one trailer per declared target, then which Triton made them.
     Trailer("Kgit-Target-", "targets", "family", default={}, json="targets",
             encode=harness_targets.key_of_name, decode=harness_targets.name_of_key, names=harness_targets.KNOWN),
     Trailer("Kgit-Targets-Compiler", "targets_compiler"),

@@ -63,7 +63,7 @@ class Environment:
 
     def timings_arrive(self) -> str:
         """When this run's attempts get a figure on the ranking GPU: only after a `kgit remeasure`
-        there, which no step of this run makes (the fp8 campaign's round 3 could not tell)."""
+        there, which no step of this run makes: said, since the designer cannot tell it otherwise."""
         here = ("are checked for correctness only, in the interpreter" if not self.on_gpu else
                 f"are timed on {self.device}, which does not rank")
         return (f"this run's attempts {here}, and get no {self.ranked_on} timing until someone runs `kgit remeasure` "

@@ -106,7 +106,7 @@ def code_block(files: dict[str, str]) -> str:
 
 
 # A reference file is shown as its diff from the base when the diff is at most this share of
-# the file: round 6's design requests carried two nearly identical 600-line sources (111 KB).
+# the file: two nearly identical 600-line sources cost a design request 111 KB whole.
 DIFF_SHARE = 0.6
 
 

@@ -31,7 +31,7 @@ def row(a, view: ArchiveView | None = None) -> str:
         line += " | per shape: " + " ".join(
             f"{k}:{v:.1f}" + (f"(GPU {bound[k]['gpu_us']:.1f}, launch-bound)" if k in bound else "")
             for k, v in times.items())
-    if a.targets:  # build facts per target GPU (issue 14)
+    if a.targets:  # build facts per target GPU (docs/targets.md)
         line += " | targets: " + target_cells(a.targets)
     if a.raw_notes:  # re-measured: the latest geomean per GPU and the spread of repeats (its repeatability)
         per_device = {dev: d for dev, d in measure.by_device(a).items() if not figures.is_interpreter(None, d["device"])}
