@@ -474,7 +474,7 @@ def _reference_measurement(repo, config, attempts, sha, measured: Evaluation) ->
         return None
     retimed = dataclasses.replace(measure.note_record(judged.result, tag="re-timed as a base",
                                                       evaluator=judged.evaluator),
-                                  noise=figures.result_noise(judged.result))
+                                  noise=figures.result_noise(judged.result), null_keys=frozenset({"noise"}))
     repo.add_note(sha, retimed)
     # Kept either way; compared only when it is the same setup (a Ray task may land elsewhere).
     same = (retimed.device, retimed.harness) == (result.device, result.harness) and (

@@ -30,7 +30,7 @@ TargetLines = Mapping[str, list[list[Any]]]
 # The keys a measurement note is written with, in the order of the fields below.
 _MEASUREMENT_KEYS = ("device", "harness", "evaluator", "timing", "protocol", "status", "geomean_us", "times", "tag",
                      "when", "versions", "error", "launch_bound")
-# Written only when they hold a value (a null noise reads as an absent one).
+# Written only when they hold a value, or as null where `null_keys` names them.
 _OPTIONAL_KEYS = ("kernels", "per_call", "device_tag", "reason", "error_excerpt", "noise")
 
 
@@ -59,6 +59,9 @@ class Measurement:
     kernels: KernelSplits | None = None  # the runner's per-kernel split of one call per shape
     per_call: PerShape | None = None  # {shape: {device_us, host_us}}: a call's device and host time
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys this version does not know, kept as read
+    # Optional keys written as null when empty: those a note held so, and a re-timed base's
+    # noise, which kgit has always written (null when unknown).
+    null_keys: frozenset[str] = frozenset()
 
     @property
     def ok(self) -> bool:
@@ -72,7 +75,7 @@ class Measurement:
 
     @classmethod
     def from_note(cls, doc: Mapping[str, Any]) -> Measurement:
-        known = set(_MEASUREMENT_KEYS) | set(_OPTIONAL_KEYS) | {"source"}
+        known = set(_MEASUREMENT_KEYS) | set(_OPTIONAL_KEYS)
         return cls(
             device=_text(doc.get("device")), harness=_text(doc.get("harness")),
             evaluator=_text(doc.get("evaluator")) or None, timing=_text(doc.get("timing")),
@@ -83,13 +86,15 @@ class Measurement:
             error_excerpt=_text(doc.get("error_excerpt")), noise=_number(doc.get("noise")),
             launch_bound=_mapping(doc.get("launch_bound")) or None, kernels=_mapping(doc.get("kernels")) or None,
             per_call=_mapping(doc.get("per_call")) or None,
-            extra={k: v for k, v in doc.items() if k not in known})
+            extra={k: v for k, v in doc.items() if k not in known},
+            null_keys=frozenset(k for k in _OPTIONAL_KEYS if k in doc and doc[k] is None))
 
     def to_note(self) -> dict[str, Any]:
         """The JSON object a note line holds (docs/archive.md)."""
         doc: dict[str, Any] = {key: getattr(self, key) for key in _MEASUREMENT_KEYS}
         doc["times"], doc["versions"] = dict(self.times), dict(self.versions)
-        doc.update({key: getattr(self, key) for key in _OPTIONAL_KEYS if getattr(self, key) is not None})
+        doc.update({key: getattr(self, key) for key in _OPTIONAL_KEYS
+                    if getattr(self, key) is not None or key in self.null_keys})
         doc.update(self.extra)
         return doc
 
