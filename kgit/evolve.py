@@ -236,11 +236,33 @@ class Run:
         if self.waiting:
             return self.resume(tag, self.waiting.pop(0))
         attempts = self.repo.read()
+        selected = self._select(tag, number, attempts)
+        if selected is None:
+            return False
+        selection, replies = selected
+        designed = self._design(tag, number, attempts, selection)
+        if designed is None:
+            return False
+        if designed.plans is None:
+            self.summary.skipped.append(f"iteration {number}: {designed.error}")
+            self._line(tag, "design", "design", f"skipped: {designed.error}")
+            return True
+        if not designed.plans:
+            self.summary.stop = designed.none_because or "the designer proposed no plan"
+            self._line(tag, "design", "design", f"no plan: {self.summary.stop}")
+            return False
+        self._announce_plans(tag, designed, selection)
+        return self._carry_out(tag, self._batch(selection, designed, replies), attempts)
+
+    def _select(self, tag: str, number: int, attempts) -> tuple[Selection, list] | None:
+        """The base (and reference) to build on, and the replies that chose it; None when no more
+        model calls may be made."""
         best = workflow.best(attempts)
         try:
             selection, replies, note = self.scientist.select(self.ctx, attempts, best)
         except (BudgetReached, LLMRateLimited) as e:
-            return self._stop_calls(tag, "select", e)
+            self._stop_calls(tag, "select", e)
+            return None
         except LLMUnavailable as e:
             selection, replies = Selection(best.sha, None, "fallback to the best attempt"), []
             note = f"the selector did not answer ({e}); falling back to the best attempt"
@@ -249,36 +271,40 @@ class Run:
         self._line(tag, "select", "select", f"base {selection.base[:10]}" +
                    (f", reference {selection.reference[:10]}" if selection.reference else "") +
                    (f" ({note})" if note else ""))
+        return selection, replies
+
+    def _design(self, tag: str, number: int, attempts, selection: Selection) -> protocol.Designed | None:
+        """The designer's plans for `selection` (its lessons kept in the lab notebook); None when no
+        more model calls may be made."""
         try:
             designed = self.scientist.design(self.ctx, attempts, selection)
         except (BudgetReached, LLMRateLimited) as e:
-            return self._stop_calls(tag, "design", e)
+            self._stop_calls(tag, "design", e)
+            return None
         except LLMUnavailable as e:
             designed = protocol.Designed(None, [], f"the designer did not answer ({e}); this iteration is skipped")
             self.summary.model_failures.append(" ".join(str(e).split()))
-        plans, design_replies, error = designed.plans, designed.replies, designed.error
         if designed.lessons is not None:
             notebook.write(self.repo, designed.lessons, f"design of iteration {number} ({self.client.model('design')})")
-        if plans is None:
-            self.summary.skipped.append(f"iteration {number}: {error}")
-            self._line(tag, "design", "design", f"skipped: {error}")
-            return True
-        if not plans:
-            self.summary.stop = designed.none_because or "the designer proposed no plan"
-            self._line(tag, "design", "design", f"no plan: {self.summary.stop}")
-            return False
+        return designed
+
+    def _announce_plans(self, tag: str, designed: protocol.Designed, selection: Selection) -> None:
+        plans = designed.plans
         if designed.fewer_because:
             self._line(tag, "design", "design", f"{len(plans)} of up to {self.config.evolve.pick} plan(s): "
                                                 f"{designed.fewer_because}")
         self._line(tag, "design", "design", f"{len(plans)} plan(s): " + "; ".join(
             p.title + (f" (from {p.base[:10]})" if p.base and p.base != selection.base else "") for p in plans))
-        # Each plan's part of the iteration's select and design calls, so the commits add up to the run.
-        share_cost, share_tokens = _totals(_share(replies + design_replies, len(plans)))
-        batch = pending.Batch(selection, plans, [
+
+    def _batch(self, selection: Selection, designed: protocol.Designed, replies: list) -> pending.Batch:
+        """The plans to carry out, each with its share of the iteration's select and design calls,
+        so that the commits add up to the run."""
+        plans = designed.plans
+        share_cost, share_tokens = _totals(_share(replies + designed.replies, len(plans)))
+        return pending.Batch(selection, plans, [
             pending.Open(p, p.base or selection.base, p.base or selection.base, share_cost=share_cost,
                          share_tokens=share_tokens) for p in plans],
             offline=protocol.is_offline(self.client.model("design")))
-        return self._carry_out(tag, batch, attempts)
 
     def resume(self, tag: str, batch: pending.Batch) -> bool:
         """Carry out plans an earlier run designed and kept (no select or design call)."""

@@ -16,6 +16,7 @@ import shutil
 import sys
 import tempfile
 import tokenize
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -389,6 +390,23 @@ def _is_forward_backward(text: str, source: Path) -> bool:
     return "generate_input" not in names and any(n in names for n in _FORWARD_BACKWARD)
 
 
+@dataclass(frozen=True)
+class _ForwardBackward:
+    """What a forward-and-backward folder's sources say, read and checked."""
+
+    generate: ast.FunctionDef  # reference.py's generate_inputs
+    forward: ast.FunctionDef  # reference_forward
+    backward: ast.FunctionDef  # reference_backward
+    params: list[str]  # generate_inputs' parameters
+    returned: list[str]  # the names generate_inputs returns
+    fixed: dict  # sizes eval.py's own call of generate_inputs fixes (its batch size)
+    seed: int  # generate_inputs' default seed
+    kernel_text: str  # the submission
+    kernel_forward: ast.FunctionDef  # its *_forward
+    kernel_backward: ast.FunctionDef  # its *_backward
+    constants: dict  # the reference's module-level numbers (RTOL, ATOL)
+
+
 def _forward_backward_problem(source: Path, dest: Path, spec: dict, reference_text: str,
                               submission: Path, protocol: str) -> tuple[Path, str]:
     """A forward-and-backward folder (princeton/cross_entropy_py) as one kgit problem.
@@ -400,6 +418,19 @@ def _forward_backward_problem(source: Path, dest: Path, spec: dict, reference_te
     combined figure is. Every name is read from the sources, never guessed: what cannot be
     read is refused with what to write instead.
     """
+    found = _read_forward_backward(source, spec, reference_text, submission)
+    helpers = dest / GPUMODE_HELPERS
+    helpers.mkdir(parents=True)
+    (helpers / "reference.py").write_text(reference_text, encoding="utf-8")
+    (dest / "reference.py").write_text(_forward_backward_adapter(found.params, found.returned, found.forward,
+                                                                 found.backward), encoding="utf-8")
+    _write_task(dest, _forward_backward_task(source, spec, found, protocol))
+    return dest, _forward_backward_kernel(found)
+
+
+def _read_forward_backward(source: Path, spec: dict, reference_text: str, submission: Path) -> _ForwardBackward:
+    """The names and sizes the folder's sources give; ImportProblemError saying what to write
+    where one cannot be read."""
     reference_tree = _parse(source / "reference.py", reference_text)
     gen, fwd, bwd = (_function(reference_tree, n) for n in _FORWARD_BACKWARD)
     kernel_text = _read(submission)
@@ -418,7 +449,7 @@ def _forward_backward_problem(source: Path, dest: Path, spec: dict, reference_te
     if len(forward) != 1 or len(backward) != 1:
         problems.append(f"{submission.name} defines {len(forward)} function(s) named *_forward and {len(backward)} "
                         "named *_backward, not one of each")
-    if problems:
+    if problems or gen is None or fwd is None or bwd is None or returned is None:
         raise ImportProblemError(
             f"{source} is a forward-and-backward problem, but {'; '.join(problems)}. kgit reads these folders when "
             "generate_inputs returns named tensors that reference_forward/reference_backward take by the same "
@@ -434,34 +465,40 @@ def _forward_backward_problem(source: Path, dest: Path, spec: dict, reference_te
             f"of generate_inputs give a value; add {missing[0]} to every shape in task.yml and import it again.")
     seed_default = defaults.get("seed")
     seed = seed_default.value if isinstance(seed_default, ast.Constant) and isinstance(seed_default.value, int) else 0
-
-    def full(shape: dict, n: int) -> dict:
-        # eval.py's fixed sizes first, then the shape's own keys, then the seed it uses.
-        return {**{k: v for k, v in fixed.items() if k not in shape}, **shape, "seed": shape.get("seed", seed + n)}
-
-    tests = [full(s, 0) for s in spec["tests"]]
-    benchmarks = [full(s, 1) for s in spec["benchmarks"]]
-    constants = _module_numbers(reference_tree)
-    helpers = dest / GPUMODE_HELPERS
-    helpers.mkdir(parents=True)
-    (helpers / "reference.py").write_text(reference_text, encoding="utf-8")
-    (dest / "reference.py").write_text(_forward_backward_adapter(params, returned, fwd, bwd), encoding="utf-8")
-    f_args = ", ".join(a.arg for a in mine[forward[0]].args.args)
-    b_args = ", ".join(a.arg for a in mine[backward[0]].args.args)
-    unknown = [a for a in (f_args + ", " + b_args).split(", ") if a not in returned]
+    kernel_forward, kernel_backward = mine[forward[0]], mine[backward[0]]
+    unknown = [a.arg for f in (kernel_forward, kernel_backward) for a in f.args.args if a.arg not in returned]
     if unknown:
         raise ImportProblemError(f"{submission} takes {unknown[0]}, which generate_inputs does not return "
                                  f"({', '.join(returned)}); name the arguments as the reference does.")
-    kernel = kernel_text.rstrip() + "\n\n\n" + f'''{ADAPTER_MARK.format("gpumode")}
-# kgit calls custom_kernel(data) with generate_inputs' ({", ".join(returned)}) and compares
+    return _ForwardBackward(gen, fwd, bwd, params, [str(r) for r in returned], fixed, seed, kernel_text,
+                            kernel_forward, kernel_backward, _module_numbers(reference_tree))
+
+
+def _forward_backward_kernel(found: _ForwardBackward) -> str:
+    """The submission with the custom_kernel(data) kgit calls appended: both functions, one call."""
+    f_args = ", ".join(a.arg for a in found.kernel_forward.args.args)
+    b_args = ", ".join(a.arg for a in found.kernel_backward.args.args)
+    return found.kernel_text.rstrip() + "\n\n\n" + f'''{ADAPTER_MARK.format("gpumode")}
+# kgit calls custom_kernel(data) with generate_inputs' ({", ".join(found.returned)}) and compares
 # both outputs with the reference's; one call is timed as eval.py's forward+backward figure.
 def custom_kernel(data):
-    {", ".join(returned)}, = data
-    return {forward[0]}({f_args}), {backward[0]}({b_args})
+    {", ".join(found.returned)}, = data
+    return {found.kernel_forward.name}({f_args}), {found.kernel_backward.name}({b_args})
 '''
+
+
+def _forward_backward_task(source: Path, spec: dict, found: _ForwardBackward, protocol: str) -> dict:
+    """The task.yml of the imported problem: eval.py's fixed sizes, then each shape's own keys and seed."""
+    def full(shape: dict, n: int) -> dict:
+        return {**{k: v for k, v in found.fixed.items() if k not in shape}, **shape,
+                "seed": shape.get("seed", found.seed + n)}
+
+    tests = [full(s, 0) for s in spec["tests"]]
+    benchmarks = [full(s, 1) for s in spec["benchmarks"]]
+    constants = found.constants
     description = str(spec.get("description") or "").strip()
-    batch_note = "".join(f" {k} = {v} comes from its eval.py." for k, v in fixed.items())
-    task = {
+    batch_note = "".join(f" {k} = {v} comes from its eval.py." for k, v in found.fixed.items())
+    return {
         "name": _gpumode_name(source),
         "summary": _first_line(description) or f"GPU MODE problem {source.name}",
         "description": description + f"\n\n(Imported from the GPU MODE forward-and-backward folder {source.name}; "
@@ -470,7 +507,7 @@ def custom_kernel(data):
         "files": ["kernel.py"],
         "tests": tests,
         "benchmarks": benchmarks,
-        "cpu": _forward_backward_cpu(tests, fixed),
+        "cpu": _forward_backward_cpu(tests, found.fixed),
         "ranking": "mean",
         "protocol": protocol,
         "tolerance": {"rtol": float(constants.get("RTOL", 1e-5)), "atol": float(constants.get("ATOL", 1e-6)),
@@ -478,8 +515,6 @@ def custom_kernel(data):
                              "as its eval.py does (torch.allclose on each)." if "RTOL" in constants
                       else "No RTOL/ATOL in the reference: kgit's default tolerance."},
     }
-    _write_task(dest, task)
-    return dest, kernel
 
 
 def _returned_names(func: ast.FunctionDef) -> list | None:

@@ -55,12 +55,7 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
     starts, after every refusal.
     """
     path = Path(path).resolve()
-    if problem_dir is None:
-        shipped = problem_mod.shipped()
-        if problem not in shipped:
-            raise KgitError(f"unknown problem {problem!r}. Shipped problems: {', '.join(shipped)} "
-                            "(`kgit problems` describes them).")
-        problem_dir = shipped[problem]
+    problem_dir = _problem_folder(problem, problem_dir)
     text = config_text if config_text is not None else config_mod.default_text()
     config = config_mod.parse(text, "the new .kgit.yaml")
     task = problem_mod.load_task(problem_dir)
@@ -75,75 +70,113 @@ def init(path: Path, problem: str | None = None, *, force: bool = False, config_
                         f"repository. Run `kgit init` in {repo.root}, or pick a folder outside it.")
     with repo.lock("init"):
         _check_init_allowed(repo, force)
-        dest = repo.root / config.problem
-        if dest.exists():
-            shutil.rmtree(dest)
-        dest.mkdir(parents=True)
-        for name in ("task.yml", "reference.py"):
-            shutil.copy2(problem_dir / name, dest / name)
-        # Anything else beside them (an imported problem's helper modules) goes along;
-        # the editable files are the kernel's, not the problem's.
-        for item in problem_dir.iterdir():
-            if item.name in ("task.yml", "reference.py", "__pycache__") or item.name in task.files:
-                continue
-            (shutil.copytree if item.is_dir() else shutil.copy2)(item, dest / item.name)
-        kernel_name = task.files[0]
-        if kernel_source is None:
-            kernel_source = (problem_dir / kernel_name).read_text(encoding="utf-8")
-        (repo.root / kernel_name).write_text(kernel_source, encoding="utf-8")
-        (repo.root / ".kgit.yaml").write_text(text, encoding="utf-8")
-        _extend_gitignore(repo.root / ".gitignore")
+        _write_problem(repo, problem_dir, config, task, kernel_source, text)
+        judged = _measure_baseline(repo, config, task, progress)
+        _refuse_failed_baseline(judged, config, task)
+        sha = _commit_baseline(repo, config, task, judged)
+    return Outcome(sha=sha, result=judged, speedup=1.0, speedup_baseline=1.0, untuned=_untuned(repo, task))
 
-        if progress:
-            from kgit.evaluation.sandbox import gpu_driver_present
 
-            where = "" if gpu_driver_present() else " (no GPU here: in the Triton CPU interpreter)"
-            progress(f"measuring the {task.name} baseline{where}...")
-        with live.evaluation(progress, "baseline", config.evaluator.timeout_s) as watch:
-            judged = Evaluation.of(child.evaluate_tree(repo.root, config, state_dir=repo.state / "scratch",
-                                                          **({"watch": watch} if watch else {})))
-        if judged.worker is None:
-            from kgit.evaluation.backends import this_host
+def _problem_folder(problem: str | None, problem_dir: Path | None) -> Path:
+    """The folder of the problem to start from: the one given, else the shipped one named."""
+    if problem_dir is not None:
+        return problem_dir
+    shipped = problem_mod.shipped()
+    if problem not in shipped:
+        raise KgitError(f"unknown problem {problem!r}. Shipped problems: {', '.join(shipped)} "
+                        "(`kgit problems` describes them).")
+    return shipped[problem]
 
-            judged.worker = this_host()  # init measures here, whatever evaluator.backend says
-        doc = judged.to_document()  # what EvaluationFailed carries (`kgit init --json` prints it)
-        error = judged.error or ""
-        if judged.status == "unsupported":
-            raise EvaluationFailed(f"the problem {task.name} is {tr.subject('', 'unsupported', None, None, judged.reason)[2:]}; "
-                                   f"no kernel was judged:\n{_tail(error, 1500)}\nNothing was committed; "
-                                   "run `kgit init` on a machine that has what it needs, or edit the problem.", doc)
-        missing = re.search(r"ModuleNotFoundError: No module named '([^'.]+)", error)
-        if judged.status == "compile-error" and missing:
-            raise EvaluationFailed(f"the baseline kernel needs the Python module {missing.group(1)}, which is not "
-                                   f"installed here:\n{_tail(error, 1500)}\nNothing was committed; "
-                                   f"install it, or write {kernel_name} without it, and run `kgit init --force`.", doc)
-        if not judged.ok:
-            raise EvaluationFailed(f"the baseline kernel did not pass ({judged.status}): "
-                                   f"{_tail(error, 1500)}\nNothing was committed. {kernel_name} is "
-                                   "the problem's own kernel, so fix it where it came from (the problem folder "
-                                   "or the imported files) and run the same `kgit init` with --force, which "
-                                   f"writes {config.problem}/, {kernel_name} and .kgit.yaml again.", doc)
-        paths = [config.problem, kernel_name, ".kgit.yaml", ".gitignore"] + task.files[1:]
-        tree = repo.snapshot_tree(paths)
-        message = tr.Message(
-            subject=f"kgit baseline: {task.name} (geomean {judged.geomean_us:.1f} us)",
-            paragraphs=[f"Baseline kernel of the problem {task.name}, measured by kgit init.", task.summary],
-            trailers=tr.lines({"experiment": 0, "attempt": 0, "branch": repo.head_branch() or "HEAD",
-                               "hypothesis": "baseline", **tr.from_result(judged.result),
-                               "evaluator": judged.evaluator, "speedup": "1.00", "speedup_baseline": "1.00",
-                               "model": "human"})
-        ).render(ok=False)
-        head = repo.head()
-        sha = repo.commit_tree(tree, [head] if head else [], message)
-        repo.update_ref("HEAD", sha, head, reason="kgit init")
-        repo.tag_baseline(sha)
-        _keep_notes(repo, sha, judged.result)
-        repo.sync_index()
+
+def _write_problem(repo: Repo, problem_dir: Path, config, task, kernel_source: str | None, text: str) -> None:
+    """The problem folder, the kernel, .kgit.yaml and the .gitignore lines, into the work tree."""
+    dest = repo.root / config.problem
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for name in ("task.yml", "reference.py"):
+        shutil.copy2(problem_dir / name, dest / name)
+    # Anything else beside them (an imported problem's helper modules) goes along;
+    # the editable files are the kernel's, not the problem's.
+    for item in problem_dir.iterdir():
+        if item.name in ("task.yml", "reference.py", "__pycache__") or item.name in task.files:
+            continue
+        (shutil.copytree if item.is_dir() else shutil.copy2)(item, dest / item.name)
+    kernel_name = task.files[0]
+    if kernel_source is None:
+        kernel_source = (problem_dir / kernel_name).read_text(encoding="utf-8")
+    (repo.root / kernel_name).write_text(kernel_source, encoding="utf-8")
+    (repo.root / ".kgit.yaml").write_text(text, encoding="utf-8")
+    _extend_gitignore(repo.root / ".gitignore")
+
+
+def _measure_baseline(repo: Repo, config, task, progress) -> Evaluation:
+    """The baseline evaluated on this host, whatever evaluator.backend says."""
+    if progress:
+        from kgit.evaluation.sandbox import gpu_driver_present
+
+        where = "" if gpu_driver_present() else " (no GPU here: in the Triton CPU interpreter)"
+        progress(f"measuring the {task.name} baseline{where}...")
+    with live.evaluation(progress, "baseline", config.evaluator.timeout_s) as watch:
+        judged = Evaluation.of(child.evaluate_tree(repo.root, config, state_dir=repo.state / "scratch",
+                                                   **({"watch": watch} if watch else {})))
+    if judged.worker is None:
+        from kgit.evaluation.backends import this_host
+
+        judged.worker = this_host()  # init measures here, whatever evaluator.backend says
+    return judged
+
+
+def _refuse_failed_baseline(judged: Evaluation, config, task) -> None:
+    """An EvaluationFailed that says why, for a baseline that did not pass; nothing is committed."""
+    doc = judged.to_document()  # what EvaluationFailed carries (`kgit init --json` prints it)
+    error = judged.error or ""
+    kernel_name = task.files[0]
+    if judged.status == "unsupported":
+        raise EvaluationFailed(f"the problem {task.name} is {tr.subject('', 'unsupported', None, None, judged.reason)[2:]}; "
+                               f"no kernel was judged:\n{_tail(error, 1500)}\nNothing was committed; "
+                               "run `kgit init` on a machine that has what it needs, or edit the problem.", doc)
+    missing = re.search(r"ModuleNotFoundError: No module named '([^'.]+)", error)
+    if judged.status == "compile-error" and missing:
+        raise EvaluationFailed(f"the baseline kernel needs the Python module {missing.group(1)}, which is not "
+                               f"installed here:\n{_tail(error, 1500)}\nNothing was committed; "
+                               f"install it, or write {kernel_name} without it, and run `kgit init --force`.", doc)
+    if not judged.ok:
+        raise EvaluationFailed(f"the baseline kernel did not pass ({judged.status}): "
+                               f"{_tail(error, 1500)}\nNothing was committed. {kernel_name} is "
+                               "the problem's own kernel, so fix it where it came from (the problem folder "
+                               "or the imported files) and run the same `kgit init` with --force, which "
+                               f"writes {config.problem}/, {kernel_name} and .kgit.yaml again.", doc)
+
+
+def _commit_baseline(repo: Repo, config, task, judged: Evaluation) -> str:
+    """The baseline commit on HEAD, tagged kgit/baseline, its notes beside it; its sha."""
+    kernel_name = task.files[0]
+    paths = [config.problem, kernel_name, ".kgit.yaml", ".gitignore"] + task.files[1:]
+    tree = repo.snapshot_tree(paths)
+    message = tr.Message(
+        subject=f"kgit baseline: {task.name} (geomean {judged.geomean_us:.1f} us)",
+        paragraphs=[f"Baseline kernel of the problem {task.name}, measured by kgit init.", task.summary],
+        trailers=tr.lines({"experiment": 0, "attempt": 0, "branch": repo.head_branch() or "HEAD",
+                           "hypothesis": "baseline", **tr.from_result(judged.result),
+                           "evaluator": judged.evaluator, "speedup": "1.00", "speedup_baseline": "1.00",
+                           "model": "human"})
+    ).render(ok=False)
+    head = repo.head()
+    sha = repo.commit_tree(tree, [head] if head else [], message)
+    repo.update_ref("HEAD", sha, head, reason="kgit init")
+    repo.tag_baseline(sha)
+    _keep_notes(repo, sha, judged.result)
+    repo.sync_index()
+    return sha
+
+
+def _untuned(repo: Repo, task) -> str:
+    """What to do when the kernel marks no tunable parameter for the offline strategist, else ""."""
     marked = any(offline.tunables(name, (repo.root / name).read_text(encoding="utf-8"))
                  for name in task.files if (repo.root / name).is_file())
-    untuned = "" if marked else (f"{', '.join(task.files)} marks no tunable parameter, so the offline strategist "
-                                 f"(kgit evolve without --model) has nothing to try yet. {offline.MARK_HOW}.")
-    return Outcome(sha=sha, result=judged, speedup=1.0, speedup_baseline=1.0, untuned=untuned)
+    return "" if marked else (f"{', '.join(task.files)} marks no tunable parameter, so the offline strategist "
+                              f"(kgit evolve without --model) has nothing to try yet. {offline.MARK_HOW}.")
 
 
 def _tail(text: str, limit: int) -> str:

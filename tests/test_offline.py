@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from conftest import git, make_git_repo
 
+from kgit.archive.notes import Measurement
 from kgit.archive.repo import Repo
 from kgit.scientist import offline
 
@@ -35,8 +36,8 @@ class FakeAttempt:
 
     def measurements(self):
         device = "cpu" if self.timing == "interpreter" else "NVIDIA H200"
-        return [{"device": device, "harness": "h", "timing": self.timing, "geomean_us": self.geomean_us,
-                 "source": "commit"}] if self.ok else []
+        return [Measurement(device=device, harness="h", evaluator=None, timing=self.timing,
+                            geomean_us=self.geomean_us, times={}, when=self.time, source="commit")] if self.ok else []
 
     @property
     def speedup_baseline(self):
