@@ -151,7 +151,7 @@ def _events_bound(protocol, ctx, shape, seed, first, out, stats) -> str | None:
     if not ctx.on_gpu or protocol.clock != "events" or stats.get("error"):
         return None
     return timing.batch_bound(ctx.task, ctx.reference, shape, seed, first, out, ctx.new_slots, ctx.calibration,
-                              float(ctx.settings["target_rse"]), stats, ctx.torch)
+                              ctx.settings.target_rse, stats, ctx.torch)
 
 
 def _device_time(ctx, slots, slots_free: list[int], make) -> float | None:

@@ -779,7 +779,7 @@ class _GpuContext:
         self.task = problem.load_task(problem.shipped()["vector_add"])
         self.reference = _load_reference("vector_add")
         self.secret, self.on_gpu, self.torch, self.calibration = 5, True, torch, calibration
-        self.settings = {"warmup": 0, "min_reps": 3, "target_rse": 0.05, "max_time_s": 0.0}
+        self.settings = TimingSettings(warmup=0, min_reps=3, target_rse=0.05, max_time_s=0.0)
         self.us, self.host_us = us, host_us
 
     def slot_bytes(self, sample):
