@@ -79,9 +79,9 @@ class Runner:
     def __init__(self, spec: StartSpec):
         # The deadline and the limit are set when the candidate arrives (`begin`): a runner
         # started ahead of need waits for it without a clock running.
-        deadline: float | None = None
-        timeout_s: float | None = None
-        self.deadline, self.timeout_s, self.timed_out, self.ready = deadline, timeout_s, False, False
+        self.deadline: float | None = None
+        self.timeout_s: float | None = None
+        self.timed_out = self.ready = False
         self.violated: Verdict | None = None
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         life_r, self._life_w = os.pipe()

@@ -149,12 +149,12 @@ def _binder(fn, fam: str):
     return cache[fam]
 
 
-def _light(value):
+def _without_tensors(value):
     """The argument without tensors: constexprs and scalars survive, device memory does not."""
     if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
         return None
     if isinstance(value, tuple):
-        return tuple(_light(v) for v in value)
+        return tuple(_without_tensors(v) for v in value)
     return value
 
 
@@ -168,7 +168,7 @@ def _record(fn, args, kwargs, grid):
     for fam in ("hip", "cuda"):
         bound_args, spec, _ = _binder(fn, fam)(*args, **kwargs)
         specs[fam] = spec
-        bound = bound or {k: _light(v) for k, v in bound_args.items()}
+        bound = bound or {k: _without_tensors(v) for k, v in bound_args.items()}
     key = (id(fn), repr(specs), repr(sorted(options.items())))
     variant = seen._index.get(key)
     if variant is None:
@@ -469,7 +469,7 @@ def _ptxas_again(kernel, name: str) -> str:
     return done.stderr
 
 
-def _grab(pattern: str, text: str, default=None):
+def _asm_number(pattern: str, text: str, default=None):
     m = re.search(pattern, text, re.M)
     return int(m.group(1)) if m else default
 
@@ -478,8 +478,8 @@ def amd_facts(asm: str, metadata, name: str) -> dict:
     """Costs of one AMDGCN kernel, from the assembler's own comments and metadata."""
     limits = AMD[name]
     num_warps = int(metadata.num_warps)
-    lds = max(int(metadata.shared or 0), _grab(r"\.group_segment_fixed_size:\s*(\d+)", asm, 0))
-    compiler_occupancy = _grab(r"^\s*; Occupancy:\s*(\d+)", asm)
+    lds = max(int(metadata.shared or 0), _asm_number(r"\.group_segment_fixed_size:\s*(\d+)", asm, 0))
+    compiler_occupancy = _asm_number(r"^\s*; Occupancy:\s*(\d+)", asm)
     # The compiler's occupancy counts registers only: Triton's LDS is dynamic, unseen by it.
     if lds:
         groups = limits["lds_per_cu"] // lds
@@ -493,12 +493,12 @@ def amd_facts(asm: str, metadata, name: str) -> dict:
         "fits": not too_big,
         "why": f"needs {_size(lds)} of LDS per workgroup; {name} has {_size(limits['lds_per_cu'])}" if too_big else None,
         "kernel": metadata.name, "num_warps": num_warps, "num_stages": metadata.num_stages,
-        "vgpr": _grab(r"^\s*; NumVgprs:\s*(\d+)", asm), "agpr": _grab(r"^\s*; NumAgprs:\s*(\d+)", asm),
-        "sgpr": _grab(r"^\s*; (?:Total)?NumSgprs:\s*(\d+)", asm),
+        "vgpr": _asm_number(r"^\s*; NumVgprs:\s*(\d+)", asm), "agpr": _asm_number(r"^\s*; NumAgprs:\s*(\d+)", asm),
+        "sgpr": _asm_number(r"^\s*; (?:Total)?NumSgprs:\s*(\d+)", asm),
         "lds_bytes": lds, "lds_limit": limits["lds_per_cu"],
-        "scratch_bytes": _grab(r"^\s*; ScratchSize:\s*(\d+)", asm, 0),
-        "vgpr_spill": _grab(r"\.vgpr_spill_count:\s*(\d+)", asm, 0),
-        "sgpr_spill": _grab(r"\.sgpr_spill_count:\s*(\d+)", asm, 0),
+        "scratch_bytes": _asm_number(r"^\s*; ScratchSize:\s*(\d+)", asm, 0),
+        "vgpr_spill": _asm_number(r"\.vgpr_spill_count:\s*(\d+)", asm, 0),
+        "sgpr_spill": _asm_number(r"\.sgpr_spill_count:\s*(\d+)", asm, 0),
         "occupancy": occupancy, "occupancy_unit": "waves/SIMD", "compiler_occupancy": compiler_occupancy,
     }
 
@@ -507,10 +507,10 @@ def nvidia_facts(ptxas_log: str, metadata, name: str) -> dict:
     """Costs of one cubin, from `ptxas -v` and the kernel's metadata; occupancy in blocks per SM."""
     limits = NVIDIA[name]
     num_warps = int(metadata.num_warps)
-    regs = _grab(r"Used (\d+) registers", ptxas_log)
+    regs = _asm_number(r"Used (\d+) registers", ptxas_log)
     shared = int(metadata.shared or 0)
-    spill_stores = _grab(r"(\d+) bytes spill stores", ptxas_log, 0)
-    spill_loads = _grab(r"(\d+) bytes spill loads", ptxas_log, 0)
+    spill_stores = _asm_number(r"(\d+) bytes spill stores", ptxas_log, 0)
+    spill_loads = _asm_number(r"(\d+) bytes spill loads", ptxas_log, 0)
     by_warps = limits["max_warps_per_sm"] // num_warps
     by_smem = limits["smem_per_sm"] // (shared + limits["smem_reserved_per_block"])
     # Registers are allocated per warp in units of 256.
@@ -524,7 +524,7 @@ def nvidia_facts(ptxas_log: str, metadata, name: str) -> dict:
         "kernel": metadata.name, "num_warps": num_warps, "num_stages": metadata.num_stages,
         "registers": regs, "shared_bytes": shared, "shared_limit": per_block,
         "spill_bytes": spill_stores + spill_loads, "spill_stores": spill_stores, "spill_loads": spill_loads,
-        "stack_bytes": _grab(r"(\d+) bytes stack frame", ptxas_log, 0),
+        "stack_bytes": _asm_number(r"(\d+) bytes stack frame", ptxas_log, 0),
         "occupancy": occupancy, "occupancy_unit": "blocks/SM",
     }
 

@@ -384,7 +384,7 @@ def best(as_json):
     if attempt is None:
         raise KgitError("no correct attempt in the archive yet; run `kgit init` or `kgit record`.")
     if as_json:
-        _emit_json({**attempt.to_json(), "rule": figures.rule(attempts)})
+        _emit_json({**attempt.to_json(), "rule": figures.ranking_rule(attempts)})
     else:
         click.echo("\n".join(report.best_lines(attempts, attempt)))
 

@@ -212,7 +212,7 @@ class Run:
                 self.summary.kept = pending.save(self.repo.state, self.later + self.waiting + self.batches)
             final = self.repo.read()
             self.summary.best_after = workflow.best(final)
-            self.summary.rule = figures.rule(final)
+            self.summary.rule = figures.ranking_rule(final)
         if failure is None and self.summary.model_failures and not self.summary.calls and not self.summary.interrupted:
             failure = LLMError(f"every model call of this run failed ({len(self.summary.model_failures)} call(s); "
                                f"the attempts made are in the archive): {self.summary.model_failures[0]}")

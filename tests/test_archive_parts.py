@@ -207,3 +207,14 @@ def test_typed_attributes_agree_with_the_raw_trailers(lines):
         assert got["reason"].startswith("malformed trailers: ")
         got["reason"] = "malformed trailers"
     assert repr(sorted(got.items())) == repr(sorted(expected.items()))  # repr: nan equals nan
+
+
+def test_every_trailer_of_the_schema_is_a_declared_attribute_of_an_attempt():
+    from kgit.archive.attempt import _TrailerValue
+
+    declared = {name for name, value in vars(Attempt).items() if isinstance(value, _TrailerValue)}
+    assert declared == {t.attr for t in tr.SCHEMA}
+    # Each reads its own row: a commit with one trailer set shows it under that name only.
+    a = _attempt(tr.lines({"experiment": 3, "attempt": 2, "model": "m", "geomean_us": 1.5, "status": "ok"}))
+    assert (a.experiment, a.attempt, a.model, a.geomean_us, a.status) == (3, 2, "m", 1.5, "ok")
+    assert a.speedup is None and a.hypothesis == "" and a.targets == {}

@@ -327,6 +327,7 @@ answer "$1" '{{"schema": "kgit.result/1", "status": "incorrect", "error": "x"}}'
     assert (seen / candidate.HOLD).exists() and (seen / "state").read_text() == "still-open\n"
 
 
+@pytest.mark.slow
 def test_eval_candidate_reads_a_hand_made_archive_and_stops_when_a_held_input_closes(kernel_repo, tmp_path):
     folder = candidate.stage(kernel_repo, _config(), tmp_path / "cand", sha="c" * 40)
     kgit = [sys.executable, "-m", "kgit", "eval-candidate", "-"]
@@ -374,6 +375,7 @@ def ray_cluster(tmp_path_factory):
 
 
 @pytest.mark.ray
+@pytest.mark.slow
 def test_ray_runs_one_task_per_gpu_and_returns_results_to_the_driver(ray_cluster, kernel_repo):
     repo = Repo(kernel_repo)
     sha = _commit_reference_that_prints_visibility(kernel_repo)

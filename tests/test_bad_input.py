@@ -108,6 +108,7 @@ def test_git_repository_without_kgit(tmp_path, run_kgit):
     assert "no .kgit.yaml" in message and "kgit init --problem" in message
 
 
+@pytest.mark.slow
 def test_missing_problem_files(kernel_repo, run_kgit):
     assert run_kgit(kernel_repo, "try", "anything").exit_code == 0
     task = kernel_repo / "problem" / "task.yml"

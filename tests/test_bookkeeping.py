@@ -112,6 +112,7 @@ def test_a_call_without_a_known_bound_stops_only_once_the_budget_is_spent(kernel
     assert "spent $0.0020 of --max-cost $0.0010" in summary.stop and summary.kept == 1
 
 
+@pytest.mark.slow
 def test_an_unpriced_run_says_unpriced_everywhere(kernel_repo):
     (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"pick": 1, "attempts": 1, "knowledge": []}))
     repo, config = workflow.load(kernel_repo)

@@ -30,6 +30,7 @@ def _last_error(doc) -> str:
     ("patched_timer", "patched timers"),
     ("thread_deferral", "threads started by the kernel"),
 ])
+@pytest.mark.slow
 def test_rejected_with_the_rule(tmp_path, name, reason):
     doc = run_harness(tmp_path, name)
     assert (doc["status"], doc["reason"]) == ("rejected", reason), _last_error(doc)
@@ -43,12 +44,14 @@ def test_rejected_with_the_rule(tmp_path, name, reason):
     ("mutate_inputs", "the kernel modified the input"),
     ("lazy_output", "torch.Tensor subclass"),
 ])
+@pytest.mark.slow
 def test_incorrect_with_the_cause(tmp_path, name, message):
     doc = run_harness(tmp_path, name)
     assert doc["status"] == "incorrect", _last_error(doc)
     assert message in doc["error"]
 
 
+@pytest.mark.slow
 def test_output_right_once_then_stale_fails_the_timed_recheck(tmp_path):
     doc = run_harness(tmp_path, "stale_later")
     assert doc["status"] == "incorrect"
@@ -83,6 +86,7 @@ def test_the_gc_cheat_would_find_an_expected_output_that_existed():
 
 
 @pytest.mark.parametrize("name", ["find_reference", "frame_reference"])
+@pytest.mark.slow
 def test_reference_is_not_importable_nor_loaded_nor_on_the_stack(tmp_path, name):
     # The reference lives in the judge only: no module, no frame of the runner holds it.
     doc = run_harness(tmp_path, name)
@@ -90,6 +94,7 @@ def test_reference_is_not_importable_nor_loaded_nor_on_the_stack(tmp_path, name)
     assert "reference not found" in doc["error"]
 
 
+@pytest.mark.slow
 def test_honest_kernel_passes_with_guards_on(tmp_path):
     # Plain torch ops, none of them forbidden: the op guard must let them through.
     doc = run_harness(tmp_path, "honest_torch_softmax")
@@ -99,6 +104,7 @@ def test_honest_kernel_passes_with_guards_on(tmp_path):
     assert all(s["n"] >= FAST_TIMING["min_reps"] and s["rechecked"] >= 1 for s in doc["shapes"])
 
 
+@pytest.mark.slow
 def test_shipped_baseline_passes_through_the_real_child(kernel_repo, tmp_path):
     """The child.run_child path kgit uses: python -I in its own process group."""
     doc = child.evaluate_tree(kernel_repo, config_mod.load(kernel_repo), state_dir=tmp_path / "state")
@@ -107,6 +113,7 @@ def test_shipped_baseline_passes_through_the_real_child(kernel_repo, tmp_path):
 
 
 @pytest.mark.parametrize("problem", ["vector_add", "softmax"])
+@pytest.mark.slow
 def test_shipped_triton_baselines_pass(tmp_path, problem):
     doc = run_harness(tmp_path, problem=problem, code=baseline(problem))
     assert doc["status"] == "ok", _last_error(doc)
@@ -140,12 +147,14 @@ def test_a_forged_result_through_the_real_child_is_not_the_verdict(kernel_repo, 
 
 
 @pytest.mark.parametrize("name", ["patched_checker", "patched_torch", "lying_mode"])
+@pytest.mark.slow
 def test_nan_outputs_fail_whatever_the_candidate_patches_in_its_own_process(tmp_path, name):
     doc = run_harness(tmp_path, name)
     assert doc["status"] == "incorrect", _last_error(doc)
     assert "NaN or Inf" in doc["error"]
 
 
+@pytest.mark.slow
 def test_a_patched_clock_on_the_stack_does_not_change_the_judges_figure(tmp_path):
     # Every call really spends 30 ms and tells the runner's clock it took 1 us.
     doc = run_harness(tmp_path, "patched_clock")
@@ -154,6 +163,7 @@ def test_a_patched_clock_on_the_stack_does_not_change_the_judges_figure(tmp_path
     assert all(s["host_call_us"] < 1000 for s in doc["shapes"])  # what the patched runner clock said
 
 
+@pytest.mark.slow
 def test_work_deferred_to_a_profile_hook_is_counted_or_fails(tmp_path):
     doc = run_harness(tmp_path, "profile_deferral")
     if doc["status"] == "ok":
@@ -162,6 +172,7 @@ def test_work_deferred_to_a_profile_hook_is_counted_or_fails(tmp_path):
         assert doc["status"] == "incorrect", _last_error(doc)
 
 
+@pytest.mark.slow
 def test_the_secret_seed_and_the_sampler_are_not_in_the_runner(tmp_path, capfd):
     doc = run_harness(tmp_path, "seed_hunt")
     found = [line for line in capfd.readouterr().out.splitlines() if line.startswith("KGIT-FOUND")]
@@ -314,6 +325,7 @@ def test_gpu_l2_is_flushed_between_timed_calls(tmp_path):
 # ---- what a hostile runner reports, and when: nothing the runner says reaches the archive unchecked ----
 
 @pytest.mark.parametrize("name", ["timed_only_inference", "guard_flag_cleared"])
+@pytest.mark.slow
 def test_a_forbidden_op_in_timed_calls_only_is_caught_whatever_it_skips(tmp_path, name):
     # Inference mode skips autograd's keys, and the trap no longer asks a flag the kernel can
     # clear: the same guard sits at a key every call's dispatch passes.
@@ -332,6 +344,7 @@ def _hostile(mode: str) -> list[str]:
     return [sys.executable, str(Path(__file__).with_name("hostile_runner.py")), mode, "--"]
 
 
+@pytest.mark.slow
 def test_forged_build_facts_keep_only_the_targets_asked_for_and_the_kernels_the_source_defines(tmp_path):
     doc = run_harness(tmp_path, problem="vector_add", code=baseline("vector_add"), targets=["gfx942", "sm_90a"],
                       runner_prefix=_hostile("forge-targets"))
@@ -350,6 +363,7 @@ def test_a_reply_sent_ahead_of_its_request_is_a_broken_protocol(tmp_path):
     assert (doc["status"], doc["reason"]) == ("rejected", "broken channel protocol"), _last_error(doc)
 
 
+@pytest.mark.slow
 def test_the_runners_own_checks_are_outside_the_judges_clock(tmp_path):
     # Each call's checks take half a second in this runner (they ran twice inside each call's
     # figure before); the judge's figure of a call of milliseconds must not hold them, so an

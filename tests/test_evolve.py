@@ -43,6 +43,7 @@ def branch_commits(cwd, branch) -> list[str]:
     return git(cwd, "rev-list", "--reverse", branch, "--not", "kgit/baseline").split()
 
 
+@pytest.mark.slow
 def test_scripted_model_drives_every_failure_then_success(kernel_repo):
     repo, config = configure(kernel_repo, pick=1, attempts=4)
     status_before = git(kernel_repo, "status", "--porcelain")
@@ -113,6 +114,7 @@ def test_scripted_model_drives_every_failure_then_success(kernel_repo):
     assert "ok" in evolve.summary_text(summary)
 
 
+@pytest.mark.slow
 def test_same_tree_is_not_measured_again(kernel_repo):
     repo, config = configure(kernel_repo, pick=1, attempts=1, iterations=2)
     kernel = (kernel_repo / "kernel.py").read_text()
@@ -141,6 +143,7 @@ def test_same_tree_is_not_measured_again(kernel_repo):
     assert trailers(kernel_repo, second.sha)["Kgit-Geomean-us"] == trailers(kernel_repo, first.sha)["Kgit-Geomean-us"]
 
 
+@pytest.mark.slow
 def test_offline_runs_concurrently_then_resumes_without_repeating(kernel_repo, run_kgit):
     configure(kernel_repo, pick=2, jobs=2)
     result = run_kgit(kernel_repo, "evolve", "-n", "1", "--json")
@@ -447,6 +450,7 @@ def test_speedup_is_claimed_only_beyond_the_noise_and_grep_lists_exactly_those(k
     assert "80.00 us" in result.output.splitlines()[0]  # A's time (D repeats A's variant): the fastest
 
 
+@pytest.mark.slow
 def test_cpu_runs_check_correctness_only_and_show_no_timings(kernel_repo):
     repo, config = configure(kernel_repo, pick=1, attempts=2, iterations=2)
     kernel = (kernel_repo / "kernel.py").read_text()

@@ -76,6 +76,7 @@ def test_only_whole_entries_are_served_and_only_under_their_own_key(tmp_path):
     assert factcache.Cache(None, digest).read() is None and factcache.Cache(None, digest).write(_facts()) is False
 
 
+@pytest.mark.slow
 def test_an_evaluation_of_the_same_code_takes_its_facts_from_the_cache(softmax_repo):
     repo = Repo(softmax_repo)
     config = config_mod.load(softmax_repo)
@@ -110,6 +111,7 @@ raise RuntimeError("KGIT-PLANT: " + said)  # the import fails either way: the er
 
 @pytest.mark.skipif(not NAMESPACES, reason="this host allows no namespaces: the runner sees the repository "
                                            "(docs/targets.md says what the cache then trusts)")
+@pytest.mark.slow
 def test_a_hostile_runner_cannot_write_the_cache(softmax_repo):
     """The planting code sits in a helper module beside the problem (the static policy reads only
     the editable files; the judge hands the runner the helpers it imports): the sandbox meets it."""

@@ -106,6 +106,7 @@ def experiment(kernel_repo, run_kgit):
 
 
 @pytest.mark.parametrize("moment", ["starting", "evaluating"])
+@pytest.mark.slow
 def test_kill_record(experiment, moment):
     repo = experiment
     before = _reachable(repo)
@@ -130,6 +131,7 @@ def test_kill_record(experiment, moment):
     assert len(_attempt_commits(repo)) == 1
 
 
+@pytest.mark.slow
 def test_kill_evolve_after_its_first_commit(kernel_repo):
     repo = kernel_repo
     proc = _start(repo, "evolve", "-n", "1")

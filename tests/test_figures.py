@@ -54,12 +54,12 @@ def test_ranking_prefers_gpu_timings_and_otherwise_the_most_recent():
     old_fast = attempt("a", 1, 10, device="cpu", timing="interpreter", geomean=1.0)
     new_slow = attempt("b", 2, 20, device="cpu", timing="interpreter", geomean=9.0)
     assert figures.best([old_fast, new_slow]) is new_slow
-    assert "most recent correct attempt" in figures.rule([old_fast, new_slow])
+    assert "most recent correct attempt" in figures.ranking_rule([old_fast, new_slow])
     # A GPU re-measurement (a note) makes the archive rankable on that GPU.
     gpu_note = '{"device":"NVIDIA H200","harness":"h","timing":"events","geomean_us":3.0,"when":30,"times":{}}\n'
     remeasured = attempt("c", 3, 5, device="cpu", timing="interpreter", geomean=50.0, notes=gpu_note)
     assert figures.best([old_fast, new_slow, remeasured]) is remeasured
-    assert figures.rule([old_fast, new_slow, remeasured]).startswith("the fastest geomean on NVIDIA H200")
+    assert figures.ranking_rule([old_fast, new_slow, remeasured]).startswith("the fastest geomean on NVIDIA H200")
 
 
 def test_figures_of_one_gpu_model_on_two_hosts_are_never_ranked_together():
@@ -73,7 +73,7 @@ def test_figures_of_one_gpu_model_on_two_hosts_are_never_ranked_together():
     group = figures.gpu_group(here + [elsewhere])
     assert (group.device, group.evaluator) == ("NVIDIA H200", "local@gpu7")
     assert figures.best(here + [elsewhere]) is here[1]
-    assert "through local@gpu7" in figures.rule(here + [elsewhere])
+    assert "through local@gpu7" in figures.ranking_rule(here + [elsewhere])
     # The base's figure through another evaluator is no comparison; through the same one it is.
     note = '{"device":"NVIDIA H200","harness":"h","evaluator":"command@mi300-box","geomean_us":12.0,"when":9}\n'
     base = attempt("a", 0, 1, geomean=10.0, evaluator="local@gpu7", notes=note)

@@ -91,6 +91,7 @@ def test_judge_notices_become_stages_and_still_time_the_quiet_loop():
     assert quiet == ["begin", "end"]
 
 
+@pytest.mark.slow
 def test_record_shows_each_stage_of_a_real_evaluation(kernel_repo):
     repo, config = workflow.load(kernel_repo)
     workflow.start(repo, "smaller blocks")

@@ -302,6 +302,7 @@ print(json.dumps(results))
 """
 
 
+@pytest.mark.slow
 def test_baseline_kernel_in_the_interpreter():
     # Shipped tiles; BLOCK_N 256 spans two B scale blocks; BLOCK_K 32 takes four steps per scale block.
     variants = [{}, {"BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 1}, {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32}]
@@ -341,6 +342,7 @@ def test_task_uses_the_cpu_section_and_the_challenge_shapes():
     assert task.work({"m": 1024, "n": 576, "k": 7168})[0] == 2 * 1024 * 576 * 7168
 
 
+@pytest.mark.slow
 def test_the_harness_runs_the_problem_without_a_gpu(tmp_path):
     data = yaml.safe_load(config_mod.default_text())
     data["timing"] = dict(FAST_TIMING)

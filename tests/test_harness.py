@@ -180,6 +180,7 @@ print("after a call:", guards.violation)
 """
 
 
+@pytest.mark.slow
 def test_a_kernel_registered_over_the_trap_is_a_violation():
     # In a process of its own: torch caches dispatch per op, so a kernel registered over
     # the trap would outlive its library in this one and break later tests' matmuls.

@@ -32,6 +32,7 @@ def _trailers(repo):
 
 
 # -- GPU MODE ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_init_from_gpumode_end_to_end(tmp_path, run_kgit, fast_config):
     result = run_kgit(tmp_path, "init", "repo", "--from-gpumode", str(GPUMODE), "--config", str(fast_config))
     assert result.exit_code == 0, result.stderr
@@ -56,6 +57,7 @@ def test_init_from_gpumode_end_to_end(tmp_path, run_kgit, fast_config):
     assert git(repo, "status", "--porcelain") == ""
 
 
+@pytest.mark.slow
 def test_the_gpumode_check_is_the_one_that_decides(tmp_path):
     # A submission that is wrong by 1e-3: the problem's own check (rtol 1e-5) must reject it.
     source = tmp_path / "row_scale"
@@ -140,6 +142,7 @@ def test_gpumode_without_a_files_list_takes_the_sibling_modules(tmp_path):
 
 
 # -- KernelBench --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_init_from_kernelbench_end_to_end(tmp_path, run_kgit, fast_config):
     result = run_kgit(tmp_path, "init", "repo", "--from-kernelbench", str(KERNELBENCH), "--config", str(fast_config))
     assert result.exit_code == 0, result.stderr
@@ -289,6 +292,7 @@ def test_a_kernelbench_problem_is_timed_as_kernelbench_times_it(tmp_path):
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
+@pytest.mark.slow
 def test_the_documented_examples_import_offline_and_say_what_to_tune(tmp_path, run_kgit, fast_config):
     """docs/problems.md's two commands, on the problems shipped under examples/: no network, and the
     offline strategist says plainly that an imported kernel marks nothing it could tune."""

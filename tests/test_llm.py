@@ -39,6 +39,7 @@ def mocked(litellm, text="hello", model=None):
     return completion
 
 
+@pytest.mark.slow
 def test_every_litellm_exception_is_classified(litellm):
     import litellm.exceptions as le
 
@@ -183,6 +184,7 @@ def evolve_through(server, kernel_repo, run_kgit):
         return run_kgit(kernel_repo, "evolve", "--model", "openai/test-model", "--api-base", server.url)
 
 
+@pytest.mark.slow
 def test_evolve_through_a_local_openai_compatible_server(kernel_repo, run_kgit, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
@@ -377,6 +379,7 @@ def _drive_manual_run(proc, state, answers, seen, failures):
         proc.kill()
 
 
+@pytest.mark.slow
 def test_evolve_with_the_manual_model_end_to_end(kernel_repo, tmp_path):
     """`kgit evolve --model manual -n 1` in a subprocess, answered from a thread through the files."""
     (kernel_repo / ".kgit.yaml").write_text(fast_config_text(evolve={"pick": 1, "attempts": 1, "knowledge": []}))
@@ -420,6 +423,7 @@ def test_evolve_with_the_manual_model_end_to_end(kernel_repo, tmp_path):
     assert "$0.0000" not in stderr
 
 
+@pytest.mark.slow
 def test_manual_run_interrupted_while_waiting_resumes_on_the_same_request(kernel_repo):
     from kgit import evolve, workflow
 

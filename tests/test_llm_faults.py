@@ -44,6 +44,7 @@ def _ask(client):
 
 
 # -- the wrapper ------------------------------------------------------------------------
+@pytest.mark.slow
 def test_rate_limit_and_unavailable_are_retried_with_growing_backoff(key):
     sleeps = []
     with FaultServer([endpoint.status(429), endpoint.status(503), endpoint.answer("finally")]) as server:
@@ -242,6 +243,7 @@ def test_garbage_answers_never_stop_the_run(kernel_repo, run_kgit, key):
     assert SECRET not in result.output
 
 
+@pytest.mark.slow
 def test_hostile_writer_answers_are_recorded_as_rejected_attempts(kernel_repo, run_kgit, key):
     reference = (kernel_repo / "problem" / "reference.py").read_text()
     outside = "problem/reference.py\n```python\ndef ref_kernel(data):\n    return data[2]\n```\n"

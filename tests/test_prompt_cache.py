@@ -9,6 +9,7 @@ import os
 
 import endpoint
 import fake_llm
+import pytest
 from conftest import fast_config_text
 from test_llm import evolve_through
 
@@ -22,6 +23,7 @@ def common_prefix(a: str, b: str) -> int:
     return len(os.path.commonprefix([a, b]))
 
 
+@pytest.mark.slow
 def test_stable_parts_come_first_and_repeat_byte_for_byte(kernel_repo, run_kgit, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-0123456789abcdef")
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")

@@ -40,6 +40,7 @@ def _seen(capfd, sizes: bool = False) -> list[tuple]:
 
 
 @pytest.mark.parametrize("name", ["gpumode-leaderboard-wall", "gpumode-leaderboard-events"])
+@pytest.mark.slow
 def test_under_a_fresh_protocol_no_call_is_handed_an_object_or_address_twice(tmp_path, capfd, name):
     doc = run_harness(tmp_path, problem="vector_add", code=_probe_code(), protocol=name, computed_names=False)
     assert doc["status"] == "ok" and doc["protocol"] == name, doc.get("error")
@@ -56,6 +57,7 @@ def test_under_a_fresh_protocol_no_call_is_handed_an_object_or_address_twice(tmp
     assert all(s["rechecked"] == s["n"] for s in doc["shapes"])  # every timed output checked
 
 
+@pytest.mark.slow
 def test_under_kgits_own_protocol_the_timed_calls_reuse_their_buffers(tmp_path, capfd):
     # The control: kgit-adaptive refills the same slot with new values, as documented.
     doc = run_harness(tmp_path, problem="vector_add", code=_probe_code(), protocol="kgit-adaptive")
@@ -65,12 +67,14 @@ def test_under_kgits_own_protocol_the_timed_calls_reuse_their_buffers(tmp_path, 
 
 
 @pytest.mark.parametrize("name", ["gpumode-batch", "kernelbench-events"])
+@pytest.mark.slow
 def test_the_batch_and_fixed_protocols_time_and_check_on_the_cpu(tmp_path, name):
     doc = run_harness(tmp_path, problem="vector_add", code=baseline("vector_add"), protocol=name)
     assert doc["status"] == "ok" and doc["protocol"] == name, doc.get("error")
     assert all(s["n"] >= 1 and s["mean_us"] > 0 and s["rechecked"] >= 1 for s in doc["shapes"])
 
 
+@pytest.mark.slow
 def test_a_kernel_wrong_on_one_fresh_call_is_caught(tmp_path):
     # Right on every check and on the first timed calls, wrong on the third timed call of a shape.
     code = baseline("vector_add") + '''
@@ -91,6 +95,7 @@ def custom_kernel(data):
     assert doc["status"] == "incorrect" and "gave a wrong result" in doc["error"], doc.get("error")
 
 
+@pytest.mark.slow
 def test_a_shape_whose_fresh_inputs_do_not_fit_is_unsupported_here(tmp_path, monkeypatch):
     monkeypatch.setattr(upstream_timing, "FRESH_BYTES", {True: 1 << 10, False: 1 << 10})
     doc = run_harness(tmp_path, problem="vector_add", code=baseline("vector_add"), protocol="gpumode-leaderboard-wall")

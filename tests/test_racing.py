@@ -265,6 +265,7 @@ def test_a_stopped_tree_is_raced_again_not_reused(kernel_repo):
     assert len(evaluator.races_seen) == 3 and summary.rows[2].reused == ""
 
 
+@pytest.mark.slow
 def test_judge_consults_the_race_after_each_shape_and_stops(kernel_repo, tmp_path, monkeypatch):
     """The judge's wiring on the CPU, run in-process: the rule is made to treat interpreter
     timings as GPU ones (only here; the rule's own tests show it never does), so the judge's

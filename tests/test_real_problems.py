@@ -54,6 +54,7 @@ def _import_axpb(tmp_path: Path) -> tuple[Path, str]:
 
 
 # -- output buffers in the inputs, device="cuda" on the CPU, quoted names ------------------
+@pytest.mark.slow
 def test_a_pmpp_v2_output_buffer_is_found_and_the_problem_runs_on_the_cpu(tmp_path):
     problem_dir, kernel = _import_axpb(tmp_path)
     task = yaml.safe_load((problem_dir / "task.yml").read_text())
@@ -71,6 +72,7 @@ def test_a_pmpp_v2_output_buffer_is_found_and_the_problem_runs_on_the_cpu(tmp_pa
     assert doc["status"] == "incorrect" and "differ" in doc["error"]
 
 
+@pytest.mark.slow
 def test_two_output_buffers_filled_in_place_are_both_outputs(tmp_path):
     # helion/int8_quant_py's trait: (x, x_q, x_s) with two buffers, ref_kernel filling and
     # returning both. With one output index the other buffer counted as a modified input.
@@ -266,6 +268,7 @@ IDENTITY = "def custom_kernel(data):\n    return data[0].clone()\n"
      "def ref_kernel(data):\n    return data[0]\n",
      {"tests": [{"n": 8, "seed": 1}, {"n": 100000, "seed": 2}]}, "memory for the test shape n=100000"),
 ])
+@pytest.mark.slow
 def test_what_the_machine_lacks_is_unsupported_not_a_kernel_failure(tmp_path, reference, task, reason):
     problem_dir = _problem(tmp_path, reference, {**SIMPLE_TASK, **task})
     doc = _evaluate(problem_dir, IDENTITY, tmp_path)
@@ -288,6 +291,7 @@ SIMPLE_REFERENCE = ("import torch\n\ndef generate_input(n, seed):\n    return (t
     ("import torch\n\ndef custom_kernel(data):\n    print('RuntimeError: Found no NVIDIA driver on your system')\n"
      "    raise RuntimeError('No CUDA GPUs are available')\n", "runtime-error"),
 ])
+@pytest.mark.slow
 def test_a_kernel_failure_keeps_its_status_and_the_judge_says_what_the_machine_lacks(tmp_path, kernel, status):
     # "Unsupported here" comes only from the judge's own probes of the problem; a kernel's
     # failure stays its own, with what the judge found the machine lacks beside it.
@@ -307,6 +311,7 @@ def test_the_writer_is_told_what_the_machine_lacks_beside_the_failure():
     assert text.startswith("The kernel failed at run time") and "probe: no GPU." in text
 
 
+@pytest.mark.slow
 def test_a_reference_that_fails_on_its_own_input_is_the_problems_failure(tmp_path):
     # pmpp_v2/matmul_py's trait at one upstream commit: generate_input makes (a, b, c) and
     # ref_kernel unpacks two; every kernel came back `crash`, as if it were the kernel's.
@@ -360,6 +365,7 @@ def test_kgit_init_reports_unsupported_with_the_exception_line(tmp_path, run_kgi
         (tmp_path / "repo" / "problem" / "task.yml").read_text())["requires"]["modules"]
 
 
+@pytest.mark.slow
 def test_kgit_init_names_a_module_the_baseline_kernel_lacks(tmp_path, run_kgit):
     result = _init_from_axpb_importing(tmp_path, run_kgit, "submission.py", "cutlass_not_installed")
     assert result.exit_code != 0
@@ -460,6 +466,7 @@ def _squared_error(tmp_path, **changed) -> Path:
     return source
 
 
+@pytest.mark.slow
 def test_a_forward_backward_folder_is_imported_as_one_call_of_both(tmp_path):
     problem_dir, kernel = importers.gpumode_problem(_squared_error(tmp_path), tmp_path / "imported")
     task = yaml.safe_load((problem_dir / "task.yml").read_text())
@@ -496,6 +503,7 @@ def test_kernelbench_sizes_written_as_expressions(tmp_path):
     assert task["cpu"]["benchmarks"] == [{"rows": 4, "width": 64, "seed": 3}]
 
 
+@pytest.mark.slow
 def test_a_model_with_dropout_passes_its_own_baseline(tmp_path):
     # KernelBench level2/66's trait: nn.Dropout in a Model left in training mode. KernelBench
     # seeds before each forward; so does the importer, for Model and for ModelNew alike.
@@ -535,6 +543,7 @@ def test_a_model_with_dropout_passes_its_own_baseline(tmp_path):
     assert doc["status"] == "incorrect", doc["status"]
 
 
+@pytest.mark.slow
 def test_an_all_zeros_kernel_fails_where_outputs_are_tiny(tmp_path):
     problem_dir, kernel = importers.kernelbench_problem(SOFTMAX, tmp_path / "problem")
     spec = yaml.safe_load((problem_dir / "task.yml").read_text())
@@ -637,6 +646,7 @@ ZERO_TAU = ("import torch\n\n\ndef custom_kernel(data):\n    h, tau = torch.geqr
             "    return h, torch.zeros_like(tau)\n")
 
 
+@pytest.mark.slow
 def test_a_host_synchronizing_reference_solver_passes_its_baseline(tmp_path):
     problem_dir = _problem(tmp_path, HOUSEHOLDER, {
         "tests": [{"batch": 3, "n": 16, "seed": 1}, {"batch": 4, "n": 24, "seed": 2, "case": "mixed"}],
@@ -751,12 +761,14 @@ READS_SETTINGS = ("import torch\n\n\ndef custom_kernel(data):\n"
             return data[0] * 2.0
     ''',
 ], ids=["at-import", "inside-ref_kernel"])
+@pytest.mark.slow
 def test_the_backend_settings_the_reference_ran_under_reach_the_candidate(tmp_path, reference):
     problem_dir = _problem(tmp_path, reference, SIMPLE_TASK)
     doc = _evaluate(problem_dir, READS_SETTINGS, tmp_path)
     assert doc["status"] == "ok", (doc["status"], doc.get("reason"), doc.get("error"))
 
 
+@pytest.mark.slow
 def test_a_reference_with_default_settings_leaves_the_candidate_at_the_defaults(tmp_path):
     # The same kernel is wrong where the reference changed nothing: the settings are carried,
     # not forced.
@@ -825,6 +837,7 @@ SUM_OF_SQUARES = '''
 SUM_INTO_BUFFER = "def custom_kernel(data):\n    x, output = data\n    output[...] = x.square().sum()\n    return output\n"
 
 
+@pytest.mark.slow
 def test_a_one_element_buffer_for_a_0d_result_passes_either_way_it_is_returned(tmp_path):
     source = tmp_path / "sum_of_squares"
     shutil.copytree(AXPB, source)
@@ -884,6 +897,7 @@ CASES = '''
     '''
 
 
+@pytest.mark.slow
 def test_a_shape_the_problems_own_generate_input_rejects_is_the_problems_failure(tmp_path):
     problem_dir = _problem(tmp_path, CASES, {
         "tests": [{"n": 8, "seed": 1}, {"n": 8, "seed": 2, "case": "scaled"}, {"n": 8, "seed": 3, "case": "mixed"}],
@@ -973,6 +987,7 @@ def check_implementation(data, output):
 '''
 
 
+@pytest.mark.slow
 def test_a_narrower_output_reaches_the_problems_check_as_the_kernel_returned_it(tmp_path):
     # GPU MODE's prefixsum: the reference sums in float64, the baseline returns float32, and the
     # problem's own check accepts both; the harness must not refuse the float32 result on its way.

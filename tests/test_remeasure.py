@@ -40,6 +40,7 @@ class FakeEvaluator:
                               shapes=[{"key": "size=1", "mean_us": 1.0}])
 
 
+@pytest.mark.slow
 def test_remeasure_cli_adds_a_note_and_rewrites_nothing(kernel_repo, run_kgit):
     before_refs, before_status = _refs(kernel_repo), git(kernel_repo, "status", "--porcelain")
     result = run_kgit(kernel_repo, "remeasure", "kgit/baseline", "--device-tag", "ci-cpu", "--json")
@@ -173,6 +174,7 @@ def test_a_failed_remeasurement_keeps_its_reason_and_error_excerpt(kernel_repo):
     assert "reason" not in ok[0].record.to_note() and "error_excerpt" not in ok[0].record.to_note()
 
 
+@pytest.mark.slow
 def test_remeasure_under_another_protocol_is_noted_and_never_ranked_beside_the_first(kernel_repo, run_kgit):
     result = run_kgit(kernel_repo, "remeasure", "kgit/baseline", "--protocol", "gpumode-leaderboard-wall", "--json")
     assert result.exit_code == 0, result.output

@@ -82,6 +82,7 @@ def test_report_is_self_contained(html_report):
     assert "default-src 'none'" in text
 
 
+@pytest.mark.slow
 def test_screenshot_shows_a_rendered_page(html_report, tmp_path):
     shot = tmp_path / "report.png"
     done = chromium(tmp_path, f"--screenshot={shot}", "--window-size=1200,2600", html_report.as_uri())

@@ -137,6 +137,7 @@ def test_the_probe_detects_leaks_when_nothing_stops_it(tmp_path):
     assert report["wrote_runtime"] is True
 
 
+@pytest.mark.slow
 def test_kernel_still_passes_while_snooping(snooped):
     assert snooped["doc"]["status"] == "ok", snooped["doc"].get("error")
 
@@ -192,6 +193,7 @@ def test_result_says_what_was_applied(snooped):
         assert any("namespace" in m for m in box["missing"])
 
 
+@pytest.mark.slow
 def test_process_group_kill_without_namespaces(tmp_path):
     """sandbox: off keeps the process-group kill: a forked child in the group dies too."""
     marker = f"{random.randint(10**6, 10**7)}.{random.randint(1, 999)}"
@@ -206,6 +208,7 @@ def test_process_group_kill_without_namespaces(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_segfault_is_a_crash_with_the_stack(tmp_path):
     problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.segfault()")
     doc = child.run_child(problem_dir, candidate_dir, _config(), scratch)
@@ -214,6 +217,7 @@ def test_segfault_is_a_crash_with_the_stack(tmp_path):
     assert "hostile.py" in doc["error"] and "segfault" in doc["error"]  # faulthandler's Python stack
 
 
+@pytest.mark.slow
 def test_infinite_loop_times_out_and_leaves_nothing(tmp_path):
     problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.spin()")
     doc = child.run_child(problem_dir, candidate_dir, _config(timeout_s=10), scratch)
@@ -222,6 +226,7 @@ def test_infinite_loop_times_out_and_leaves_nothing(tmp_path):
     assert _gone(str(scratch), within_s=5)
 
 
+@pytest.mark.slow
 def test_huge_allocation_is_a_runtime_error(tmp_path):
     problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.hog(64)")
     doc = child.run_child(problem_dir, candidate_dir, _config(max_memory_gb=2), scratch)
@@ -230,6 +235,7 @@ def test_huge_allocation_is_a_runtime_error(tmp_path):
     assert any("data=2147483648" in a for a in doc["sandbox"]["applied"])
 
 
+@pytest.mark.slow
 def test_enormous_output_is_cut_not_stored(tmp_path):
     problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.shout(64)")
     doc = child.run_child(problem_dir, candidate_dir, _config(max_output_bytes=4000), scratch)
@@ -404,6 +410,7 @@ def test_gpu_faults_become_statuses(tmp_path, fault, statuses, words):
     assert after["status"] == "ok", after.get("error")
 
 
+@pytest.mark.slow
 def test_the_spec_with_the_secret_seed_is_gone_before_the_candidate_runs(tmp_path):
     # The kernel runs in the folder the spec was written to; by then the file must be gone.
     # (Asked through the helper module, which the static policy does not read.)
@@ -763,6 +770,7 @@ def test_memory_past_the_limit_through_memfd_or_a_shared_mapping_is_stopped(tmp_
 
 
 @needs_namespaces
+@pytest.mark.slow
 def test_an_evaluation_past_its_memory_limit_says_so(tmp_path):
     problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.memfd_hog(3072)")
     doc = child.run_child(problem_dir, candidate_dir, _config(max_memory_gb=1), scratch)
@@ -846,12 +854,14 @@ def _lifeline_attack(tmp_path, sandbox_mode):
 
 
 @needs_namespaces
+@pytest.mark.slow
 def test_killing_kgit_ends_a_kernel_that_defeats_the_lifeline(tmp_path):
     marker, scratch = _lifeline_attack(tmp_path, "auto")
     assert _gone("sleep " + marker, within_s=10)
     assert _gone(str(scratch / "spec.json"), within_s=10)
 
 
+@pytest.mark.slow
 def test_without_namespaces_a_defeated_lifeline_survives(tmp_path):
     """Control: the same kernel under sandbox: off outlives kgit (what docs/sandbox.md says)."""
     marker, scratch = _lifeline_attack(tmp_path, "off")
@@ -864,6 +874,7 @@ def test_without_namespaces_a_defeated_lifeline_survives(tmp_path):
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_key_shaped_text_is_redacted_from_the_error(tmp_path, monkeypatch):
     secret = f"sk-test-{random.getrandbits(64):x}"
     monkeypatch.setenv("MY_SERVICE_TOKEN", secret)
@@ -911,6 +922,7 @@ def test_secret_shaped_text_is_kept_out_of_the_commit(tmp_path, monkeypatch):
             assert core not in text, f"{name} kept in the {where}: {text}"
 
 
+@pytest.mark.slow
 def test_an_aten_alias_of_a_forbidden_op_is_rejected(tmp_path):
     problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.aten_add(data)")
     doc = child.run_child(problem_dir, candidate_dir, _config(), scratch)
@@ -1102,6 +1114,7 @@ def test_out_of_memory_kills_are_read_from_v1_and_v2(tmp_path):
 
 
 @needs_namespaces
+@pytest.mark.slow
 def test_scratch_size_and_process_count_come_from_the_config(tmp_path):
     """End to end through run_child: evaluator.scratch_gb and evaluator.max_processes reach the child."""
     problem_dir, candidate_dir, scratch = stage(tmp_path, "hostile.hoard(256)")

@@ -7,6 +7,7 @@ repository, the CPU demo) the configured timing stays.
 from __future__ import annotations
 
 import fake_llm
+import pytest
 from conftest import fast_config_text
 
 from kgit import evolve, workflow
@@ -49,6 +50,7 @@ def _run(repo, config, monkeypatch):
     return summary, lines, docs
 
 
+@pytest.mark.slow
 def test_an_archive_ranked_on_a_gpu_gets_screening_timing_on_the_cpu(kernel_repo, monkeypatch):
     repo, config = _repo(kernel_repo, ranked_on_gpu=True)
     summary, lines, docs = _run(repo, config, monkeypatch)
@@ -61,6 +63,7 @@ def test_an_archive_ranked_on_a_gpu_gets_screening_timing_on_the_cpu(kernel_repo
     assert "rank on NVIDIA H200" in said and "only screened" in said and "3 timed repetitions" in said
 
 
+@pytest.mark.slow
 def test_a_fresh_repository_keeps_the_configured_timing(kernel_repo, monkeypatch):
     repo, config = _repo(kernel_repo, ranked_on_gpu=False)
     summary, lines, docs = _run(repo, config, monkeypatch)

@@ -110,6 +110,7 @@ def _wait_for(predicate, limit: float, what: str):
     raise AssertionError(f"{what} within {limit:g} s")
 
 
+@pytest.mark.slow
 def test_the_worked_example_records_remote_timings_against_a_base_retimed_there(kernel_repo, remote_tmp, run_kgit):
     _use_the_example(run_kgit, kernel_repo)
     assert run_kgit(kernel_repo, "try", "a comment in the kernel").exit_code == 0
@@ -140,6 +141,7 @@ def test_the_worked_example_records_remote_timings_against_a_base_retimed_there(
     assert list(remote_tmp.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_result_that_answers_another_candidate_is_refused(kernel_repo, remote_tmp, run_kgit, tmp_path):
     """The command hands back the box's verdict on another candidate (a folder left by an
     earlier evaluation, as a fixed remote folder shared by two repositories did): refused."""
@@ -165,6 +167,7 @@ def _hanging_folder(kernel_repo: Path, tmp_path: Path) -> Path:
                            tmp_path / "hanging", sha="hang")
 
 
+@pytest.mark.slow
 def test_the_remote_evaluation_ends_when_kgit_times_out(kernel_repo, remote_tmp, tmp_path):
     folder = _hanging_folder(kernel_repo, tmp_path)
     seen = []

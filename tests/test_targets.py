@@ -69,6 +69,7 @@ def test_fp8_baseline_builds_for_mi300_and_hopper_with_the_targets_own_fp8(fp8_f
     assert targets.trailer_value(amd).startswith(f"builds; vgpr {k_amd['vgpr']}, lds ")
 
 
+@pytest.mark.slow
 def test_softmax_baseline_builds_for_both_targets():
     probe = _probe(problem.shipped()["softmax"] / "kernel.py", "reference.generate_input(rows=8, cols=1000, seed=3)")
     assert probe["host_error"] is None
@@ -82,6 +83,7 @@ def test_softmax_baseline_builds_for_both_targets():
         assert result["kernels"][0]["options"] == {"num_warps": 4, "num_stages": 1}
 
 
+@pytest.mark.slow
 def test_two_kernels_that_name_each_other_build_for_both_targets():
     """A split reduction in two launches (each kernel a global of the other's module).
 
@@ -96,6 +98,7 @@ def test_two_kernels_that_name_each_other_build_for_both_targets():
         assert sorted(k["kernel"] for k in result["kernels"]) == ["add_parts", "partial_sums"]
 
 
+@pytest.mark.slow
 def test_inline_ptx_builds_for_hopper_only_and_says_why():
     probe = _probe(DATA / "ptx_only.py", "torch.randn(300)")
     assert "inline_asm" in probe["host_error"]  # the interpreter cannot run asm
@@ -107,6 +110,7 @@ def test_inline_ptx_builds_for_hopper_only_and_says_why():
     assert targets.failing(doc, BOTH) == ["gfx942"]
 
 
+@pytest.mark.slow
 def test_absurd_tile_reports_lds_and_shared_memory_overflow():
     probe = _probe(DATA / "huge_tile.py", "(torch.randn(16, 16).half(), torch.randn(16, 16).half())")
     assert probe["host_error"] is None
@@ -270,6 +274,7 @@ def test_require_targets_fails_an_attempt_that_does_not_build(required):
     assert targets_policy.apply_policy(_doc(), config).status == "ok"
 
 
+@pytest.mark.slow
 def test_the_attempt_shows_its_targets_in_show_and_log(softmax_repo, run_kgit):
     repo = Repo(softmax_repo)
     (baseline,) = repo.read()
@@ -292,6 +297,7 @@ def test_the_attempt_shows_its_targets_in_show_and_log(softmax_repo, run_kgit):
     assert '<section id="targets"><h2>Build targets</h2>' in page and baseline.targets["sm_90a"] in page
 
 
+@pytest.mark.slow
 def test_an_attempt_that_fails_here_still_says_where_it_builds(softmax_repo, run_kgit):
     """Inline PTX cannot run in the CPU interpreter (runtime-error), and does not build for MI300."""
     assert run_kgit(softmax_repo, "try", "copy the bits through inline PTX").exit_code == 0
@@ -391,6 +397,7 @@ def custom_kernel(data):
 '''
 
 
+@pytest.mark.slow
 def test_the_gpu_shapes_configurations_are_captured_without_running_and_compiled(tmp_path):
     """In the interpreter the checks launch only the CPU shapes' configuration; after timing the
     judge lays out each GPU shape's inputs (no values), the runner calls the candidate with every

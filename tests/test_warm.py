@@ -33,6 +33,7 @@ def _spare(pool: backends.WarmPairs, slot):
     return pool._spares[slot].result(timeout=60)
 
 
+@pytest.mark.slow
 def test_a_warm_evaluator_uses_each_spare_once_and_starts_the_next(kernel_repo):
     repo = Repo(kernel_repo)
     evaluator = backends.LocalEvaluator(repo, _config(), host=CPU_HOST, warm=True)
@@ -57,6 +58,7 @@ def test_a_warm_evaluator_uses_each_spare_once_and_starts_the_next(kernel_repo):
     assert not following.alive() and not following.scratch.exists()
 
 
+@pytest.mark.slow
 def test_a_spare_is_held_while_its_device_times_and_goes_on_after(kernel_repo, monkeypatch):
     """The judge tells kgit when its timed loop begins and ends; meanwhile the spare's judge
     is stopped, and afterwards it runs on and evaluates the next candidate as usual."""
@@ -106,6 +108,7 @@ def test_a_spare_started_under_other_settings_is_not_used(kernel_repo):
         pool.close()
 
 
+@pytest.mark.slow
 def test_a_runner_started_before_its_candidate_is_confined_as_a_cold_one(kernel_repo):
     """The candidate's folder was bound into the runner's view while still empty: the files
     kgit copied in later are seen, read-only, and the problem folder copied beside them
@@ -199,6 +202,7 @@ def _descendants(root: int, table: dict) -> dict[int, tuple[str, str]]:
 
 
 @pytest.mark.parametrize("sandbox,hold", [("auto", "run"), ("off", "run"), ("auto", "hold"), ("off", "hold")])
+@pytest.mark.slow
 def test_warm_pairs_die_with_kgit_killed_by_sigkill(kernel_repo, sandbox, hold):
     """kill -9 of a kgit holding spare pairs: no process of theirs is left, also when their
     judges are stopped (held for another evaluation's timed loop)."""

@@ -3,6 +3,7 @@
 import json
 import subprocess
 
+import pytest
 from conftest import fast_config_text, git, make_git_repo
 
 from kgit.archive.repo import Repo
@@ -68,6 +69,7 @@ def test_refusals_come_before_progress_lines(kernel_repo, run_kgit, tmp_path):
     assert result.exit_code == 1 and "unknown revision" in result.stderr and "evaluating" not in result.stderr
 
 
+@pytest.mark.slow
 def test_record_refuses_an_unchanged_tree(kernel_repo, run_kgit):
     run_kgit(kernel_repo, "try", "measure the baseline again")
     tips = git(kernel_repo, "rev-parse", "HEAD").strip()
@@ -84,6 +86,7 @@ def test_record_refuses_an_unchanged_tree(kernel_repo, run_kgit):
     assert run_kgit(kernel_repo, "record").exit_code == 0
 
 
+@pytest.mark.slow
 def test_init_force_replaces_the_baseline(kernel_repo, run_kgit, tmp_path):
     old = git(kernel_repo, "rev-parse", "kgit/baseline").strip()
     cfg = tmp_path / "fast.yaml"
@@ -95,6 +98,7 @@ def test_init_force_replaces_the_baseline(kernel_repo, run_kgit, tmp_path):
     assert "softmax" in (kernel_repo / "problem" / "task.yml").read_text()
 
 
+@pytest.mark.slow
 def test_try_record_ok_and_failing_attempts(kernel_repo, run_kgit):
     before = _status(kernel_repo)
     result = run_kgit(kernel_repo, "try", "Bigger blocks: BLOCK_SIZE 2048 for a speedup")
@@ -140,6 +144,7 @@ def test_eval_uses_a_throwaway_worktree(kernel_repo, run_kgit):
     assert not any((kernel_repo / ".git" / "kgit" / "worktrees").iterdir())
 
 
+@pytest.mark.slow
 def test_eval_of_a_broken_commit_exits_3(kernel_repo, run_kgit):
     (kernel_repo / "kernel.py").write_text("def custom_kernel(data):\n    return data[0] +\n")
     git(kernel_repo, "commit", "-qam", "broken")
@@ -195,6 +200,7 @@ def test_lock_names_the_holder(kernel_repo, run_kgit):
     assert run_kgit(kernel_repo, "record").exit_code == 0
 
 
+@pytest.mark.slow
 def test_base_from_another_device_is_retimed_and_noted(kernel_repo, run_kgit):
     from kgit import workflow
 

@@ -224,7 +224,7 @@ def best(attempts):
     return order[0] if order else None
 
 
-def rule(attempts) -> str:
+def ranking_rule(attempts) -> str:
     return ranked(attempts)[1]
 
 

@@ -89,7 +89,7 @@ class WarmPairs:
             pair = future.result()
         except Exception:  # noqa: BLE001 - the evaluation starts its own pair and meets the same error
             return None
-        pair.go_on()  # held for another evaluation's timing, and now needed itself
+        pair.resume_startup()  # held for another evaluation's timing, and now needed itself
         if pair.alive() and pair.key == child.start_key(config, env) and pair.scratch.parent == state_dir:
             return pair
         pair.discard()
@@ -120,7 +120,7 @@ class WarmPairs:
             self._timing[device] = self._timing.get(device, 0) + 1
             if self._timing[device] == 1:
                 for pair in self._started_for(device):
-                    pair.hold()
+                    pair.pause_startup()
 
     def _end(self, device):
         with self._lock:
@@ -128,7 +128,7 @@ class WarmPairs:
             if self._timing[device] <= 0:
                 self._timing.pop(device)
                 for pair in self._started_for(device):
-                    pair.go_on()
+                    pair.resume_startup()
 
     def _started_for(self, device) -> list:
         """The spares for `device` that have started (the lock is held)."""
@@ -139,7 +139,7 @@ class WarmPairs:
         # Under the lock, as `_begin` and `_end`: a spare is never left held after its device's timing ended.
         with self._lock:
             if self._timing.get(device) and future.exception() is None:
-                future.result().hold()
+                future.result().pause_startup()
 
     def close(self):
         """End every spare (kgit exiting, or the evaluator no longer needed)."""

@@ -240,7 +240,7 @@ class Pair:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None and not self.used
 
-    def hold(self):
+    def pause_startup(self):
         """Stop the pair's start-up (SIGSTOP): torch and triton imports and device contexts,
         which must not run beside another pair's timed loop.
 
@@ -258,8 +258,8 @@ class Pair:
         for pid in self.held:
             _signal(pid, signal.SIGSTOP)
 
-    def go_on(self):
-        """Undo `hold` (harmless on processes that run)."""
+    def resume_startup(self):
+        """Undo `pause_startup` (harmless on processes that run)."""
         held, self.held = getattr(self, "held", []), []
         for pid in held:
             _signal(pid, signal.SIGCONT)

@@ -308,12 +308,12 @@ def _results_table(figures: Figures, ratios: bool = True) -> str:
     rows = []
     for key, us in best.times.items():
         b, f = before.get(key), first.get(key)
-        rows.append([key, _f(f), _f(b), f"{us:.2f}"] + ([_x(b, us), _x(f, us)] if ratios else []))
+        rows.append([key, _us_cell(f), _us_cell(b), f"{us:.2f}"] + ([_speedup_cell(b, us), _speedup_cell(f, us)] if ratios else []))
     g_base = base_m.geomean_us if base_m else None
     g_first = baseline_m.geomean_us if baseline_m else None
     # The geomean row's ratios are the title's and the attempts table's (measure.ratio).
-    rows.append(["**geomean**", _f(g_first), _f(g_base), f"{best.geomean_us:.2f}"]
-                + ([_r(figures.vs_base(best)), _r(figures.vs_baseline(best))] if ratios else []))
+    rows.append(["**geomean**", _us_cell(g_first), _us_cell(g_base), f"{best.geomean_us:.2f}"]
+                + ([_ratio_cell(figures.vs_base(best)), _ratio_cell(figures.vs_baseline(best))] if ratios else []))
     headers = ["shape", "baseline us", "PR base us", "this PR us"] + (["vs PR base", "vs baseline"] if ratios else [])
     return tabulate(rows, headers=headers, tablefmt="github")
 
@@ -322,7 +322,7 @@ def _attempts_table(exp, bodies: dict, figures: Figures) -> str:
     rows = []
     for a in exp.attempts:
         why = "" if a.ok else _why(a, bodies.get(a.sha, ""))
-        rows.append([a.attempt, f"`{a.sha[:10]}`", a.status, _f(a.geomean_us), _r(figures.vs_base(a) if a.ok else None),
+        rows.append([a.attempt, f"`{a.sha[:10]}`", a.status, _us_cell(a.geomean_us), _ratio_cell(figures.vs_base(a) if a.ok else None),
                      why.replace("|", "/")])
     return tabulate(rows, headers=["attempt", "sha", "status", "geomean us", "vs PR base", "why it failed"],
                     tablefmt="github")
@@ -340,13 +340,13 @@ def _why(attempt, body: str) -> str:
     return attempt.status
 
 
-def _f(value) -> str:
+def _us_cell(value) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def _r(ratio) -> str:
+def _ratio_cell(ratio) -> str:
     return "-" if not ratio else f"{ratio:.2f}x"
 
 
-def _x(before, after) -> str:
+def _speedup_cell(before, after) -> str:
     return "-" if not before or not after else f"{before / after:.2f}x"

@@ -114,13 +114,13 @@ def best_lines(attempts, attempt) -> list[str]:
         tried = [a for a in attempts if not a.is_baseline]
         correct = sum(a.ok for a in tried)
         return [f"{attempt.sha}  {attempt.branch}  latest correct attempt (not timed for speed)  {attempt.hypothesis}",
-                f"rule: {figures.rule(attempts)}.",
+                f"rule: {figures.ranking_rule(attempts)}.",
                 f"What kgit can rank here: correctness only ({correct} of {len(tried)} attempt(s) correct); every "
                 f"timing in the archive comes from {figures.INTERPRETER_MEANING}.",
                 figures.GPU_WOULD_ADD]
     else:
         figure = f"{_num(attempt.geomean_us, '{:.2f}')} us  {attempt.speedup_baseline or 1:.2f}x vs baseline"
-    return [f"{attempt.sha}  {attempt.branch}  {figure}  {attempt.hypothesis}", f"rule: {figures.rule(attempts)}"]
+    return [f"{attempt.sha}  {attempt.branch}  {figure}  {attempt.hypothesis}", f"rule: {figures.ranking_rule(attempts)}"]
 
 
 def devices_table(attempts) -> str:
