@@ -48,14 +48,14 @@ def run_once(root: Path, problem: str, iterations: int, warm: bool, fast: bool, 
 def rerun_stopped(root: Path, count: int) -> list[list]:
     """Rows for up to `count` stopped attempts, each evaluated again in full beside the attempt
     its race named (Kgit-Stopped: "... x the time of <sha prefix>")."""
-    repo, config = experiments.load(root)
+    repo, config = workflow.load(root)
     attempts = repo.read()
     rows = []
     for attempt in [a for a in attempts if a.status == "stopped"][:count]:
         prefix = attempt.trailers.get("Kgit-Stopped", [""])[-1].rsplit(" ", 1)[-1]
         incumbent = next((a for a in attempts if prefix and a.sha.startswith(prefix)), None)
-        full = experiments.evaluate_rev(repo, config, attempt.sha)
-        against = getattr(incumbent, "geomean", None)
+        full = workflow.evaluate_rev(repo, config, attempt.sha)
+        against = incumbent.geomean_us if incumbent is not None else None
         through = (full.status == "ok" and full.geomean_us is not None and against is not None
                    and full.geomean_us < against)
         rows.append([attempt.sha[:10], prefix or "-", f"{against:.2f}" if against else "-", full.status,
