@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Every GPU figure the timing, trust and cost work asks for, in one run on a GPU host, each
+# step's output kept under OUT (default ./gpu-figures) and its seconds printed. On an H200 the
+# whole takes about 40 minutes; name steps to run fewer:
+#   benchmarks/gpu_figures.sh [OUT] [STEP ...]
+# steps: gpu-tests protocols breakdown evolve-rate fidelity campaign (default: all)
+#   gpu-tests    pytest -m gpu (the cheats and sandbox on the GPU; over 400 s)
+#   protocols    the fp8 baseline and the shipped campaign's best under each kgit protocol and
+#                under GPU MODE's amd/eval.py (KGIT_UPSTREAM: a reference-kernels checkout,
+#                default ../shared/upstream/gpumode), the judge's per-call costs, the plot
+#   breakdown    one evaluation stage by stage, cold and warm: vector_add and fp8
+#   evolve-rate  seconds per fp8 attempt in an offline `kgit evolve -n 6`, and 4 stopped
+#                attempts run again in full (what racing threw away)
+#   fidelity     kgit's figures against plain timing loops, and their repeatability
+#   campaign     the shipped campaign's baseline and experiment 47 re-measured under the fp8
+#                problem's protocol (examples/fp8-h200/remeasure.sh 0 47)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-gpu-figures}"
+shift || true
+steps=("$@")
+((${#steps[@]})) || steps=(gpu-tests protocols breakdown evolve-rate fidelity campaign)
+upstream="${KGIT_UPSTREAM:-../shared/upstream/gpumode}"
+mkdir -p "$out"
+python -c 'import torch; print("device:", torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu (figures below are the interpreter'"'"'s, not a GPU'"'"'s)")'
+
+run() {  # run NAME COMMAND...: its output to the terminal and to OUT/NAME.txt, then its seconds
+    local name=$1 start=$SECONDS
+    shift
+    echo "== $name: $*"
+    "$@" 2>&1 | tee "$out/$name.txt"
+    echo "== $name: exit ${PIPESTATUS[0]}, $((SECONDS - start)) s"
+}
+
+for step in "${steps[@]}"; do
+    case "$step" in
+        gpu-tests) run gpu-tests python -m pytest -m gpu -q -p no:cacheprovider tests/ ;;
+        protocols)
+            run protocols python benchmarks/protocol_compare.py --upstream "$upstream" --costs \
+                --protocols gpumode-leaderboard-wall gpumode-leaderboard-events kgit-adaptive \
+                --json "$out/protocols.json"
+            run protocol-plot python benchmarks/protocol_plot.py "$out/protocols.json" -o "$out/protocols.png" ;;
+        breakdown)
+            run breakdown python benchmarks/eval_breakdown.py --problems vector_add fp8_blockscale_gemm \
+                --repeats 2 --warm-wait 8 ;;
+        evolve-rate)
+            run evolve-rate python benchmarks/evolve_rate.py --problem fp8_blockscale_gemm -n 6 --warm on \
+                --rerun-stopped 4 ;;
+        fidelity) run fidelity python benchmarks/harness_fidelity.py ;;
+        campaign) KGIT_REMEASURE_DIR="$(mktemp -d)" run campaign examples/fp8-h200/remeasure.sh 0 47 ;;
+        *) echo "unknown step '$step'; the steps are: gpu-tests protocols breakdown evolve-rate fidelity campaign" >&2
+           exit 2 ;;
+    esac
+done
