@@ -719,6 +719,27 @@ def test_the_judges_batch_rejects_figures_nothing_accounts_for_and_accepts_hones
     assert stats["judge_batch"]["n"] == timing.BATCH_SAMPLES_MIN  # a bound check needs no more
 
 
+def test_a_host_busy_with_other_work_rejects_no_honest_kernel_and_every_forged_one():
+    # Other evaluations on the host: a busy loop per core beside the judge. The GPU's events do
+    # not slow down with the host (3000 us, what the kernel's 3 ms takes), the judge's clock does;
+    # its fastest sample is what the bound holds, so the honest figure stands and a forged one
+    # (1 us, every sample far past the bound) is still refused.
+    import os
+    import subprocess
+    import sys
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        honest_why, honest = _measure_as_gpu(us=3000.0, host_us=3000.0)
+        forged_why, _ = _measure_as_gpu(us=1.0, host_us=1.0)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert honest_why is None and honest["mean_us"] == 3000.0, (honest_why, honest)
+    assert forged_why and "judge's clock" in forged_why
+
+
 def test_a_runner_that_answers_empty_requests_slowly_does_not_shrink_the_judges_clock():
     # Empty requests take 50 ms: subtracted as measured, they would cancel the 3 ms calls. The
     # subtraction is capped at 1.5 x the 100 us ping, and the calls, cheaper than the empty
