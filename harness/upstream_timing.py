@@ -71,6 +71,18 @@ def _capacity(ctx, first, wanted: int, least: int) -> int:
     return min(wanted, fits)
 
 
+def fresh_slots(capacity: int, wanted: int, device: int, least: int) -> tuple[int, list[int]]:
+    """(timed calls, the device figure's slots) in an arena of `capacity` slots, slot 0 kept for
+    the first check and the warm-up. Where memory cuts the arena short, the device figure keeps
+    its `device` slots as long as `least` timed calls still fit: a shape that loses its device
+    time loses the figure that tells a kernel's own time from the protocol's host work."""
+    spare = capacity - 1
+    calls = min(wanted, spare)
+    if spare - calls < device and spare - device >= least:
+        calls = spare - device
+    return calls, list(range(1 + calls, 1 + min(spare, calls + device)))
+
+
 def _stop(protocol, ctx, times: list, spent: float) -> bool:
     """The protocol's stopping rule after len(times) calls, `spent` seconds into the shape."""
     n = len(times)
@@ -179,9 +191,9 @@ def _fresh(protocol, ctx, shape, first_shape) -> dict:
     device = DEVICE_CALLS if ctx.on_gpu else 0
     # Slot 0 serves the first check, the warm-up and the round trips; every timed call, and each
     # of the device figure's, gets a slot of its own that no call was handed before.
-    capacity = _capacity(ctx, first, 1 + wanted + device, 1 + min(protocol.min_calls, wanted))
-    calls = min(wanted, capacity - 1)
-    device_slots = list(range(1 + calls, capacity))
+    least = min(protocol.min_calls, wanted)
+    capacity = _capacity(ctx, first, 1 + wanted + device, 1 + least)
+    calls, device_slots = fresh_slots(capacity, wanted, device, least)
     with PHASES.span("timing: arenas"):
         slots = ctx.new_slots(first, capacity)
     try:

@@ -102,6 +102,20 @@ def test_a_shape_whose_fresh_inputs_do_not_fit_is_unsupported_here(tmp_path, mon
     assert doc["status"] == "unsupported" and "fresh inputs" in doc["reason"], doc.get("error")
 
 
+@pytest.mark.parametrize("capacity, calls, device", [
+    (1 + 100 + 5, 100, [101, 102, 103, 104, 105]),  # all fit
+    (85, 79, [80, 81, 82, 83, 84]),  # the H200's 16M vector_add: 84 fresh calls fit, not 105
+    (1 + 3 + 2, 5, []),  # too short for both: the timed calls come first
+    (1 + 3 + 5, 3, [4, 5, 6, 7, 8]),  # exactly the least calls and the device figure
+])
+def test_a_short_arena_keeps_the_device_figures_slots_while_the_least_calls_fit(capacity, calls, device):
+    # On the H200 a shape cut short by memory lost its device time (device_us None) before.
+    got_calls, got_device = upstream_timing.fresh_slots(capacity, wanted=100, device=5, least=3)
+    assert (got_calls, got_device) == (calls, device)
+    used = [0, *range(1, 1 + got_calls), *got_device]
+    assert len(used) == len(set(used)) and max(used) < capacity
+
+
 def test_task_yml_names_a_known_protocol_and_its_statistic(tmp_path):
     folder = tmp_path / "p"
     folder.mkdir()

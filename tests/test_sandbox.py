@@ -374,20 +374,37 @@ def test_gpu_evaluation_works_inside_the_sandbox(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(os.geteuid() != 0, reason="the unprivileged runner is for kgit running as root")
 @needs_namespaces
-def test_gpu_evaluation_works_as_an_unprivileged_user_in_the_view(tmp_path):
-    """The H200 check of `evaluator.runner_user: unprivileged`: the judge (root) hands its
-    inputs to a runner of another user through CUDA IPC, and the runner's view holds the
-    driver's files. If this passes, `auto` can apply the unprivileged user on GPU hosts too
-    (kgit/evaluation/sandbox.py, _unprivileged_runner)."""
+def test_gpu_unprivileged_runner_is_refused_beside_the_nvidia_driver_and_works_elsewhere(tmp_path):
+    """`evaluator.runner_user: unprivileged` on a GPU host. On the H200 the runner, another user,
+    could not map the judge's (root's) inputs: CUDA IPC failed with cudaErrorMapBufferObjectFailed
+    and the evaluation crashed. So beside the NVIDIA driver kgit refuses the setting before it
+    evaluates, with the fix; on a ROCm host the unprivileged runner must evaluate."""
     source = (problem_mod.shipped()["vector_add"] / "kernel.py").read_text()
+    if os.path.exists(sandbox.NVIDIA_CONTROL_NODE):
+        with pytest.raises(sandbox.SandboxUnavailable, match="evaluator.runner_user: auto"):
+            _run_source(tmp_path, source, _config(runner_user="unprivileged"))
+        return
     doc = _run_source(tmp_path, source, _config(runner_user="unprivileged"))
     assert doc["status"] == "ok", (doc.get("error"), doc["stderr"][-3000:])
     assert doc["timing"] == "events" and doc["device"] != "cpu"
     applied = doc["sandbox"]["applied"]
     assert any(a.startswith("runs as uid ") for a in applied), doc["sandbox"]
     assert any(a.startswith("allowlisted filesystem") for a in applied), doc["sandbox"]
-    assert not any(m.startswith(("allowlisted filesystem", "unprivileged runner user"))
-                   for m in doc["sandbox"]["missing"]), doc["sandbox"]
+
+
+def test_runner_user_unprivileged_is_refused_beside_the_nvidia_driver(tmp_path, monkeypatch):
+    node = tmp_path / "nvidiactl"
+    node.touch()
+    monkeypatch.setattr(sandbox, "NVIDIA_CONTROL_NODE", str(node))
+    monkeypatch.setattr(sandbox, "gpu_driver_present", lambda: True)
+    with pytest.raises(sandbox.SandboxUnavailable, match="cudaErrorMapBufferObjectFailed.*runner_user: auto"):
+        sandbox._unprivileged_runner("unprivileged")
+    drop, why = sandbox._unprivileged_runner("auto")
+    assert drop is False and "NVIDIA driver refuses CUDA IPC" in why
+    node.unlink()
+    monkeypatch.setattr(sandbox, "gpu_driver_present", lambda: False)
+    monkeypatch.setattr(sandbox, "probe_root", lambda: (True, ""))
+    assert sandbox._unprivileged_runner("unprivileged") == (True, "")
 
 
 @pytest.mark.gpu

@@ -39,7 +39,8 @@ NAMESPACE_ARGS = ["--user", "--map-root-user", "--net", "--pid", "--ipc", "--for
 # kgit as root with an unprivileged runner: no user namespace. The runner builds its view
 # as real root inside the new mount namespace, then becomes RUNNER_IDS' user for good.
 ROOT_NAMESPACE_ARGS = ["--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
-GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd")
+NVIDIA_CONTROL_NODE = "/dev/nvidiactl"
+GPU_DEVICE_NODES = (NVIDIA_CONTROL_NODE, "/dev/kfd")
 # The runner's uid and gid when kgit runs as root: one per evaluation from a block no
 # account uses (under 2**31, which some tools read as a signed number), so two evaluations
 # never share a process count or each other's files in the host's /dev/shm.
@@ -47,7 +48,8 @@ RUNNER_IDS = range(0x77000000, 0x77000000 + (1 << 16))
 
 
 class SandboxUnavailable(KgitError):
-    """`evaluator.sandbox: strict` and the OS does not allow part of the sandbox."""
+    """The isolation .kgit.yaml asks for cannot be had on this host (`evaluator.sandbox: strict`
+    without namespaces, `evaluator.runner_user: unprivileged` beside the NVIDIA driver)."""
 
 
 @dataclass
@@ -236,10 +238,20 @@ def _unprivileged_runner(runner_user: str) -> tuple[bool, str]:
     if runner_user == "kgit":
         return False, ("unprivileged runner user (evaluator.runner_user: kgit): the runner is root of its user "
                        "namespace, mapped onto root")
+    if gpu_driver_present() and os.path.exists(NVIDIA_CONTROL_NODE):
+        if runner_user == "unprivileged":
+            raise SandboxUnavailable(
+                "evaluator.runner_user: unprivileged cannot evaluate on a host with the NVIDIA driver: the judge "
+                "(root) hands the runner its inputs through CUDA IPC, and the driver refuses to map root's memory "
+                "into another user's process (cudaErrorMapBufferObjectFailed, seen on an H200). Set "
+                "evaluator.runner_user: auto (the runner keeps root's identity in a user namespace, without "
+                "capabilities, and its view keeps the rest of the disk out of reach).")
+        return False, ("unprivileged runner user (the NVIDIA driver refuses CUDA IPC between the judge as root and "
+                       "another user): the runner is root of its user namespace, mapped onto root")
     if runner_user == "auto" and gpu_driver_present():
-        return False, ("unprivileged runner user (a GPU driver is present, where CUDA and ROCm IPC between the judge "
-                       "as root and another user is not yet verified; evaluator.runner_user: unprivileged applies "
-                       "it): the runner is root of its user namespace, mapped onto root")
+        return False, ("unprivileged runner user (a ROCm driver is present, where HIP IPC between the judge as root "
+                       "and another user is not yet verified; evaluator.runner_user: unprivileged applies it): the "
+                       "runner is root of its user namespace, mapped onto root")
     ok, why = probe_root()
     return ok, "" if ok else f"unprivileged runner user: {why}"
 
