@@ -3,7 +3,7 @@
 # step's output kept under OUT (default ./gpu-figures) and its seconds printed. On an H200 the
 # whole takes about 40 minutes; name steps to run fewer:
 #   benchmarks/gpu_figures.sh [OUT] [STEP ...]
-# steps: gpu-tests protocols breakdown evolve-rate fidelity campaign (default: all)
+# steps: gpu-tests protocols breakdown evolve-rate fidelity campaign process-state (default: all)
 #   gpu-tests    pytest -m gpu (the cheats and sandbox on the GPU; over 400 s)
 #   protocols    the fp8 baseline and the shipped campaign's best under each kgit protocol and
 #                under GPU MODE's amd/eval.py (KGIT_UPSTREAM: a reference-kernels checkout,
@@ -14,12 +14,14 @@
 #   fidelity     kgit's figures against plain timing loops, and their repeatability
 #   campaign     the shipped campaign's baseline and experiment 47 re-measured under the fp8
 #                problem's protocol (examples/fp8-h200/remeasure.sh 0 47)
+#   process-state  the baseline and experiment 47 in upstream's loop with the inputs made in the
+#                timing process, and made ahead as kgit's runner sees them (the fidelity gap)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-gpu-figures}"
 shift || true
 steps=("$@")
-((${#steps[@]})) || steps=(gpu-tests protocols breakdown evolve-rate fidelity campaign)
+((${#steps[@]})) || steps=(gpu-tests protocols breakdown evolve-rate fidelity campaign process-state)
 upstream="${KGIT_UPSTREAM:-../shared/upstream/gpumode}"
 mkdir -p "$out"
 python -c 'import torch; print("device:", torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu (figures below are the interpreter'"'"'s, not a GPU'"'"'s)")'
@@ -47,8 +49,9 @@ for step in "${steps[@]}"; do
             run evolve-rate python benchmarks/evolve_rate.py --problem fp8_blockscale_gemm -n 6 --warm on \
                 --rerun-stopped 4 ;;
         fidelity) run fidelity python benchmarks/harness_fidelity.py ;;
+        process-state) run process-state python benchmarks/process_state.py ;;
         campaign) KGIT_REMEASURE_DIR="$(mktemp -d)" run campaign examples/fp8-h200/remeasure.sh 0 47 ;;
-        *) echo "unknown step '$step'; the steps are: gpu-tests protocols breakdown evolve-rate fidelity campaign" >&2
+        *) echo "unknown step '$step'; the steps are: gpu-tests protocols breakdown evolve-rate fidelity campaign process-state" >&2
            exit 2 ;;
     esac
 done
