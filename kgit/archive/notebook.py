@@ -10,9 +10,9 @@ older ones stay as its history.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 
+from kgit.archive.notes import json_lines
 from kgit.archive.repo import NOTES_REF
 
 ANCHOR_TEXT = "kgit lab notebook\n"
@@ -39,17 +39,7 @@ def clean(lessons) -> list[str]:
 def history(repo) -> list[dict]:
     """Every version, oldest first: {"lessons": [...], "when": unix time, "source": who wrote it}."""
     text = repo.git("notes", "--ref", NOTES_REF, "show", anchor_sha(), check=False)
-    versions = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            doc = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(doc, dict) and isinstance(doc.get("lessons"), list):
-            versions.append(doc)
+    versions = [doc for doc in json_lines(text) if isinstance(doc.get("lessons"), list)]
     return sorted(versions, key=lambda d: (d.get("when", 0), d.get("seq", 0)))
 
 

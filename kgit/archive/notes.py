@@ -15,7 +15,7 @@ written (None values included), and a key this version does not know is kept in 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -153,9 +153,9 @@ class Notes:
         return [doc for doc in self.documents if doc.get("kind") == kind]
 
 
-def parse(text: str) -> Notes:
-    """The records of a commit's note text: one JSON object a line; other lines are skipped."""
-    documents, measurements, kernels, targets = [], [], [], []
+def json_lines(text: str) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a note's text, one a line; any other line is skipped, so a note a
+    person or another tool appended to stays readable."""
     for line in text.splitlines():
         line = line.strip()
         if not line.startswith("{"):
@@ -164,8 +164,14 @@ def parse(text: str) -> Notes:
             doc = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if not isinstance(doc, dict):
-            continue
+        if isinstance(doc, dict):
+            yield doc
+
+
+def parse(text: str) -> Notes:
+    """The records of a commit's note text: one JSON object a line; other lines are skipped."""
+    documents, measurements, kernels, targets = [], [], [], []
+    for doc in json_lines(text):
         documents.append(doc)
         kind = doc.get("kind")
         if not kind:
