@@ -103,8 +103,9 @@ def set_limits(cpu_s: int | None, nofile: int, fsize: int, data_bytes: int | Non
     return applied
 
 
-def join_cgroups(folders) -> None:
-    """Move this process (and so everything it starts) into each cgroup folder of `folders`."""
+def join_cgroups(folders) -> str | None:
+    """Move this process (and so everything it starts) into each cgroup folder of `folders`;
+    None, or why the cgroup files could not be made read-only afterwards."""
     for folder in dict.fromkeys(f for f in folders if f):
         with open(os.path.join(folder, "cgroup.procs"), "w") as f:
             f.write("0")  # "0": the writing process, whatever its number in our PID namespace
@@ -113,8 +114,9 @@ def join_cgroups(folders) -> None:
         # it could raise its limits or move itself out. (The view's /sys is read-only too, and
         # an unprivileged runner owns none of them.)
         _make_read_only("/sys/fs/cgroup", recursive=True)
-    except OSError:
-        pass
+    except OSError as e:
+        return f"read-only cgroup files ({e.strerror or e})"
+    return None
 
 
 def _cgroup_limits(cgroups: dict) -> list[str]:
@@ -485,8 +487,10 @@ def apply(spec: dict) -> dict:
     groups = {k: v for k, v in (want.get("cgroups") or {}).items() if v}
     if groups:
         try:
-            join_cgroups(groups.values())
+            not_read_only = join_cgroups(groups.values())
             applied.extend(_cgroup_limits(groups))
+            if not_read_only:
+                missing.append(not_read_only)
         except OSError as e:
             missing.append(f"cgroups ({e.strerror or e})")
             groups = {}

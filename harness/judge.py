@@ -274,14 +274,18 @@ class Slots:
 
     def _dtypes(self, value) -> list | None:
         """The runner's report of outputs widened into the judge's buffer: dtype names only, one
-        for each output, each one a dtype the buffer's holds exactly; else a broken protocol."""
+        for each output, each one a dtype the buffer's holds exactly; else a broken protocol.
+        (take() then checks that the values really are values of the named dtype.)"""
         if value is None:
             return None
-        wanted = len(shared.tensors(self.views[0][1])) if self.views and self.views[0][1] is not None else 0
-        if not isinstance(value, list) or len(value) != wanted or \
-                not all(v is None or (isinstance(v, str) and isinstance(getattr(self.torch, v, None), self.torch.dtype))
-                        for v in value):
-            raise channel.ChannelError("'done' message: 'dtypes' must name one dtype (or null) for each output")
+        leaves = shared.tensors(self.views[0][1]) if self.views and self.views[0][1] is not None else []
+        torch = self.torch
+        if not isinstance(value, list) or len(value) != len(leaves) or not all(
+                v is None or (isinstance(v, str) and isinstance(getattr(torch, v, None), torch.dtype)
+                              and shared.widens(torch, getattr(torch, v), leaf.dtype))
+                for v, leaf in zip(value, leaves)):
+            raise channel.ChannelError("'done' message: 'dtypes' must name, for each output, null or a dtype its "
+                                       "buffer's dtype holds exactly")
         return value
 
     def drain(self):
@@ -308,10 +312,23 @@ class Slots:
 
 
 def _narrowed(torch, data, leaves):
-    """`data` with each tensor cast to the next dtype name of `leaves` (None: kept)."""
+    """`data` with each tensor cast to the next dtype name of `leaves` (None: kept). The runner
+    says which outputs it widened; a tensor whose values are not all values of the named dtype
+    was not widened from it, and a problem's check must not get a narrower copy (and perhaps
+    its looser tolerance) on the runner's word."""
     if isinstance(data, torch.Tensor):
         name = next(leaves, None)
-        return data.to(getattr(torch, name)) if name else data
+        if not name:
+            return data
+        narrow = data.to(getattr(torch, name))
+        back = narrow.to(data.dtype)
+        same = back == data
+        if data.is_floating_point():
+            same |= torch.isnan(back) & torch.isnan(data)
+        if not bool(same.all()):
+            raise channel.ChannelError(f"'done' message: 'dtypes' says an output was {name}, but its buffer holds "
+                                       f"values {name} cannot hold")
+        return narrow
     if isinstance(data, (tuple, list)):
         return type(data)(_narrowed(torch, d, leaves) for d in data)
     return data
@@ -343,7 +360,7 @@ class TimingContext:
         self.secret = spec.secret_seed
         self.settings = spec.timing
         self._likes: dict = {}  # id(sample) -> its output layout, so that one shape computes it once
-        self._held: list = []
+        self._retired: list = []
 
     def slot_bytes(self, sample) -> int:
         like = self._likes.setdefault(id(sample), output_like(self.torch, self.task, self.reference, sample))
@@ -351,21 +368,25 @@ class TimingContext:
 
     def new_slots(self, sample, count: int) -> Slots:
         like = self._likes.pop(id(sample), None)
-        return Slots(self.torch, self.runner, self.task, self.reference, sample, count, self.on_gpu, like=like)
+        slots = Slots(self.torch, self.runner, self.task, self.reference, sample, count, self.on_gpu, like=like)
+        self._close_retired()  # only now: the new arena could not take their addresses
+        return slots
 
     def free_bytes(self) -> int | None:
         return timing.free_bytes(self.torch)
 
     def retire(self, slots):
-        """A shape's arena is done: closed once the next one exists, so that no two arenas one
-        after the other can lie at the same addresses."""
-        for old in self._held:
+        """An arena is done: closed once the next one exists, so that no arena of an evaluation
+        lies at the addresses of one before it."""
+        self._retired.append(slots)
+
+    def _close_retired(self):
+        for old in self._retired:
             old.close()
-        self._held = [slots]
+        self._retired = []
 
     def close(self):
-        self.retire(None)
-        self._held = []
+        self._close_retired()
 
 
 def _contiguous_like(torch, expected):

@@ -162,7 +162,7 @@ def deliver(torch, out, target, buffer_given: bool = False, dtypes: list | None 
         out = out.reshape(target.shape)
     if out.shape != target.shape:
         return f"shape {tuple(out.shape)} != expected {tuple(target.shape)}"
-    if out.dtype != target.dtype and (buffer_given or not widens(torch, out.dtype, target.dtype)):
+    if out.dtype != target.dtype and (buffer_given or not shared.widens(torch, out.dtype, target.dtype)):
         return f"dtype {out.dtype} != expected {target.dtype}"
     if out.device != target.device:
         return f"device {out.device} != expected {target.device}"
@@ -172,17 +172,6 @@ def deliver(torch, out, target, buffer_given: bool = False, dtypes: list | None 
     if not same:
         target.copy_(out)
     return None
-
-
-def widens(torch, narrow, wide) -> bool:
-    """Whether every value of dtype `narrow` is exactly a value of dtype `wide`."""
-    if narrow.is_floating_point and wide.is_floating_point:
-        a, b = torch.finfo(narrow), torch.finfo(wide)
-        return b.bits > a.bits and b.eps <= a.eps and b.max >= a.max
-    if not narrow.is_floating_point and not wide.is_floating_point and narrow != torch.bool and wide != torch.bool:
-        a, b = torch.iinfo(narrow), torch.iinfo(wide)
-        return b.min <= a.min and b.max >= a.max
-    return False
 
 
 def _cast(dtypes: list) -> list | None:

@@ -87,6 +87,17 @@ def view(torch, arena, node: dict):
     return node["value"]
 
 
+def widens(torch, narrow, wide) -> bool:
+    """Whether every value of dtype `narrow` is exactly a value of dtype `wide`."""
+    if narrow.is_floating_point and wide.is_floating_point:
+        a, b = torch.finfo(narrow), torch.finfo(wide)
+        return b.bits > a.bits and b.eps <= a.eps and b.max >= a.max
+    if not narrow.is_floating_point and not wide.is_floating_point and narrow != torch.bool and wide != torch.bool:
+        a, b = torch.iinfo(narrow), torch.iinfo(wide)
+        return b.min <= a.min and b.max >= a.max
+    return False
+
+
 def plain_fields(data) -> dict | None:
     """The attributes of an instance of an ordinary class (a dataclass, a config object), or None."""
     import types

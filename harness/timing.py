@@ -74,11 +74,6 @@ class Calibration:
         found = shared.tensors(data)
         return len(found) * self.copy_fixed_us + sum(t.numel() * t.element_size() for t in found) * self.copy_us_per_byte
 
-    def fill_us(self, private, out) -> float:
-        """The judge's fill of a slot: its inputs copied in and its output poisoned (about a copy)."""
-        return self.copy_us(private) + self.copy_us(out)
-
-
 
 # For in-process tests of measure's logic, where no runner exists to calibrate against.
 UNCAPPED = Calibration(math.inf, math.inf, 0.0)
@@ -165,7 +160,7 @@ class Timed:
 
     reply: dict
     out: object  # the judge's private copy of the output
-    fill_us: float  # the fill's time, subtracted (at most its calibrated cap)
+    fill_us: float  # the fill's time, as measured, subtracted from the call's
     call_us: float  # the rest: request sent to output copied
 
 
@@ -359,9 +354,11 @@ def measure(task, reference, shape, secret, settings: TimingSettings, on_gpu, to
     return stats
 
 
-def batch_bound(task, reference, shape, seed, first, out, new_slots, calibration, target_rse, stats, torch) -> str | None:
+def batch_bound(task, reference, shape, seed, first, out, new_slots, retire, calibration, target_rse, stats,
+                torch) -> str | None:
     """The judge's clock over back-to-back calls into `stats` (host_batch_us, judge_batch: the bound
-    `settle` holds the runner's event figure to), on an arena of its own; or why an output was wrong."""
+    `settle` holds the runner's event figure to), on an arena of its own, handed to `retire` after;
+    or why an output was wrong."""
     batch = batch_count(stats["mean_us"], _slot_bytes(first, out), _free_bytes(torch))
     with PHASES.span("timing: arenas"):
         batch_slots = new_slots(first, batch)
@@ -370,7 +367,7 @@ def batch_bound(task, reference, shape, seed, first, out, new_slots, calibration
             return _judge_batch(task, reference, batch_slots, shape, seed, batch, time.perf_counter, calibration,
                                 target_rse, stats)
     finally:
-        batch_slots.close()
+        retire(batch_slots)
 
 
 def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,

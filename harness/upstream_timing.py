@@ -162,8 +162,8 @@ def _events_bound(protocol, ctx, shape, seed, first, out, stats) -> str | None:
     hold the flush and the GPU hold that precede the events, which are not the kernel's."""
     if not ctx.on_gpu or protocol.clock != "events" or stats.get("error"):
         return None
-    return timing.batch_bound(ctx.task, ctx.reference, shape, seed, first, out, ctx.new_slots, ctx.calibration,
-                              ctx.settings.target_rse, stats, ctx.torch)
+    return timing.batch_bound(ctx.task, ctx.reference, shape, seed, first, out, ctx.new_slots, ctx.retire,
+                              ctx.calibration, ctx.settings.target_rse, stats, ctx.torch)
 
 
 def _device_time(ctx, slots, slots_free: list[int], make) -> float | None:

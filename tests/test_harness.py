@@ -842,3 +842,24 @@ def test_a_fresh_protocols_figure_is_bound_by_the_judges_clock_on_a_gpu(name, bo
     forged = upstream_timing.measure(protocol, _GpuContext(1.0, 1.0, cal), {"size": 64, "seed": 1}, True)
     why = timing.settle(forged)
     assert why and "judge's clock" in why, forged
+
+
+def test_the_judge_narrows_an_output_only_to_a_dtype_its_values_hold():
+    # The runner says which outputs it widened into the judge's buffer; a problem's own check
+    # may pick its tolerance by dtype, so the word alone must not give it a narrower copy.
+    from types import SimpleNamespace
+
+    from kgit_harness import judge
+
+    out = torch.zeros(4, dtype=torch.float32)
+    slots = SimpleNamespace(torch=torch, views=[(None, (out,))])
+    assert judge.Slots._dtypes(slots, ["float16"]) == ["float16"]
+    assert judge.Slots._dtypes(slots, [None]) == [None]
+    for claim in (["int8"], ["float64"], ["bool"], ["float32"], ["nonsense"], ["float16", None], "float16"):
+        with pytest.raises(channel.ChannelError, match="dtypes"):
+            judge.Slots._dtypes(slots, claim)
+    held = torch.tensor([0.5, -2.0, float("nan"), float("inf")])  # every value a float16 value
+    narrowed = judge._narrowed(torch, (held,), iter(["float16"]))
+    assert narrowed[0].dtype == torch.float16 and torch.equal(narrowed[0][:2].float(), held[:2])
+    with pytest.raises(channel.ChannelError, match="float16 cannot hold"):
+        judge._narrowed(torch, (torch.tensor([0.1, 1.0]),), iter(["float16"]))

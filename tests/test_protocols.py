@@ -149,3 +149,33 @@ def test_gpu_fresh_wall_protocol_times_every_call_on_new_inputs(tmp_path, capfd)
         # figure's call has an address of its own in the shape's arena.
         addresses = {call[-3:] for size, call in calls if size == shape["shape"]["size"]}
         assert len(addresses) >= 1 + shape["n"] + upstream_timing.DEVICE_CALLS, shape["key"]
+
+
+def test_an_arena_is_closed_only_once_the_next_one_exists(monkeypatch):
+    # A shape's timed arena and the judge's batch arena beside it are both kept until the next
+    # arena is made, so that no arena of an evaluation lies at the addresses of one before it.
+    from types import SimpleNamespace
+
+    from kgit_harness import judge
+
+    events = []
+
+    class Arena:
+        def __init__(self, *args, **kwargs):
+            self.n = sum(1 for e in events if e[0] == "new")
+            events.append(("new", self.n))
+
+        def close(self):
+            events.append(("close", self.n))
+
+    monkeypatch.setattr(judge, "Slots", Arena)
+    spec = SimpleNamespace(secret_seed=1, timing=None)
+    ctx = judge.TimingContext(spec, None, None, None, True, None, None)
+    shape_a = ctx.new_slots(object(), 4)
+    batch_a = ctx.new_slots(object(), 8)
+    ctx.retire(batch_a)
+    ctx.retire(shape_a)
+    shape_b = ctx.new_slots(object(), 4)
+    ctx.retire(shape_b)
+    ctx.close()
+    assert events == [("new", 0), ("new", 1), ("new", 2), ("close", 1), ("close", 0), ("close", 2)]

@@ -8,8 +8,10 @@ A commit's own measurement, from its trailers, is a `Measurement` too (`source: 
 so every reader of figures reads one type. Other kinds (profiles, model calls) stay the
 dicts they were written as, for the modules that own them.
 
-The JSON a note holds never changes: `Measurement.to_note` writes the keys kgit has always
-written (None values included), and a key this version does not know is kept in `extra`.
+A note written back keeps its JSON: `Measurement.to_note` writes the keys kgit has always
+written (None values included), and a key this version does not know is kept in `extra`. Only
+empty values are normalised: an empty map reads as None (or is left out), and a note without
+a stamp is written back with `when: 0`.
 """
 
 from __future__ import annotations

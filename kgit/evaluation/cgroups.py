@@ -150,11 +150,6 @@ def evaluation_cgroups(limits: dict) -> dict:
     return out
 
 
-def pids_cgroup(limit: int) -> str | None:
-    """A fresh pids cgroup with pids.max = limit for one evaluation, or None."""
-    return evaluation_cgroups({"pids": limit})["pids"]
-
-
 def oom_kills(folder: str | None) -> int:
     """How many processes the kernel killed in a memory cgroup for passing its limit."""
     if not folder:

@@ -41,9 +41,11 @@ NAMESPACE_ARGS = ["--user", "--map-root-user", "--net", "--pid", "--ipc", "--for
 ROOT_NAMESPACE_ARGS = ["--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
 NVIDIA_CONTROL_NODE = "/dev/nvidiactl"
 GPU_DEVICE_NODES = (NVIDIA_CONTROL_NODE, "/dev/kfd")
-# The runner's uid and gid when kgit runs as root: one per evaluation from a block no
-# account uses (under 2**31, which some tools read as a signed number), so two evaluations
-# never share a process count or each other's files in the host's /dev/shm.
+# The runner's uid and gid when kgit runs as root: one per evaluation, drawn at random from a
+# block no account uses (under 2**31, which some tools read as a signed number). Two
+# evaluations at once share a uid once in 65,536 pairs; they would then share only the
+# RLIMIT_NPROC count, since each has its own PID namespace and, on hosts without a GPU
+# driver, its own /dev/shm.
 RUNNER_IDS = range(0x77000000, 0x77000000 + (1 << 16))
 
 
