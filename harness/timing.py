@@ -197,20 +197,25 @@ def empty_us(slots, slot: int = 0) -> float:
     return (t1 - t0) * 1e6
 
 
-def floor_verdict(call_us: list[float], empties: list[float]) -> str | None:
-    """Why a shape's calls are refused as cheaper than an empty request, or None.
+def floor_verdict(call_us: list[float], empties: list[float], ping_us: float) -> str | None:
+    """Why a shape's calls are refused as cheaper than a request with no call in it, or None.
 
-    The empty requests are made one after each call (or sample), so both see the host as it
-    was: a busy host slows the two alike, and an honest kernel is never refused for it."""
+    The measure is the smaller of two round trips of an empty request: `ping_us`, calibrated
+    before the candidate was imported, and the fastest of those made right after each call (or
+    sample) during the timing. A call that took less than half of both was answered before it
+    was asked for. Either alone would refuse honest kernels: a calibration taken on a busy host
+    is slower than calls made after the host quietened, and on a busy host an empty request
+    that follows a call which held a core for milliseconds waits longer for one than the call
+    did (seen with every core busy)."""
     if len(call_us) < 3 or not empties:
         return None
-    median, empty = statistics.median(call_us), statistics.median(empties)
+    median, empty = statistics.median(call_us), min(min(empties), ping_us)
     if median < FLOOR_RATIO * empty:
         return (f"calls took {median:.1f} us by the judge's clock (median, from the request to the output copied), "
-                f"less than {FLOOR_RATIO:g} x a request with no call in it made right after each ({empty:.1f} us): "
-                "the work was done before the judge asked for it")
+                f"less than {FLOOR_RATIO:g} x a request with no call in it ({empty:.1f} us, the faster of the "
+                "round trip calibrated before the candidate and the fastest made right after a call): the work "
+                "was done before the judge asked for it")
     return None
-
 
 
 class Clock:
@@ -416,7 +421,7 @@ def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
     if all(k[0] != last[0] for k in checked):
         checked.append(last)  # a kernel that decays over time is caught by its last call
 
-    floor = floor_verdict(call_us, empties)
+    floor = floor_verdict(call_us, empties, calibration.ping_us)
     if floor:
         return {"error": floor, "refused": FLOOR_REASON, **_stats(times)}
     stats = _stats(times)
@@ -545,7 +550,7 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
         if len(samples) >= BATCH_SAMPLES_MIN and (statistics.median(samples) <= events_bound(stats)
                                                   or _rse(samples) < target_rse):
             break
-    floor = floor_verdict([(span * len(chosen)) for span in spans], batch_empties)
+    floor = floor_verdict([(span * len(chosen)) for span in spans], batch_empties, calibration.ping_us)
     if floor:
         stats["refused"] = FLOOR_REASON
         return f"back-to-back {floor}"

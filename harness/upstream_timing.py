@@ -150,7 +150,7 @@ def _finish(protocol, ctx, times, judge_times, host, call_us, out, empties) -> d
         stats["bound"] = "calls"
         # A fresh output is copied into the judge's buffer by the runner, inside the judge's clock.
         stats["copy_out_us"] = ctx.calibration.copy_us(out) if ctx.task.output is None else 0.0
-    floor = timing.floor_verdict(call_us, empties)
+    floor = timing.floor_verdict(call_us, empties, ctx.calibration.ping_us)
     if floor:
         stats.update(error=floor, refused=timing.FLOOR_REASON)
     return stats

@@ -657,49 +657,68 @@ def test_gpu_arena_crosses_processes_through_cuda_ipc(tmp_path):
 
 
 class _ReportingSlots(_InProcessSlots):
-    """A runner that reports `us` and `host_us` of its choice; `empty_s` delays empty requests."""
+    """A runner on a simulated GPU that reports `us` and `host_us` of its choice; `empty_s`
+    delays empty requests.
 
-    def __init__(self, fn, sample, count, output, us, host_us, empty_s=0.0):
+    Each call queues `gpu_s` of device work behind what is queued already, as a launch does,
+    and a request returns once the queue is done, as a synchronize does: the device keeps
+    working while the runner's thread waits for a core, so back-to-back calls cost the device's
+    time and one wait, not one a call. Every request, empty or not, first gives up the CPU once,
+    as a real one does while it waits on the socket."""
+
+    def __init__(self, fn, sample, count, output, us, host_us, empty_s=0.0, gpu_s=0.003):
         super().__init__(fn, sample, count, output)
-        self.us, self.host_us, self.empty_s = us, host_us, empty_s
+        self.us, self.host_us, self.empty_s, self.gpu_s = us, host_us, empty_s, gpu_s
+        self.free_at = 0.0
+
+    def _launch(self, slot):
+        self.free_at = max(time.perf_counter(), self.free_at) + self.gpu_s
+        self.fn(self.slots[slot])
+
+    def _synchronize(self):
+        while time.perf_counter() < self.free_at:
+            pass
 
     def call(self, slot, *, clock=None, flush=True, empty=False):
         t0 = time.perf_counter()
+        time.sleep(0)
         if empty:
-            time.sleep(self.empty_s)
+            if self.empty_s:
+                time.sleep(self.empty_s)
         else:
-            self.fn(self.slots[slot])
+            self._launch(slot)
+            self._synchronize()
         honest = (time.perf_counter() - t0) * 1e6  # None below: report what the call took
         return {"us": honest if self.us is None else self.us,
                 "host_us": honest if self.host_us is None else self.host_us, "output": None}
 
     def batch(self, slots, *, empty=False, timed=False):
         t0 = time.perf_counter()
+        time.sleep(0)
         if empty:
-            time.sleep(self.empty_s)
+            if self.empty_s:
+                time.sleep(self.empty_s)
         else:
             for s in slots:
-                self.fn(self.slots[s])
+                self._launch(s)
+            self._synchronize()
         honest = (time.perf_counter() - t0) * 1e6
         return {"output": None, "host_us": honest if self.host_us is None else self.host_us * len(slots)}
 
 
 def _measure_as_gpu(us, host_us, empty_s=0.0, calibration=None):
-    """measure's GPU path (events reported, the judge's batch) with a CPU kernel of ~3 ms a call."""
+    """measure's GPU path (events reported, the judge's batch) with 3 ms of simulated device work a call."""
     reference = _load_reference("vector_add")
     task = problem.load_task(problem.shipped()["vector_add"])
 
-    def slow_add(data):
-        end = time.perf_counter() + 0.003
-        while time.perf_counter() < end:
-            pass
+    def add(data):
         a, b, out = data
         out.copy_(a + b)
 
     settings = TimingSettings(warmup=0, min_reps=3, target_rse=0.05, max_time_s=0.0)
     cal = calibration or timing.Calibration(ping_us=100.0, copy_fixed_us=50.0, copy_us_per_byte=0.0)
     stats = timing.measure(task, reference, {"size": 64, "seed": 1}, 5, settings, True, torch,
-                           lambda sample, count: _ReportingSlots(slow_add, sample, count, task.output, us, host_us,
+                           lambda sample, count: _ReportingSlots(add, sample, count, task.output, us, host_us,
                                                                  empty_s), cal)
     return timing.settle(stats), stats
 
@@ -721,31 +740,52 @@ def test_the_judges_batch_rejects_figures_nothing_accounts_for_and_accepts_hones
 
 def test_a_host_busy_with_other_work_rejects_no_honest_kernel_and_every_forged_one():
     # Other evaluations on the host: a busy loop per core beside the judge. The GPU's events do
-    # not slow down with the host (3000 us, what the kernel's 3 ms takes), the judge's clock does;
-    # its fastest sample is what the bound holds, so the honest figure stands and a forged one
-    # (1 us, every sample far past the bound) is still refused.
+    # not slow down with the host (3000 us, what the kernel's 3 ms takes), the judge's clock
+    # does, by the waits for a core; its fastest sample is what the bound holds, so the honest
+    # figure stands and a forged one (1 us, every sample far past the bound) is still refused.
     import os
     import subprocess
     import sys
 
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    # The judge's calibration is taken on the quiet host, before the candidate, as in a real
+    # evaluation: the host's load later is measured against it (timing.load_factor).
+    calibration = timing.Calibration(ping_us=100.0, copy_fixed_us=50.0, copy_us_per_byte=0.0,
+                                     host_us=timing.host_latency_us())
+    hogs = [subprocess.Popen([sys.executable, "-c", "print(flush=True)\nwhile True: pass"],
+                             stdout=subprocess.PIPE) for _ in range(os.cpu_count() or 2)]
     try:
-        honest_why, honest = _measure_as_gpu(us=3000.0, host_us=3000.0)
-        forged_why, _ = _measure_as_gpu(us=1.0, host_us=1.0)
+        for hog in hogs:  # each busy before the first figure is taken
+            hog.stdout.readline()
+        honest_why, honest = _measure_as_gpu(us=3000.0, host_us=3000.0, calibration=calibration)
+        forged_why, forged = _measure_as_gpu(us=1.0, host_us=1.0, calibration=calibration)
     finally:
         for hog in hogs:
             hog.kill()
             hog.wait()
-    assert honest_why is None and honest["mean_us"] == 3000.0, (honest_why, honest)
-    assert forged_why and "judge's clock" in forged_why
+    assert honest_why is None and "error" not in honest and honest["mean_us"] == 3000.0, (honest_why, honest)
+    assert forged_why and "judge's clock" in forged_why, (forged_why, forged)
 
 
 def test_a_runner_that_answers_empty_requests_slowly_does_not_shrink_the_judges_clock():
     # Empty requests take 50 ms: subtracted as measured, they would cancel the 3 ms calls. The
-    # subtraction is capped at 1.5 x the 100 us ping, and the calls, cheaper than the empty
-    # requests made right after them, are refused outright.
+    # subtraction is capped at 1.5 x the 100 us ping, so the judge's clock keeps the calls' 3 ms
+    # and ranks them by it (the forged 1 us of events is explained by nothing else).
     why, stats = _measure_as_gpu(us=1.0, host_us=1e6, empty_s=0.05)
-    assert stats["refused"] == timing.FLOOR_REASON and "request with no call" in stats["error"], stats
+    assert why is None and "refused" not in stats and stats["clock"] == "judge", stats
+    assert stats["mean_us"] >= 2500.0 and stats["events_mean_us"] == 1.0, stats
+
+
+def test_a_call_is_refused_only_when_cheaper_than_half_of_both_empty_round_trips():
+    # Calls answered before they were asked for: cheaper than any request with no call in it.
+    refused = timing.floor_verdict([10.0, 12.0, 11.0], [150.0, 160.0, 170.0], ping_us=120.0)
+    assert refused and "before the judge asked" in refused
+    assert "120.0 us" in refused  # the smaller of the calibrated 120 us and the fastest empty, 150 us
+    # Every core busy: the empty requests after each 3 ms call waited 7-9 ms for a core; the
+    # round trip calibrated on the quiet host says the calls were real.
+    assert timing.floor_verdict([3000.0, 3100.0, 3050.0], [8000.0, 9000.0, 7000.0], ping_us=100.0) is None
+    # Calibrated while the host was busy, timed once it was quiet.
+    assert timing.floor_verdict([100.0, 110.0, 105.0], [150.0, 160.0, 170.0], ping_us=5000.0) is None
+    assert timing.floor_verdict([1.0, 1.0], [150.0], ping_us=100.0) is None  # too few calls to judge
 
 
 def test_a_back_to_back_sample_holds_enough_kernel_time_within_memory():
