@@ -320,6 +320,10 @@ def allowlisted_view(scratch: str, keep: list[str], view: dict, *, scratch_bytes
     try:
         _mount(None, "/", None, MS_REC | MS_PRIVATE, None)  # nothing of ours reaches the host's mounts
         _tmpfs(root, VIEW_ROOT_BYTES, "0755")
+        # The fresh /tmp first: what the view takes from under the host's /tmp (a virtual
+        # environment or a repository cloned there) is mounted into it, not hidden by it.
+        os.makedirs(_under(root, "/tmp"), exist_ok=True)
+        _tmpfs(_under(root, "/tmp"), scratch_bytes, "1777")
         # Every symbolic link on the way is copied first, while the new root is bare.
         sources = [_mirror(root, p) for p in view_sources()]
         scratch_at, keep_at = _mirror(root, scratch), {p: _mirror(root, p) for p in keep}
@@ -339,8 +343,6 @@ def allowlisted_view(scratch: str, keep: list[str], view: dict, *, scratch_bytes
                 _bind(part, part)
         os.makedirs(_under(root, "/sys"), exist_ok=True)
         _bind("/sys", _under(root, "/sys"))
-        os.makedirs(_under(root, "/tmp"), exist_ok=True)
-        _tmpfs(_under(root, "/tmp"), scratch_bytes, "1777")
         os.makedirs(_under(root, scratch_at), exist_ok=True)
         _tmpfs(_under(root, scratch_at), scratch_bytes, "0700", owner)
         for path in sorted(keep, key=lambda p: len(keep_at[p])):

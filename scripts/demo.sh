@@ -12,8 +12,11 @@ iterations="${2:-2}"
 # Outside this checkout: a kernel repository is a git repository of its own.
 demo="${KGIT_DEMO_DIR:-$HOME/kgit-demo}"
 kgit="$VENV/bin/kgit"
-if [ ! -f "$demo/.kgit.yaml" ]; then
-    "$kgit" init "$demo" --problem "$problem"
+if ! git -C "$demo" rev-parse -q --verify refs/tags/kgit/baseline >/dev/null 2>&1; then
+    # No archive yet; an earlier demo that stopped before its first commit left only files.
+    force=()
+    [ -e "$demo/.kgit.yaml" ] && force=(--force)
+    "$kgit" init "$demo" --problem "$problem" "${force[@]}"
 fi
 cd "$demo"
 echo "==> kgit evolve -n $iterations: $iterations iteration(s) of the offline strategist (no LLM)"

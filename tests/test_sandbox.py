@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -451,9 +453,10 @@ CONFINED = textwrap.dedent('''
 
 
 def _run_confined(scratch: Path, code: str, mode: str = "auto", problem: bool = False, memory_gb=None,
-                  **settings):
+                  python: str = sys.executable, **settings):
     """Run `code` the way the harness runs a candidate: through `Isolation.command` (with
-    the trusted init) and `confine.apply`. Returns (confine report, completed process)."""
+    the trusted init) and `confine.apply`, under `python`. Returns (confine report, completed
+    process)."""
     isolation = sandbox.plan(mode)
     candidate_dir = scratch / "candidate"
     candidate_dir.mkdir(parents=True, exist_ok=True)
@@ -466,7 +469,7 @@ def _run_confined(scratch: Path, code: str, mode: str = "auto", problem: bool = 
         spec["problem_dir"] = str(scratch / "problem")
     life_r, life_w = os.pipe()
     spec["lifeline_fd"] = life_r
-    cmd = isolation.command([sys.executable, "-I", "-B", "-c", CONFINED, json.dumps(spec), code], lifeline_fd=life_r)
+    cmd = isolation.command([python, "-I", "-B", "-c", CONFINED, json.dumps(spec), code], lifeline_fd=life_r)
     try:
         proc = subprocess.run(cmd, cwd=scratch, env=child.child_env(scratch), pass_fds=(life_r,),
                               capture_output=True, text=True, timeout=120)
@@ -478,6 +481,39 @@ def _run_confined(scratch: Path, code: str, mode: str = "auto", problem: bool = 
     lines = [line for line in proc.stdout.splitlines() if line.startswith("KGIT-CONFINE ")]
     assert lines, proc.stderr[-3000:]
     return json.loads(lines[0][len("KGIT-CONFINE "):]), proc
+
+
+@needs_namespaces
+def test_an_interpreter_under_tmp_is_in_the_view_beside_its_fresh_tmp(tmp_path):
+    # A repository cloned under /tmp holds its virtual environment there: the view's fresh
+    # /tmp hid it, and the runner could not import torch (`bash scripts/demo.sh` from a clone
+    # in /tmp). The fresh /tmp is mounted first; what the view takes from under it goes inside.
+    import site
+    import venv
+
+    env = Path(tempfile.mkdtemp(dir="/tmp", prefix="kgit-view-venv-"))
+    env.chmod(0o755)  # as a clone's folder is: an unprivileged runner reads it
+    try:
+        venv.EnvBuilder(with_pip=False).create(env)
+        here = [p for p in site.getsitepackages() if os.path.isdir(p)]
+        packages = next(env.glob("lib/python*/site-packages"))
+        # This interpreter's packages (kgit's editable install, torch) through the new one.
+        (packages / "kgit_test_paths.pth").write_text(
+            "import site; " + "; ".join(f"site.addsitedir({p!r})" for p in here) + "\n")
+        (env / "marker.txt").write_text("the environment's own file")
+        code = ("import sys, os, json\n"
+                "print('KGIT-VIEW ' + json.dumps({'prefix': sys.prefix, 'marker': os.path.exists("
+                + repr(str(env / "marker.txt")) + "), 'tmp_writable': os.access('/tmp', os.W_OK), "
+                "'tmp_entries': sorted(os.listdir('/tmp'))}), flush=True)")
+        report, proc = _run_confined(tmp_path, code, python=str(env / "bin" / "python"))
+        seen = _said(proc, "KGIT-VIEW")
+        assert seen["prefix"] == str(env) and seen["marker"] is True, (seen, report)
+        assert seen["tmp_writable"] is True  # still the view's own /tmp ...
+        # ... holding nothing of the host's /tmp but the environment and the scratch (tmp_path)
+        scratch_top = tmp_path.parts[2] if tmp_path.parts[:2] == ("/", "tmp") else None
+        assert set(seen["tmp_entries"]) <= {env.name, scratch_top}, seen
+    finally:
+        shutil.rmtree(env, ignore_errors=True)
 
 
 def _said(proc, tag: str):
