@@ -321,11 +321,7 @@ def _narrowed(torch, data, leaves):
         if not name:
             return data
         narrow = data.to(getattr(torch, name))
-        back = narrow.to(data.dtype)
-        same = back == data
-        if data.is_floating_point():
-            same |= torch.isnan(back) & torch.isnan(data)
-        if not bool(same.all()):
+        if not checking.same_values(torch, narrow.to(data.dtype), data):
             raise channel.ChannelError(f"'done' message: 'dtypes' says an output was {name}, but its buffer holds "
                                        f"values {name} cannot hold")
         return narrow

@@ -903,3 +903,13 @@ def test_the_judge_narrows_an_output_only_to_a_dtype_its_values_hold():
     assert narrowed[0].dtype == torch.float16 and torch.equal(narrowed[0][:2].float(), held[:2])
     with pytest.raises(channel.ChannelError, match="float16 cannot hold"):
         judge._narrowed(torch, (torch.tensor([0.1, 1.0]),), iter(["float16"]))
+
+
+def test_same_values_counts_nan_as_nan_and_an_infinity_only_as_itself():
+    nan, inf = float("nan"), float("inf")
+    assert checking.same_values(torch, torch.tensor([1.0, nan, -inf]), torch.tensor([1.0, nan, -inf]))
+    # A kernel that wrote the largest finite value over an infinite input did change it.
+    assert not checking.same_values(torch, torch.tensor([inf]), torch.tensor([torch.finfo(torch.float32).max]))
+    assert not checking.same_values(torch, torch.tensor([1.0, nan]), torch.tensor([1.0, 2.0]))
+    assert not checking.same_values(torch, torch.tensor([1, 2]), torch.tensor([1.0, 2.0]))  # another dtype
+    assert not checking.same_values(torch, torch.tensor([1.0]), torch.tensor([1.0, 1.0]))
