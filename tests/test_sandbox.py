@@ -392,6 +392,8 @@ def test_gpu_unprivileged_runner_is_refused_beside_the_nvidia_driver_and_works_e
     applied = doc["sandbox"]["applied"]
     assert any(a.startswith("runs as uid ") for a in applied), doc["sandbox"]
     assert any(a.startswith("allowlisted filesystem") for a in applied), doc["sandbox"]
+    assert not any(m.startswith(("allowlisted filesystem", "unprivileged runner user"))
+                   for m in doc["sandbox"]["missing"]), doc["sandbox"]
 
 
 def test_runner_user_unprivileged_is_refused_beside_the_nvidia_driver(tmp_path, monkeypatch):
