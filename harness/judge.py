@@ -262,10 +262,14 @@ class Slots:
             copy = _narrowed(self.torch, copy, leaves)
         return copy
 
-    def call(self, slot: int, *, clock: str | None = None, flush: bool = True, empty: bool = False) -> dict:
-        """One call of the slot: untimed, or timed by the runner's `clock` (events or wall)."""
-        reply = self.runner.ask({"op": "call", "id": self.id, "slot": slot, "clock": clock, "flush": flush,
-                                 "empty": empty})
+    def call(self, slot: int, *, clock: str | None = None, flush: bool = True, empty: bool = False,
+             hold: list[int] | None = None) -> dict:
+        """One call of the slot: untimed, or timed by the runner's `clock` (events or wall).
+        `hold` (an empty request's): segment sizes for the runner's allocator (timing.free_segments)."""
+        request = {"op": "call", "id": self.id, "slot": slot, "clock": clock, "flush": flush, "empty": empty}
+        if hold:
+            request["hold"] = hold
+        reply = self.runner.ask(request)
         reply["us"] = channel.number(reply, "us")
         reply["host_us"] = channel.number(reply, "host_us")
         reply["output"] = channel.text(reply, "output", 2000, optional=True)

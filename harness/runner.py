@@ -32,6 +32,8 @@ from kgit_harness.guards import Guards
 # Wall seconds all of a dry run's candidate calls may take (op_targets_dry): host code that
 # is heavy at the GPU shapes' sizes costs that much at most, never the evaluation.
 DRY_BUDGET_S = 60.0
+# The most an empty request may ask the runner's allocator to hold free (Session._hold).
+HOLD_MAX_BYTES = 16 << 30
 
 
 class _Budget:
@@ -194,6 +196,7 @@ class Session:
         self.split: kernelsplit.Session | None = None
         self.rid = None  # the request being served: every message about it carries its id
         self.after: Callable[..., Any] | None = None  # checks to run once the reply is sent (see serve)
+        self._own = torch.zeros(1, dtype=torch.int32, device="cuda") if on_gpu else None
 
     def serve(self) -> int:
         while True:
@@ -262,7 +265,7 @@ class Session:
 
     def op_ping(self, message, fds) -> dict:
         """The judge's measure of a bare round trip, taken before the candidate is imported."""
-        self._sync()
+        self._sync(own=True)
         return {"op": "done"}
 
     def op_shape(self, message, fds) -> dict:
@@ -292,7 +295,8 @@ class Session:
         self.after = cand.verify
         if message.get("empty"):
             # The judge's measure of its own round trip: everything but the kernel.
-            self._sync()
+            self._hold(message.get("hold"))
+            self._sync(own=True)
             return {"op": "done", "us": 0.0, "host_us": 0.0, "output": None}
         clock = message.get("clock")
         if clock in ("events", "wall"):
@@ -444,8 +448,30 @@ class Session:
         return {"op": "done", "targets": self.facts}
     # [end build targets]
 
-    def _sync(self):
+    def _hold(self, sizes) -> None:
+        """Take blocks of `sizes` bytes from the caching allocator and give them back: it then holds
+        them free, as the allocator of an evaluator that makes its inputs in the timing process
+        does when a call starts (timing.free_segments). Where memory is short, fewer."""
+        if not self.on_gpu or not sizes:
+            return
+        if not isinstance(sizes, list) or not all(isinstance(n, int) and 0 < n <= HOLD_MAX_BYTES for n in sizes) \
+                or sum(sizes) > HOLD_MAX_BYTES:
+            raise channel.ChannelError(f"'call' message: 'hold' must be a list of sizes within {HOLD_MAX_BYTES} bytes")
+        held = []
+        try:
+            for size in sizes:
+                held.append(self.torch.empty(size, dtype=self.torch.uint8, device="cuda"))
+        except self.torch.OutOfMemoryError:
+            pass
+        del held
+
+    def _sync(self, own: bool = False):
+        """Wait for the device; `own`: after a one-element op of the runner's, as a wall-clock
+        call starts (timing.Clock.time_call), so that an empty request pays the GPU's switch
+        from the judge's context to the runner's as a timed call does."""
         if self.on_gpu:
+            if own:
+                self._own.zero_()
             self.torch.cuda.synchronize()
 
 

@@ -437,7 +437,7 @@ class _InProcessSlots:
     def _tensors(data):
         return [t for t in data if isinstance(t, torch.Tensor)]
 
-    def call(self, slot, *, clock=None, flush=True, empty=False):
+    def call(self, slot, *, clock=None, flush=True, empty=False, hold=None):
         if not empty:
             self.fn(self.slots[slot])
         return {"us": 1.0, "host_us": 1.0, "output": None}
@@ -679,7 +679,7 @@ class _ReportingSlots(_InProcessSlots):
         while time.perf_counter() < self.free_at:
             pass
 
-    def call(self, slot, *, clock=None, flush=True, empty=False):
+    def call(self, slot, *, clock=None, flush=True, empty=False, hold=None):
         t0 = time.perf_counter()
         time.sleep(0)
         if empty:

@@ -25,8 +25,30 @@ def custom_kernel(data):
 '''
 
 
-def _probe_code() -> str:
-    return "import json\n" + baseline("vector_add") + _PROBE
+# Also, on a GPU: the bytes the runner's caching allocator holds free when the call starts.
+_FREE = '''
+
+_seen_call = custom_kernel
+
+
+def custom_kernel(data):
+    print("KGIT-FREE", data[0].numel(), torch.cuda.memory_reserved() - torch.cuda.memory_allocated(), flush=True)
+    return _seen_call(data)
+'''
+
+
+def _probe_code(free: bool = False) -> str:
+    return "import json\nimport torch\n" + baseline("vector_add") + _PROBE + (_FREE if free else "")
+
+
+class _Replay:
+    """capfd's reader for output already read."""
+
+    def __init__(self, out: str):
+        self.out = out
+
+    def readouterr(self):
+        return self
 
 
 def _seen(capfd, sizes: bool = False) -> list[tuple]:
@@ -116,6 +138,22 @@ def test_a_short_arena_keeps_the_device_figures_slots_while_the_least_calls_fit(
     assert len(used) == len(set(used)) and max(used) < capacity
 
 
+def test_the_runner_is_given_the_judges_free_segments_largest_first_within_the_budget():
+    from types import SimpleNamespace
+
+    from kgit_harness import timing
+
+    segments = [{"total_size": 2 << 20, "allocated_size": 0}, {"total_size": 20 << 20, "allocated_size": 4096},
+                {"total_size": 64 << 20, "allocated_size": 0}, {"total_size": 8 << 20, "allocated_size": 0}]
+    fake = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: True, memory_snapshot=lambda: segments))
+    # Only wholly free segments (what empty_cache gives back); the largest that fit the budget.
+    assert timing.free_segments(fake, 1 << 30) == [64 << 20, 8 << 20, 2 << 20]
+    assert timing.free_segments(fake, 70 << 20) == [64 << 20, 2 << 20]
+    assert timing.free_segments(fake, 1 << 20) == []
+    fake.cuda.is_available = lambda: False
+    assert timing.free_segments(fake, 1 << 30) == []
+
+
 def test_task_yml_names_a_known_protocol_and_its_statistic(tmp_path):
     folder = tmp_path / "p"
     folder.mkdir()
@@ -138,10 +176,16 @@ def test_gpu_fresh_wall_protocol_times_every_call_on_new_inputs(tmp_path, capfd)
 
     if not torch.cuda.is_available():
         pytest.fail("gpu tests need a CUDA or ROCm device (deselect them with -m 'not gpu')")
-    doc = run_harness(tmp_path, problem="vector_add", code=_probe_code(), protocol="gpumode-leaderboard-wall",
+    doc = run_harness(tmp_path, problem="vector_add", code=_probe_code(free=True), protocol="gpumode-leaderboard-wall",
                       computed_names=False)
     assert doc["status"] == "ok", doc.get("error")
-    calls = _seen(capfd, sizes=True)
+    out = capfd.readouterr().out
+    calls = _seen(_Replay(out), sizes=True)
+    free: dict[int, list[int]] = {}
+    for line in out.splitlines():
+        if line.startswith("KGIT-FREE "):
+            _, size, held = line.split()
+            free.setdefault(int(size), []).append(int(held))
     for shape in doc["shapes"]:
         assert shape["clock"] in ("wall", "judge") and shape["device_us"] > 0 and shape["host_us"] > 0, shape
         assert 3 <= shape["n"] <= 100 and shape["rechecked"] == shape["n"]
@@ -149,6 +193,13 @@ def test_gpu_fresh_wall_protocol_times_every_call_on_new_inputs(tmp_path, capfd)
         # figure's call has an address of its own in the shape's arena.
         addresses = {call[-3:] for size, call in calls if size == shape["shape"]["size"]}
         assert len(addresses) >= 1 + shape["n"] + upstream_timing.DEVICE_CALLS, shape["key"]
+    # The runner's allocator holds free, as the timed calls start, at least the inputs the judge
+    # made for the call before and let go (timing.free_segments): two float32 vectors. Asked of
+    # the largest shape, whose vectors have segments of their own in the judge's allocator.
+    largest = max(doc["shapes"], key=lambda shape: shape["shape"]["size"])
+    size = largest["shape"]["size"]
+    late = free[size][-largest["n"] // 2:]
+    assert min(late) >= 2 * 4 * size, (largest["key"], late[:10])
 
 
 def test_an_arena_is_closed_only_once_the_next_one_exists(monkeypatch):
