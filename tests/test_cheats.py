@@ -230,6 +230,32 @@ def test_gpu_forged_event_figures_disagree_with_the_judges_clock(tmp_path):
 
 
 @pytest.mark.gpu
+def test_gpu_several_evaluations_on_one_gpu_reject_no_honest_kernel_and_still_the_forged_one(tmp_path):
+    # On the H200, with six evaluations sharing the GPU, honest baselines ended "rejected
+    # (timings disagree with the judge's clock)". Here five run at once on one GPU, under
+    # kgit's protocol and the wall clock's, beside a runner that forges its event figures.
+    from concurrent.futures import ThreadPoolExecutor
+
+    _gpu()
+    honest = [("vector_add", None), ("softmax", None), ("vector_add", "gpumode-leaderboard-wall"),
+              ("softmax", "gpumode-leaderboard-wall"), ("vector_add", "gpumode-leaderboard-events")]
+
+    def evaluate(i, problem, protocol):
+        extra = {"protocol": protocol} if protocol else {}
+        return run_harness(tmp_path / f"h{i}", timing=GPU_TIMING, problem=problem, code=baseline(problem), **extra)
+
+    with ThreadPoolExecutor(len(honest) + 1) as pool:
+        forged = pool.submit(run_harness, tmp_path / "forged", "forged_events", GPU_TIMING)
+        docs = [pool.submit(evaluate, i, *job) for i, job in enumerate(honest)]
+        docs = [d.result() for d in docs]
+        forged_doc = forged.result()
+    for job, doc in zip(honest, docs):
+        assert doc["status"] == "ok", (job, _last_error(doc))
+    assert (forged_doc["status"], forged_doc["reason"]) == ("rejected", "timings disagree with the judge's clock"), \
+        _last_error(forged_doc)
+
+
+@pytest.mark.gpu
 def test_gpu_forged_events_on_a_side_stream_are_rejected(tmp_path):
     # Events and host figures both forged small, the work on a side stream: nothing the
     # runner reports accounts for what the judge's clock saw.
