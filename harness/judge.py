@@ -383,6 +383,12 @@ class TimingContext:
     def _close_retired(self):
         for old in self._retired:
             old.close()
+        if self._retired and self.on_gpu:
+            # The arenas' memory goes back to the device, not into the judge's cache: the segments
+            # the judge holds free are given to the runner's allocator to hold (timing.free_segments),
+            # and are to be those of its per-call work, as in an evaluator of one process. With
+            # the arenas among them, a kernel that captures a graph per call read 3.2x upstream.
+            self.torch.cuda.empty_cache()
         self._retired = []
 
     def close(self):

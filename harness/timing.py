@@ -41,6 +41,9 @@ ESCAPE_SLACK_US = 20.0
 CAP_RATIO = 1.5
 # Samples of the back-to-back batch: its median is the judge's figure per call.
 BATCH_SAMPLES_MIN, BATCH_SAMPLES_MAX = 3, 10
+# Where every back-to-back sample is past what the runner's figures explain: rounds of
+# BATCH_SAMPLES_MIN more samples, the k-th after k x CONTENDED_WAIT_S (see _judge_batch).
+CONTENDED_ROUNDS, CONTENDED_WAIT_S = 4, 0.25
 # A back-to-back sample: at least BATCH_TARGET_US of kernel time by the events, in
 # BATCH_MIN to BATCH_MAX calls, within BATCH_BYTES of device memory (see batch_count).
 BATCH_TARGET_US = 2000.0
@@ -526,11 +529,11 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
     diagnostics: dict[str, list] = {"launch_us": [], "span_us": [], "served_us": []}
     spans = []  # per sample, by the call: the request to the outputs copied (the floor's figure)
     batch_empties = []  # an empty batch request after each sample (the floor's measure)
-    for r in range(BATCH_SAMPLES_MAX):
+
+    def sample(r: int) -> str | None:
+        """One back-to-back sample into the lists above; why an output was wrong, or None."""
         with PHASES.span("timing: batch inputs"):
             inputs = [checking.make_input(reference, shape, seed(2000 + r * BATCH_MAX + j)) for j in chosen]
-        # The clock starts before the inputs are where the runner can see them (timed_call).
-        t0 = clock()
         for j, private in zip(chosen, inputs):
             slots.fill(j, private)
         t_filled = clock()
@@ -556,11 +559,31 @@ def _judge_batch(task, reference, slots, shape, seed, batch, clock, calibration,
                     ok, message = checking.compare(task, reference, private, out)
                 if not ok:
                     return f"a back-to-back call gave a wrong result: {message}"
+        return None
+
+    for r in range(BATCH_SAMPLES_MAX):
+        why = sample(r)
+        if why:
+            return why
         # Where the events will rank, the batch is a bound check and three samples do;
         # where the judge's clock will, it is the figure and gets the timing's precision.
         if len(samples) >= BATCH_SAMPLES_MIN and (statistics.median(samples) <= events_bound(stats)
                                                   or _rse(samples) < target_rse):
             break
+    # Other evaluations on the GPU take time slices inside a sample, which the calls' own
+    # events, taken at other moments, did not see: an honest kernel's every sample can then
+    # sit past the bound (five evaluations on one H200: vector_add's 170 us calls read 323 us
+    # by the judge's clock). Where the fastest sample is past what the runner's figures can
+    # explain, the judge waits and samples again, a few times: contention comes and goes, a
+    # forged figure stays past the bound in every sample.
+    for round_ in range(1, CONTENDED_ROUNDS + 1):
+        if min(samples) <= disagreement_bound(stats, statistics.median(runner_host)):
+            break
+        time.sleep(CONTENDED_WAIT_S * round_)
+        for r in range(BATCH_SAMPLES_MIN):
+            why = sample(BATCH_SAMPLES_MAX * round_ + r)
+            if why:
+                return why
     floor = floor_verdict([(span * len(chosen)) for span in spans], batch_empties, calibration.ping_us)
     if floor:
         stats["refused"] = FLOOR_REASON
@@ -601,6 +624,13 @@ JUDGE_CLOCK_NOTE = ("ranked by the judge's clock over back-to-back calls ({batch
                     "launch-bound shape (the host launches slower than the GPU runs the kernel)")
 
 
+def disagreement_bound(stats: dict, runner_batch_host_us: float | None) -> float:
+    """The most the judge's clock may say a call took before the runner's figures are rejected
+    (settle): what its events and its host figures together can account for."""
+    host = max(stats.get("host_call_us") or 0.0, runner_batch_host_us or 0.0)
+    return ESCAPE_RATIO * max(stats["mean_us"], host) + (stats.get("copy_out_us") or 0.0) + ESCAPE_SLACK_US
+
+
 def events_bound(stats: dict) -> float:
     """The most the judge's clock may say a back-to-back call took for the events to rank: its own figures."""
     return ESCAPE_RATIO * stats["mean_us"] + (stats.get("copy_out_us") or 0.0) + ESCAPE_SLACK_US
@@ -632,8 +662,8 @@ def settle(stats: dict) -> str | None:
         # The runner's figure ranks: its events, or for a protocol with a clock of its own that clock.
         stats["clock"] = stats.get("clock") if stats.get("bound") == "calls" else "events"
         return None
+    explained = disagreement_bound(stats, stats.get("runner_batch_host_us"))
     host = max(stats.get("host_call_us") or 0.0, stats.get("runner_batch_host_us") or 0.0)
-    explained = ESCAPE_RATIO * max(events, host) + copy + ESCAPE_SLACK_US
     if batch > explained:
         which = "timed calls" if stats.get("bound") == "calls" else "back-to-back calls"
         return (f"{which} took {batch:.1f} us each by the judge's clock (its fastest sample), but the runner's timing "

@@ -221,7 +221,10 @@ def test_an_arena_is_closed_only_once_the_next_one_exists(monkeypatch):
 
     monkeypatch.setattr(judge, "Slots", Arena)
     spec = SimpleNamespace(secret_seed=1, timing=None)
-    ctx = judge.TimingContext(spec, None, None, None, True, None, None)
+    # The closed arenas' memory goes back to the device (empty_cache), so that the judge's free
+    # segments, which the runner's allocator is given to hold, are its per-call work's alone.
+    torch = SimpleNamespace(cuda=SimpleNamespace(empty_cache=lambda: events.append(("empty_cache",))))
+    ctx = judge.TimingContext(spec, None, None, None, True, torch, None)
     shape_a = ctx.new_slots(object(), 4)
     batch_a = ctx.new_slots(object(), 8)
     ctx.retire(batch_a)
@@ -229,4 +232,5 @@ def test_an_arena_is_closed_only_once_the_next_one_exists(monkeypatch):
     shape_b = ctx.new_slots(object(), 4)
     ctx.retire(shape_b)
     ctx.close()
-    assert events == [("new", 0), ("new", 1), ("new", 2), ("close", 1), ("close", 0), ("close", 2)]
+    assert events == [("new", 0), ("new", 1), ("new", 2), ("close", 1), ("close", 0), ("empty_cache",),
+                      ("close", 2), ("empty_cache",)]
