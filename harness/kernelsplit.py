@@ -143,11 +143,18 @@ def segments(events, calls: int, marked: bool) -> list[tuple[list[dict] | None, 
 
 def warm_up(torch):
     """One empty profiler session around a one-thread kernel: the profiler's libraries loaded and
-    initialised before any candidate exists. Failing, it leaves the split to find that later."""
+    initialised before any candidate exists. Failing, it leaves the split to find that later.
+
+    CPU activity only: a session with CUDA activity leaves CUPTI's callbacks on every later
+    launch, the timed ones included (H200, two runs: a vector_add of 1 to 16M elements read
+    2-5 us more by events and 5-7 us more on the host after it). The CPU session loads what
+    costs (3.8 s; the split's CUDA session after it took 0.00 s, 4.3 s without it), and in
+    the one run of benchmarks/profiler_warmup.py's way of doing it the vector_add read 24.5 us
+    by events and 32.3 on the host after it, against 27.6 and 35.7 after the CUDA session."""
     try:
         from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CUDA]):
+        with profile(activities=[ProfilerActivity.CPU]):
             torch.cuda._sleep(1)
             torch.cuda.synchronize()
     except Exception:  # noqa: BLE001 - a profiler that will not start is the split's to report
