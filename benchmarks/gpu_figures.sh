@@ -3,7 +3,7 @@
 # step's output kept under OUT (default ./gpu-figures) and its seconds printed. On an H200 the
 # whole takes about 40 minutes; name steps to run fewer:
 #   benchmarks/gpu_figures.sh [OUT] [STEP ...]
-# steps: gpu-tests protocols breakdown evolve-rate fidelity campaign process-state (default: all)
+# steps: gpu-tests protocols breakdown evolve-rate fidelity campaign process-state profiler-warmup (default: all)
 #   gpu-tests    pytest -m gpu (over 400 s; on a machine that allows 10 minutes a command, run its
 #                two halves in two commands: gpu-tests-trust, then gpu-tests-rest)
 #   gpu-tests-trust  the cheats, sandbox, protocols, racing and kernel-split gpu tests (about 390 s)
@@ -17,14 +17,15 @@
 #   fidelity     kgit's figures against plain timing loops, and their repeatability
 #   campaign     the shipped campaign's baseline and experiment 47 re-measured under the fp8
 #                problem's protocol (examples/fp8-h200/remeasure.sh 0 47)
-#   process-state  the baseline and experiment 47 in upstream's loop with the inputs made in the
-#                timing process, and made ahead as kgit's runner sees them (the fidelity gap)
+#   process-state  the baseline and experiment 47 in upstream's loop, kgit's circumstances added one
+#                at a time (two processes, the context switch, the allocator's state)
+#   profiler-warmup  what the warm pair's profiler warm-up leaves on later launches, per way of doing it
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-gpu-figures}"
 shift || true
 steps=("$@")
-((${#steps[@]})) || steps=(gpu-tests protocols breakdown evolve-rate fidelity campaign process-state)
+((${#steps[@]})) || steps=(gpu-tests protocols breakdown evolve-rate fidelity campaign process-state profiler-warmup)
 upstream="${KGIT_UPSTREAM:-../shared/upstream/gpumode}"
 trust_tests=(tests/test_cheats.py tests/test_harness.py tests/test_sandbox.py tests/test_protocols.py
              tests/test_racing.py tests/test_kernelsplit.py)
@@ -58,8 +59,9 @@ for step in "${steps[@]}"; do
                 --rerun-stopped 4 ;;
         fidelity) run fidelity python benchmarks/harness_fidelity.py ;;
         process-state) run process-state python benchmarks/process_state.py ;;
+        profiler-warmup) run profiler-warmup python benchmarks/profiler_warmup.py ;;
         campaign) KGIT_REMEASURE_DIR="$(mktemp -d)" run campaign examples/fp8-h200/remeasure.sh 0 47 ;;
-        *) echo "unknown step '$step'; the steps are: gpu-tests gpu-tests-trust gpu-tests-rest protocols breakdown evolve-rate fidelity campaign process-state" >&2
+        *) echo "unknown step '$step'; the steps are: gpu-tests gpu-tests-trust gpu-tests-rest protocols breakdown evolve-rate fidelity campaign process-state profiler-warmup" >&2
            exit 2 ;;
     esac
 done
