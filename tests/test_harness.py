@@ -913,3 +913,52 @@ def test_same_values_counts_nan_as_nan_and_an_infinity_only_as_itself():
     assert not checking.same_values(torch, torch.tensor([1.0, nan]), torch.tensor([1.0, 2.0]))
     assert not checking.same_values(torch, torch.tensor([1, 2]), torch.tensor([1.0, 2.0]))  # another dtype
     assert not checking.same_values(torch, torch.tensor([1.0]), torch.tensor([1.0, 1.0]))
+
+
+def test_a_shape_whose_figures_disagree_is_timed_once_more_on_new_seeds_and_rejected_only_twice(monkeypatch):
+    # Other processes' GPU work (other evaluations, a spare pair starting) can fall in the judge's
+    # clock for a whole shape: on a GPU the shape is timed again, on inputs of new seeds (nothing
+    # of the first timing can be replayed), and rejected only when it disagrees again.
+    from types import SimpleNamespace
+
+    from kgit_harness import judge, protocols, upstream_timing
+
+    seen = []
+    verdicts = []
+
+    def measure(protocol, ctx, shape, first_shape):
+        seen.append(shape["seed"])
+        return {"mean_us": 100.0, "clock": "wall", "bound": "calls", "judge_call_us": 100.0}
+
+    def settle(entry):
+        return verdicts.pop(0)
+
+    monkeypatch.setattr(upstream_timing, "measure", measure)
+    monkeypatch.setattr(timing, "settle", settle)
+    monkeypatch.setattr(judge, "RETIME_WAIT_S", 0.0)
+    spec = SimpleNamespace(secret_seed=1, timing=None, race=None)
+    protocol = protocols.get("gpumode-leaderboard-wall")
+
+    def time_shapes(on_gpu):
+        shapes: list = []
+        outcome = judge._time_shapes(spec, None, None, None, on_gpu, None, {}, None, protocol, None, [], shapes,
+                                     [{"size": 8, "seed": 7}, {"size": 16, "seed": 9}], "mean_us")
+        return outcome, shapes
+
+    verdicts[:] = ["disagrees", None, None]  # contention in the first shape's first timing only
+    outcome, shapes = time_shapes(True)
+    assert outcome is None and seen == [7, 7 + judge.RETIME_SEED_OFFSET, 9], seen
+    assert shapes[0]["retimed"] == "disagrees" and "retimed" not in shapes[1]
+    assert shapes[0]["key"] == problem.shape_key({"size": 8, "seed": 7}) and "seed" not in shapes[0]["shape"]
+
+    seen.clear()
+    verdicts[:] = ["disagrees", "disagrees again"]  # a forged figure disagrees every time
+    with pytest.raises(judge.Verdict) as caught:
+        time_shapes(True)
+    assert caught.value.status == "rejected" and "disagrees again" in str(caught.value) and len(seen) == 2
+
+    seen.clear()
+    verdicts[:] = ["disagrees"]  # the interpreter's figures are the judge's clock: nothing to time again
+    with pytest.raises(judge.Verdict):
+        time_shapes(False)
+    assert seen == [7]
