@@ -49,8 +49,12 @@ from pathlib import Path
 from protocol_compare import PROBLEM_DIR, kernel_sources
 from tabulate import tabulate
 
+from kgit_harness import timing
+
 # A launch-bound shape, a mid one and a large one of the fp8 problem's benchmark set.
 SHAPES = [(1024, 7168, 256, 5364), (6144, 4096, 512, 45245), (6144, 7168, 2048, 76547)]
+# The most the runner holds free in the "+ judge's cache" column, as the judge allows it (16 GiB).
+HOLD_BYTES = 16 << 30
 FORBIDDEN = ["torch._scaled_mm", "torch.matmul", "torch.mm", "torch.bmm", "torch.addmm", "torch.einsum",
              "torch.tensordot", "torch.nn.functional.linear", "torch.Tensor.matmul", "torch.Tensor.mm"]
 
@@ -159,12 +163,6 @@ def _runner(kernel_path: str, conn) -> None:
             return
 
 
-def _free_segments(torch) -> list[int]:
-    """Sizes of the segments this process's caching allocator holds with nothing in them:
-    what `torch.cuda.empty_cache` (and so every `torch.cuda.graph` capture) hands back."""
-    return [seg["total_size"] for seg in torch.cuda.memory_snapshot() if seg["allocated_size"] == 0]
-
-
 def two_processes(torch, ref, kernel_path: Path, shape, reps: int, variants: list[tuple[bool, str | None]]) -> list[float]:
     """Mean wall us a call for each (touch, cache) variant, the judge filling a fresh slot each
     time and checking the output afterwards, as kgit's judge does. `cache`: None, "upstream"
@@ -200,8 +198,7 @@ def two_processes(torch, ref, kernel_path: Path, shape, reps: int, variants: lis
         if not ok:
             raise SystemExit(f"a timed call in the runner is wrong: {why}")
         del private
-        if torch.cuda.is_available():
-            free = _free_segments(torch)
+        free = timing.free_segments(torch, HOLD_BYTES)
     here.send(("stop",))
     here.recv()
     runner.join(timeout=30)

@@ -749,34 +749,35 @@ def _time_shapes(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibr
     stopped) or None when every shape was timed."""
     secret = spec.secret_seed
 
-    def measure(index: int, shape: dict) -> dict:
+    def timed(index: int, shape: dict, seed: int) -> tuple[dict, str | None]:
+        """The shape's entry, timed on `seed`, and why its figures disagree with the judge's clock."""
+        seeded = dict(shape, seed=seed)
         if protocol.name == protocols.DEFAULT:
-            runs = timing.measure(task, reference, shape, secret, spec.timing, on_gpu, torch, ctx.new_slots,
+            runs = timing.measure(task, reference, seeded, secret, spec.timing, on_gpu, torch, ctx.new_slots,
                                   calibration)
             if on_gpu:  # beside the ranking figure: the flushed device time and the host's, a call
                 runs.update(device_us=runs.get("events_mean_us"), host_us=runs.get("host_call_us"))
-            return runs
-        try:
-            return upstream_timing.measure(protocol, ctx, shape, first_shape=index == 0)
-        except upstream_timing.NoRoom as e:
-            raise Verdict("unsupported", f"{problem.shape_key(shape)}: {e}", reason=str(e)) from None
+        else:
+            try:
+                runs = upstream_timing.measure(protocol, ctx, seeded, first_shape=index == 0)
+            except upstream_timing.NoRoom as e:
+                raise Verdict("unsupported", f"{problem.shape_key(shape)}: {e}", reason=str(e)) from None
+        entry = {"key": problem.shape_key(shape), "shape": {k: v for k, v in shape.items() if k != "seed"}, **runs}
+        return entry, None if entry.get("refused") or entry.get("error") else timing.settle(entry)
 
     for index, shape in enumerate(benchmarks):
         PHASES.tell(f"shape {index + 1}/{len(benchmarks)}")
-        entry = {"key": problem.shape_key(shape), "shape": {k: v for k, v in shape.items() if k != "seed"},
-                 **measure(index, shape)}
-        shapes.append(entry)
-        why = None if entry.get("refused") or entry.get("error") else timing.settle(entry)
+        seed = int(shape.get("seed", 0))
+        entry, why = timed(index, shape, seed)
         if why and on_gpu:
             # Work of other processes on the GPU (other evaluations, a spare judge/runner pair
             # starting) can fall inside the judge's clock and not the runner's figures for a whole
             # shape: it is timed once more after a wait, on inputs of new seeds, so nothing of the
             # first timing can be replayed. A forged figure disagrees again.
             time.sleep(RETIME_WAIT_S)
-            again = dict(shape, seed=int(shape.get("seed", 0)) + RETIME_SEED_OFFSET)
-            entry = {"key": entry["key"], "shape": entry["shape"], **measure(index, again), "retimed": why}
-            shapes[-1] = entry
-            why = None if entry.get("refused") or entry.get("error") else timing.settle(entry)
+            entry, again = timed(index, shape, seed + RETIME_SEED_OFFSET)
+            entry["retimed"], why = why, again
+        shapes.append(entry)
         if entry.get("refused"):
             doc.update(tests=tests, shapes=shapes)
             raise Verdict("rejected", f"{entry['key']}: {entry['error']}", reason=entry["refused"])

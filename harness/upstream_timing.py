@@ -55,13 +55,16 @@ def measure(protocol, ctx, shape: dict, first_shape: bool) -> dict:
 
 # -- shared pieces --------------------------------------------------------------------------
 
+def _budget(ctx) -> int:
+    """The memory one shape's fresh inputs, or the runner's held segments, may take: FRESH_BYTES,
+    on a GPU at most a quarter of what is free."""
+    free = ctx.free_bytes()
+    return FRESH_BYTES[ctx.on_gpu] if free is None else min(FRESH_BYTES[ctx.on_gpu], free // 4)
+
+
 def _hold(ctx) -> list[int]:
     """What the runner's allocator is to hold free before a fresh call (timing.free_segments)."""
-    if not ctx.on_gpu:
-        return []
-    free = ctx.free_bytes()
-    budget = FRESH_BYTES[True] if free is None else min(FRESH_BYTES[True], free // 4)
-    return timing.free_segments(ctx.torch, budget)
+    return timing.free_segments(ctx.torch, _budget(ctx)) if ctx.on_gpu else []
 
 
 def _seeder(ctx, shape):
@@ -72,9 +75,7 @@ def _seeder(ctx, shape):
 def _capacity(ctx, first, wanted: int, least: int) -> int:
     """Slots of `first`'s layout an arena may hold: `wanted`, or as many as memory allows."""
     size = max(ctx.slot_bytes(first), 1)
-    free = ctx.free_bytes()
-    budget = FRESH_BYTES[ctx.on_gpu] if free is None else min(FRESH_BYTES[ctx.on_gpu], free // 4)
-    fits = budget // size
+    fits = _budget(ctx) // size
     if fits < least:
         raise NoRoom(f"needs {math.ceil(least * size / (1 << 30) * 4)} GiB of free "
                      f"{'GPU ' if ctx.on_gpu else ''}memory for the timing's fresh inputs ({least} calls of "

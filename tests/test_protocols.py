@@ -41,24 +41,15 @@ def _probe_code(free: bool = False) -> str:
     return "import json\nimport torch\n" + baseline("vector_add") + _PROBE + (_FREE if free else "")
 
 
-class _Replay:
-    """capfd's reader for output already read."""
-
-    def __init__(self, out: str):
-        self.out = out
-
-    def readouterr(self):
-        return self
-
-
-def _seen(capfd, sizes: bool = False) -> list[tuple]:
-    """Each call's (tuple id, tensor ids, addresses); with `sizes`, (its size, that)."""
-    out = []
-    for line in capfd.readouterr().out.splitlines():
+def _seen(out: str, sizes: bool = False) -> list[tuple]:
+    """Each call's (tuple id, tensor ids, addresses) in the probe's output `out`; with `sizes`,
+    (its size, that)."""
+    calls = []
+    for line in out.splitlines():
         if line.startswith("KGIT-SEEN "):
             _, size, values = line.split(" ", 2)
-            out.append((int(size), tuple(json.loads(values))) if sizes else tuple(json.loads(values)))
-    return out
+            calls.append((int(size), tuple(json.loads(values))) if sizes else tuple(json.loads(values)))
+    return calls
 
 
 @pytest.mark.parametrize("name", ["gpumode-leaderboard-wall", "gpumode-leaderboard-events"])
@@ -67,7 +58,7 @@ def test_under_a_fresh_protocol_no_call_is_handed_an_object_or_address_twice(tmp
     doc = run_harness(tmp_path, problem="vector_add", code=_probe_code(), protocol=name, computed_names=False)
     assert doc["status"] == "ok" and doc["protocol"] == name, doc.get("error")
     assert doc["harness"].endswith(f"protocol {name}")
-    calls = _seen(capfd)
+    calls = _seen(capfd.readouterr().out)
     checks = 2 * len(problem.load_task(problem.shipped()["vector_add"]).shapes("tests", False))
     timed = sum(s["n"] for s in doc["shapes"])
     assert len(calls) == checks + len(doc["shapes"]) + timed  # the checks, each shape's first check, the timed calls
@@ -84,7 +75,7 @@ def test_under_kgits_own_protocol_the_timed_calls_reuse_their_buffers(tmp_path, 
     # The control: kgit-adaptive refills the same slot with new values, as documented.
     doc = run_harness(tmp_path, problem="vector_add", code=_probe_code(), protocol="kgit-adaptive")
     assert doc["status"] == "ok" and doc["protocol"] == "kgit-adaptive"
-    calls = _seen(capfd)
+    calls = _seen(capfd.readouterr().out)
     assert len(set(calls)) < len(calls)
 
 
@@ -180,7 +171,7 @@ def test_gpu_fresh_wall_protocol_times_every_call_on_new_inputs(tmp_path, capfd)
                       computed_names=False)
     assert doc["status"] == "ok", doc.get("error")
     out = capfd.readouterr().out
-    calls = _seen(_Replay(out), sizes=True)
+    calls = _seen(out, sizes=True)
     free: dict[int, list[int]] = {}
     for line in out.splitlines():
         if line.startswith("KGIT-FREE "):
