@@ -511,11 +511,18 @@ def test_an_interpreter_under_tmp_is_in_the_view_beside_its_fresh_tmp(tmp_path):
         seen = _said(proc, "KGIT-VIEW")
         assert seen["prefix"] == str(env) and seen["marker"] is True, (seen, report)
         assert seen["tmp_writable"] is True  # still the view's own /tmp ...
-        # ... holding nothing of the host's /tmp but the environment and the scratch (tmp_path)
-        scratch_top = tmp_path.parts[2] if tmp_path.parts[:2] == ("/", "tmp") else None
-        assert set(seen["tmp_entries"]) <= {env.name, scratch_top}, seen
+        # ... holding nothing of the host's /tmp but what the view takes from under it: the
+        # environment, the scratch (tmp_path) and this checkout with its own environment, when
+        # they are there (a clean clone under /tmp)
+        taken = {env.name, _top_under_tmp(tmp_path), _top_under_tmp(Path(__file__).resolve().parents[1])}
+        assert set(seen["tmp_entries"]) <= taken, seen
     finally:
         shutil.rmtree(env, ignore_errors=True)
+
+
+def _top_under_tmp(path: Path) -> str | None:
+    """The entry of the host's /tmp that `path` lies under, or None."""
+    return path.parts[2] if path.parts[:2] == ("/", "tmp") and len(path.parts) > 2 else None
 
 
 def _said(proc, tag: str):
