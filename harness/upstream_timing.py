@@ -70,17 +70,6 @@ def _hold(ctx) -> list[int]:
         return timing.free_segments(ctx.torch, _budget(ctx))
 
 
-def _forget_cache(ctx) -> None:
-    """Give the judge's cached free blocks back to the device, so that what its allocator holds
-    free at the next sample (_hold) is what one call's inputs and check left there. An evaluator
-    whose kernel captures a graph per new input has its cache emptied by every capture, so it
-    holds no more than that when a call starts; a cache kept across calls and shapes held up to
-    the largest shape's temporaries, which such a kernel then paid to free inside its clock
-    (experiment 47 read 2.4x upstream's figure on one shape and 0.23x on another, H200)."""
-    if ctx.on_gpu:
-        ctx.torch.cuda.empty_cache()
-
-
 def _seeder(ctx, shape):
     base = int(shape.get("seed", 0))
     return lambda i: checking.mix_seed(base, ctx.secret, i)
@@ -210,7 +199,6 @@ def _device_time(ctx, slots, slots_free: list[int], make) -> float | None:
 
 def _fresh(protocol, ctx, shape, first_shape) -> dict:
     seed = _seeder(ctx, shape)
-    _forget_cache(ctx)
     first = checking.make_input(ctx.reference, shape, seed(0))
     wanted = protocol.max_calls or 100
     if not ctx.on_gpu:
@@ -241,9 +229,6 @@ def _fresh(protocol, ctx, shape, first_shape) -> dict:
         empties: list[float] = []
         started = time.perf_counter()
         for i in range(calls):
-            sample = i < HOLD_SAMPLES  # the judge's own pattern settles after a call or two
-            if sample:
-                _forget_cache(ctx)
             with PHASES.span("timing: inputs"):
                 private = checking.make_input(ctx.reference, shape, seed(1 + i))
             with PHASES.span("timing: calls"):
@@ -261,7 +246,7 @@ def _fresh(protocol, ctx, shape, first_shape) -> dict:
             host.append(timed.reply["host_us"])
             call_us.append(timed.call_us)
             del private
-            if sample:
+            if i < HOLD_SAMPLES:  # the judge's own pattern settles after a call or two
                 hold = _hold(ctx)
             with PHASES.span("timing: empty requests"):
                 empties.append(timing.empty_us(slots, 0, hold=hold))
