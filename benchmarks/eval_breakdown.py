@@ -6,8 +6,8 @@ For each problem it makes a throwaway kernel repository and evaluates its baseli
 - warm: a pair started ahead of need (what `kgit evolve` keeps per slot), handed the
   candidate once its start-up is over (`--warm-wait` seconds later);
 - warm + next (`--beside`): the same, with the next spare started as the candidate
-  arrives, as `kgit evolve` does: held (its judge stopped) while the timed loop runs,
-  and, for comparison, not held;
+  arrives, as `kgit evolve` does: its device contexts held at its gate while the timed
+  loop runs, and, for comparison, made whenever it gets there;
 
 and prints, from the marks the judge and runner leave in the result (`phases`,
 harness/phases.py), the seconds of each stage: the judge's and the runner's start-up
@@ -50,12 +50,16 @@ tabulate_mod.PRESERVE_WHITESPACE = True  # the stages nest by indentation
 START_ROWS = [
     ("judge: python + harness import", None, ("judge", "judge up")),
     ("judge: torch import", ("judge", "runner spawned"), ("judge", "torch imported")),
-    ("judge: triton import + device context", ("judge", "torch imported"), ("judge", "device ready")),
+    ("judge: triton import", ("judge", "torch imported"), ("judge", "imports done")),
+    ("judge: waiting at the gate (warm pairs)", ("judge", "imports done"), ("judge", "gate opened")),
+    ("judge: device context", ("judge", "gate opened"), ("judge", "device ready")),
     ("runner: python + harness import", ("judge", "runner spawned"), ("runner", "runner up")),
     ("runner: confine (namespaces, mounts)", ("runner", "runner up"), ("runner", "runner confined")),
     ("runner: torch import", ("runner", "runner confined"), ("runner", "runner torch imported")),
-    ("runner: triton import + device context", ("runner", "runner torch imported"), ("runner", "runner device ready")),
-    ("runner: profiler loaded (warm pairs, GPU)", ("runner", "runner device ready"), ("runner", "runner profiler ready")),
+    ("runner: triton import", ("runner", "runner torch imported"), ("runner", "runner triton imported")),
+    ("runner: profiler loaded (warm pairs, GPU)", ("runner", "runner triton imported"), ("runner", "runner profiler ready")),
+    ("runner: waiting at the gate (warm pairs)", ("runner", "runner profiler ready"), ("runner", "runner gate opened")),
+    ("runner: device context", ("runner", "runner gate opened"), ("runner", "runner device ready")),
 ]
 EVAL_ROWS = [
     ("problem, reference, needs check", ("judge", "candidate arrived"), ("judge", "reference ready")),
@@ -82,11 +86,12 @@ def one(repo: Repo, config, env: dict, warm_wait: float | None, beside: str = ""
     """One evaluation of the baseline; its phases and kgit-side wall times.
 
     `beside`: "held" or "free" starts the next spare as the candidate arrives (as `kgit
-    evolve` does), held while the timed loop runs or not."""
+    evolve` does), its device contexts held at its gate while the timed loop runs or not."""
     with repo.worktree(repo.rev(BASELINE_TAG)) as path:
         state = repo.state / "scratch"
         pair = child.Pair.ahead(config, state, env, warm=bool(warm_wait))  # cold: used at once, as kgit does
         if warm_wait:
+            pair.open_gate()  # as kgit's spares have it when no evaluation on the device is timing
             time.sleep(warm_wait)
         arrived = time.monotonic()
         spares = backends.WarmPairs() if beside else None
@@ -166,7 +171,7 @@ def main():
     parser.add_argument("--warm-wait", type=float, default=15.0,
                         help="seconds a warm pair gets to start before its candidate arrives")
     parser.add_argument("--beside", action="store_true",
-                        help="also warm with the next spare starting beside it, held while timing and not")
+                        help="also warm with the next spare starting beside it, its device contexts held while timing and not")
     parser.add_argument("--compare", action="append", default=[], metavar="NAME=KGIT",
                         help="also time `KGIT eval --json` (another kgit's executable)")
     args = parser.parse_args()

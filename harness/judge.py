@@ -427,7 +427,7 @@ def start(spec: StartSpec, ahead: bool = False) -> tuple[Runner, object, bool]:
         # Started before the judge imports torch: the two start-ups overlap.
         runner.send({"op": "setup", "candidate_dir": spec.candidate_dir, "sandbox": _runner_sandbox(spec),
                      "helpers_dir": str(helpers), "problem_dir": spec.problem_dir,
-                     "warm_profiler": bool(ahead and spec.kernel_split)})
+                     "warm_profiler": bool(ahead and spec.kernel_split), "gated": spec.gate_fd is not None})
         PHASES.mark("runner spawned")
         import torch
 
@@ -446,6 +446,10 @@ def start(spec: StartSpec, ahead: bool = False) -> tuple[Runner, object, bool]:
             except ImportError:
                 pass
         on_gpu = torch.cuda.is_available()
+        PHASES.mark("imports done")
+        if spec.gate_fd is not None:
+            _await_gate(spec.gate_fd, runner)
+        PHASES.mark("gate opened")
         if on_gpu:
             torch.empty(1, device="cuda")  # the device context, made now rather than by the first input
         PHASES.mark("device ready")
@@ -453,6 +457,19 @@ def start(spec: StartSpec, ahead: bool = False) -> tuple[Runner, object, bool]:
         runner.close()
         raise
     return runner, torch, on_gpu
+
+
+def _await_gate(fd: int, runner: Runner) -> None:
+    """Wait until kgit opens the pair's device gate (kgit/evaluation/child.py, Pair.open_gate),
+    then let the runner go on too. Everything before it is CPU work (imports); the device
+    contexts come after it, never beside another evaluation's timed loop on the same GPU.
+    The gate closed unopened: kgit ended the pair, and so does the judge."""
+    with os.fdopen(fd, "rb", buffering=0) as gate:
+        opened = gate.read(1)
+    if not opened:
+        runner.close()
+        os._exit(0)
+    runner.send({"op": "device"})
 
 
 def run(doc: dict) -> dict:
@@ -950,8 +967,8 @@ def _receive_task(fd: int) -> dict | None:
 
 def _timing_notices(fd: int):
     """Tell kgit, on a pipe of its own, each stage mark and each timed shape ("shape k/n"): kgit
-    shows the stage while it waits, and holds its spare pairs' start-up on this device while the
-    timed loop runs, from "checked" to "timed" (kgit/evaluation/backends.py). A short line each;
+    shows the stage while it waits, and keeps its spare pairs for this device from making their
+    device contexts while the timed loop runs, from "checked" to "timed" (kgit/evaluation/backends.py). A short line each;
     a parent that stopped listening costs nothing."""
     os.set_inheritable(fd, False)  # the runner never holds it
 

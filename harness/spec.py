@@ -74,6 +74,7 @@ class StartSpec:
     notice_fd: int | None = None  # where the judge tells kgit each stage
     spawned_at: float | None = None  # kgit's monotonic clock when it started the judge (phases)
     ahead: bool = False  # started before its candidate exists, for a later one
+    gate_fd: int | None = None  # a pair started ahead makes its device contexts once kgit writes here
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> StartSpec:
@@ -83,7 +84,7 @@ class StartSpec:
                    runner_cwd=_maybe(doc, "runner_cwd", str) or None, runner_env=_maybe(doc, "runner_env", dict) or {},
                    parent_pid=_maybe(doc, "parent_pid", int), lifeline_fd=_maybe(doc, "lifeline_fd", int),
                    notice_fd=_maybe(doc, "notice_fd", int), spawned_at=_maybe(doc, "spawned_at", (int, float)),
-                   ahead=bool(_maybe(doc, "ahead", bool)))
+                   ahead=bool(_maybe(doc, "ahead", bool)), gate_fd=_maybe(doc, "gate_fd", int))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object the judge's --start file holds."""
@@ -91,7 +92,7 @@ class StartSpec:
                 "runner_prefix": list(self.runner_prefix), "runner_cwd": self.runner_cwd,
                 "runner_env": dict(self.runner_env), "parent_pid": self.parent_pid, "ahead": self.ahead,
                 "kernel_split": self.kernel_split, "lifeline_fd": self.lifeline_fd, "notice_fd": self.notice_fd,
-                "spawned_at": self.spawned_at}
+                "spawned_at": self.spawned_at, "gate_fd": self.gate_fd}
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -58,39 +59,58 @@ def test_a_warm_evaluator_uses_each_spare_once_and_starts_the_next(kernel_repo):
     assert not following.alive() and not following.scratch.exists()
 
 
+def _notices_until(pair: child.Pair, wanted: str, timeout: float = 120.0) -> list[str]:
+    """The judge's stage marks read from the pair's notice pipe until `wanted` (kgit reads the
+    rest of them when the pair is taken)."""
+    seen: list[str] = []
+    buffered = b""
+    deadline = time.monotonic() + timeout
+    while wanted not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {wanted!r} from the spare's judge; it said {seen}"
+        ready, _, _ = select.select([pair.notice_r], [], [], left)
+        if ready:
+            chunk = os.read(pair.notice_r, 4096)
+            assert chunk, f"the spare's judge ended before {wanted!r}; it said {seen}"
+            buffered += chunk
+            *lines, buffered = buffered.split(b"\n")
+            seen += [line.decode() for line in lines]
+    return seen
+
+
 @pytest.mark.slow
-def test_a_spare_is_held_while_its_device_times_and_goes_on_after(kernel_repo, monkeypatch):
-    """The judge tells kgit when its timed loop begins and ends; meanwhile the spare's judge
-    is stopped, and afterwards it runs on and evaluates the next candidate as usual."""
+def test_a_spare_imports_beside_a_timed_loop_and_makes_its_device_context_only_after_it(kernel_repo):
+    """A spare started while its device times does its imports at once and waits at its gate
+    before the device context; the loop's end opens the gate, and the spare then evaluates
+    the next candidate as usual (its runner's device context after the judge's gate, too)."""
     repo = Repo(kernel_repo)
-    evaluator = backends.LocalEvaluator(repo, _config(), host=CPU_HOST, warm=True)
-    seen = []
-
-    def watched(real, what):
-        def call(self, device):
-            real(self, device)
-            spare = next(iter(self._spares.values())).result(timeout=60)
-            # A signal takes effect when its process is next scheduled: look for a while.
-            deadline = time.monotonic() + 10
-            while (_state(spare.proc.pid) == "T") != (what == "begin") and time.monotonic() < deadline:
-                time.sleep(0.05)
-            seen.append((what, device, _state(spare.proc.pid)))
-        return call
-
-    monkeypatch.setattr(backends.WarmPairs, "_begin", watched(backends.WarmPairs._begin, "begin"))
-    monkeypatch.setattr(backends.WarmPairs, "_end", watched(backends.WarmPairs._end, "end"))
-    sha = repo.rev(BASELINE_TAG)
+    config = _config()
+    pool = backends.WarmPairs()
+    loop = pool.quiet(gpus.CPU)
     try:
-        first = evaluator(sha)
-        assert first["status"] == "ok", first.get("error")
-        assert [(what, device) for what, device, _ in seen] == [("begin", gpus.CPU), ("end", gpus.CPU)]
-        assert seen[0][2] == "T" and seen[1][2] not in ("T", ""), seen
-        spare = _spare(evaluator.warm, next(iter(evaluator.warm._spares)))
-        second = evaluator(sha)  # the held spare, running again, is the next evaluation's pair
-        assert second["status"] == "ok", second.get("error")
-        assert spare.used
+        loop.begin()  # an evaluation on the same device is in its timed loop
+        pool.refill(0, config, repo.state / "scratch", {}, device=gpus.CPU)
+        spare = _spare(pool, 0)
+        before = _notices_until(spare, "imports done")
+        assert "torch imported" in before and "gate opened" not in before
+        # Shut while the loop runs: nothing more comes from the judge.
+        assert select.select([spare.notice_r], [], [], 1.0)[0] == []
+        ended = time.monotonic()
+        loop.end()
+        after = _notices_until(spare, "device ready")
+        assert after[:2] == ["gate opened", "device ready"], after
+        taken = pool.take(0, config, repo.state / "scratch", {})
+        assert taken is spare
+        with repo.worktree(repo.rev(BASELINE_TAG)) as path:
+            doc = child.evaluate_tree(path, config, state_dir=repo.state / "scratch", pair=taken)
+        assert doc["status"] == "ok", doc.get("error")
+        judge, runner = doc["phases"]["judge"], doc["phases"]["runner"]
+        opened = ended - spare.spawned_at
+        assert judge["imports done"] < opened <= judge["gate opened"] <= judge["device ready"]
+        assert runner["runner torch imported"] < opened <= runner["runner gate opened"] <= runner["runner device ready"]
     finally:
-        evaluator.close()
+        loop.end()
+        pool.close()
 
 
 def test_a_spare_started_under_other_settings_is_not_used(kernel_repo):
@@ -143,7 +163,7 @@ def test_a_runner_started_before_its_candidate_is_confined_as_a_cold_one(kernel_
 
 
 DRIVER = textwrap.dedent("""
-    import sys, time
+    import os, sys, time
     from pathlib import Path
     from kgit import config as config_mod
     from kgit.evaluation import backends
@@ -151,14 +171,20 @@ DRIVER = textwrap.dedent("""
     config = config_mod.load(root)
     config.evaluator.sandbox = sandbox
     pool = backends.WarmPairs()
+    if hold:  # as if an evaluation on the same device were in its timed loop: the spares wait at their gates
+        pool.quiet("cpu").begin()
     for slot in range(slots):
         pool.refill(slot, config, root / ".git" / "kgit" / "scratch", {}, device="cpu")
     for slot in range(slots):
         print(pool._spares[slot].result().proc.pid, flush=True)
-    if hold:  # as if an evaluation on the same device were in its timed loop
-        sys.stdin.readline()
-        pool.quiet("cpu").begin()
-        print("held", flush=True)
+    if hold:
+        for slot in range(slots):  # each judge's imports done, its gate still shut
+            said = b""
+            while b"imports done" not in said:
+                chunk = os.read(pool._spares[slot].result().notice_r, 4096)
+                assert chunk and b"gate opened" not in chunk, said + chunk
+                said += chunk
+        print("gated", flush=True)
     time.sleep(600)
 """)
 
@@ -204,8 +230,8 @@ def _descendants(root: int, table: dict) -> dict[int, tuple[str, str]]:
 @pytest.mark.parametrize("sandbox,hold", [("auto", "run"), ("off", "run"), ("auto", "hold"), ("off", "hold")])
 @pytest.mark.slow
 def test_warm_pairs_die_with_kgit_killed_by_sigkill(kernel_repo, sandbox, hold):
-    """kill -9 of a kgit holding spare pairs: no process of theirs is left, also when their
-    judges are stopped (held for another evaluation's timed loop)."""
+    """kill -9 of a kgit holding spare pairs: no process of theirs is left, also when they wait
+    at their gates (another evaluation on their device in its timed loop)."""
     if sys.platform != "linux":
         pytest.skip("process tables are read from /proc")
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(kernel_repo), sandbox, "2", hold],
@@ -223,21 +249,8 @@ def test_warm_pairs_die_with_kgit_killed_by_sigkill(kernel_repo, sandbox, hold):
             time.sleep(0.5)
         assert set(judges) <= set(family) and len(runners) >= 2, family
         if hold == "hold":
-            driver.stdin.write("\n")
-            driver.stdin.flush()
-            assert driver.stdout.readline().strip() == "held"
-            # The runners too where a trusted init would end them; never that init itself.
-            inits = [pid for pid, (_, cmd) in family.items() if "pidone" in cmd and "unshare" not in cmd]
-            stopped = judges + (runners if sandbox == "auto" and inits else [])
-            deadline = time.monotonic() + 10
-            while any(_state(pid) != "T" for pid in stopped) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert [_state(pid) for pid in judges] == ["T", "T"]
-            if sandbox == "auto" and inits:
-                assert all(_state(pid) == "T" for pid in runners), [_state(pid) for pid in runners]
-                assert all(_state(pid) not in ("T", "") for pid in inits)
-            else:
-                assert all(_state(pid) not in ("T", "") for pid in runners)
+            assert driver.stdout.readline().strip() == "gated"
+            assert all(_state(pid) not in ("T", "") for pid in judges + runners)
     finally:
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait()

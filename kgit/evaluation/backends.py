@@ -66,10 +66,13 @@ class WarmPairs:
     a second candidate. A spare started under other settings than the evaluation's
     (another config, another scratch folder) is discarded, not used.
 
-    While an evaluation on a device runs its timed loop, the judges of that device's
-    spares are held (`quiet`: SIGSTOP until the loop ends), so that their start-up (torch
-    and triton imports, a device context) never runs beside the timing; it goes on during
-    the checks, the commit and the model's calls.
+    A spare does its CPU work (Python, torch and triton imports, the profiler's libraries)
+    at once, beside anything; its device contexts wait at its gate (child.Pair.open_gate),
+    which opens while no evaluation on that device is in its timed loop (`quiet`: the loop's
+    begin and end, from the judge's notices), or when the spare is taken. A context made
+    beside a timed loop would land in its figures; the imports, on other cores, do not stall
+    it, and holding them too (SIGSTOP, before) left the spare unready whenever the timed
+    loop was most of an evaluation, as under the fresh-input protocols.
     """
 
     def __init__(self):
@@ -89,14 +92,13 @@ class WarmPairs:
             pair = future.result()
         except Exception:  # noqa: BLE001 - the evaluation starts its own pair and meets the same error
             return None
-        pair.resume_startup()  # held for another evaluation's timing, and now needed itself
         if pair.alive() and pair.key == child.start_key(config, env) and pair.scratch.parent == state_dir:
             return pair
         pair.discard()
         return None
 
     def refill(self, slot, config, state_dir: Path, env: dict, device=None):
-        """Start the slot's next pair, for `device` (held while that device times: `quiet`).
+        """Start the slot's next pair, for `device` (its device contexts wait while that device times: `quiet`).
 
         From one long-lived thread: the parent-death signal of a child fires when the
         *thread* that started it ends, and a hypothesis thread of `kgit evolve` ends with
@@ -106,8 +108,8 @@ class WarmPairs:
             old = self._spares.pop(slot, None)
             self._spares[slot] = future
             self._devices[slot] = device
-        # Started while its device is timing: held as soon as it exists.
-        future.add_done_callback(lambda f: self._hold_if_timing(f, device))
+        # Its gate opens as soon as it exists, unless its device is timing then (`_end` opens it).
+        future.add_done_callback(lambda f: self._open_unless_timing(f, device))
         if old is not None:
             _discard(old)
 
@@ -118,9 +120,6 @@ class WarmPairs:
     def _begin(self, device):
         with self._lock:
             self._timing[device] = self._timing.get(device, 0) + 1
-            if self._timing[device] == 1:
-                for pair in self._started_for(device):
-                    pair.pause_startup()
 
     def _end(self, device):
         with self._lock:
@@ -128,18 +127,18 @@ class WarmPairs:
             if self._timing[device] <= 0:
                 self._timing.pop(device)
                 for pair in self._started_for(device):
-                    pair.resume_startup()
+                    pair.open_gate()
 
     def _started_for(self, device) -> list:
         """The spares for `device` that have started (the lock is held)."""
         return [future.result() for slot, future in self._spares.items()
                 if self._devices.get(slot) == device and future.done() and future.exception() is None]
 
-    def _hold_if_timing(self, future, device):
-        # Under the lock, as `_begin` and `_end`: a spare is never left held after its device's timing ended.
+    def _open_unless_timing(self, future, device):
+        # Under the lock, as `_end`: a spare's gate is never left shut after its device's timing ended.
         with self._lock:
-            if self._timing.get(device) and future.exception() is None:
-                future.result().pause_startup()
+            if not self._timing.get(device) and future.exception() is None:
+                future.result().open_gate()
 
     def close(self):
         """End every spare (kgit exiting, or the evaluator no longer needed)."""

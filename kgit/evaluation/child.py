@@ -157,8 +157,8 @@ class Pair:
     """A judge and its runner, started before their candidate exists, used for one evaluation.
 
     Started: the judge (`kgit_harness judge --start`) starts the runner under the sandbox,
-    both import torch and triton and make the device context, then the judge waits on
-    the go pipe. `evaluate` writes the evaluation (problem, timing, secret seed, race) to
+    both import torch and triton and (once a pair started ahead has its gate opened:
+    `open_gate`) make the device context, then the judge waits on the go pipe. `evaluate` writes the evaluation (problem, timing, secret seed, race) to
     that pipe once the candidate's files are in `candidate_dir`, which the runner's view
     has held, read-only, since it confined itself. A pair is never used twice; `discard`
     ends whatever is left of it. Both processes die with kgit, kill -9 included: the
@@ -214,55 +214,55 @@ class Pair:
         # our write end and the judge kills itself and everything it started.
         life_r, life_w = os.pipe()
         go_r, go_w = os.pipe()
+        # A pair started ahead of need waits at its gate before making device contexts (open_gate).
+        gate_r, gate_w = os.pipe() if self.start_spec.ahead else (None, None)
         self.spawned_at = time.monotonic()
-        spec = dataclasses.replace(self.start_spec, lifeline_fd=life_r, notice_fd=notice_w, spawned_at=self.spawned_at)
+        spec = dataclasses.replace(self.start_spec, lifeline_fd=life_r, notice_fd=notice_w, spawned_at=self.spawned_at,
+                                   gate_fd=gate_r)
         start_path = self.scratch / "spec.json"  # one pair per scratch folder; the judge deletes it
         start_path.write_text(json.dumps(spec.to_dict()))
         cmd = [sys.executable, "-I", "-B", "-m", "kgit_harness", "judge", "--start", str(start_path),
                "--go-fd", str(go_r), "--result-fd", str(result_w)]
+        theirs = [fd for fd in (result_w, life_r, go_r, notice_w, gate_r) if fd is not None]
+        ours = [fd for fd in (result_r, life_w, go_w, notice_r, gate_w) if fd is not None]
         try:
             self.proc = subprocess.Popen(
                 cmd, cwd=self.scratch, env=child_env(self.scratch, devices_env), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(result_w, life_r, go_r, notice_w),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=tuple(theirs),
                 # What the judge writes for its runner (the problem helpers) must be readable
                 # by an unprivileged runner whatever kgit's own umask.
                 start_new_session=True, umask=0o022,
             )
         except BaseException:
-            for fd in (result_r, life_w, go_w, notice_r):
+            for fd in ours:
                 os.close(fd)
             raise
         finally:
-            for fd in (result_w, life_r, go_r, notice_w):
+            for fd in theirs:
                 os.close(fd)
         self.result_r, self.life_w, self.go_w, self.notice_r = result_r, life_w, go_w, notice_r
+        self.gate_w = gate_w
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None and not self.used
 
-    def pause_startup(self):
-        """Stop the pair's start-up (SIGSTOP): torch and triton imports and device contexts,
-        which must not run beside another pair's timed loop.
+    def open_gate(self):
+        """Let a pair started ahead of need make its device contexts (once; harmless after).
 
-        Stopped: the judge, and, where the runner has a PID namespace, every process of that
-        namespace but its PID 1 (the trusted init, harness/pidone.py). Whatever happens to
-        kgit then, nothing stopped outlives it: SIGKILL reaches stopped processes (the
-        judge's parent-death signal, kgit's end), and the init, never stopped, sees its
-        lifeline close and takes its namespace with it. Without a namespace the runner is
-        not stopped: before it has confined itself it has no parent-death signal, and a
-        stopped process cannot see its lifeline close.
-        """
-        if self.proc is None or self.proc.poll() is not None:
+        Until then its judge and runner do only CPU work (Python, torch and triton imports, the
+        profiler's libraries) and wait: a device context made on a GPU while another
+        evaluation's timed loop runs there lands inside that loop's figures. kgit opens the
+        gate when no evaluation on the pair's device is timing (backends.WarmPairs), and always
+        when the pair is taken. Closed unopened (`discard`), it ends the pair."""
+        fd, self.gate_w = getattr(self, "gate_w", None), None
+        if fd is None:
             return
-        self.held = [self.proc.pid] + (_namespace_members(self.proc.pid) if self.isolation.namespaces else [])
-        for pid in self.held:
-            _signal(pid, signal.SIGSTOP)
-
-    def resume_startup(self):
-        """Undo `pause_startup` (harmless on processes that run)."""
-        held, self.held = getattr(self, "held", []), []
-        for pid in held:
-            _signal(pid, signal.SIGCONT)
+        try:
+            os.write(fd, b"1")
+        except OSError:
+            pass  # the judge is gone already; its evaluation, if any, says why
+        finally:
+            os.close(fd)
 
     def evaluate(self, config, race: dict | None = None, targets_cache: Path | None = None, quiet=None,
                  watch=None) -> dict:
@@ -274,6 +274,7 @@ class Pair:
         """
         assert not self.used, "a started pair is used for one evaluation only"
         self.used = True
+        self.open_gate()
         ev = config.evaluator
         task = Spec(start=self.start_spec, timing=TimingSettings(**asdict(config.timing)),
                     secret_seed=secrets.randbelow(2**31), timeout_s=ev.timeout_s,
@@ -326,7 +327,7 @@ class Pair:
 
     def discard(self):
         """End the pair (used or not) and remove its scratch folder if it made one."""
-        for name in ("go_w", "result_r", "life_w", "notice_r"):
+        for name in ("go_w", "result_r", "life_w", "notice_r", "gate_w"):
             fd = getattr(self, name, None)
             if fd is not None:
                 setattr(self, name, None)
@@ -345,50 +346,11 @@ class Pair:
             remove_tree(self.scratch)
 
 
-def _signal(pid: int, sig):
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _namespace_members(judge: int) -> list[int]:
-    """The processes under the trusted init among `judge`'s descendants (not the init itself);
-    [] when there is none (yet). Read from /proc at the moment of the call."""
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        children.setdefault(int(stat[stat.rindex(b")") + 2:].split()[1]), []).append(int(entry.name))
-
-    def below(pid):
-        out, frontier = [], list(children.get(pid, []))
-        while frontier:
-            child = frontier.pop()
-            out.append(child)
-            frontier += children.get(child, [])
-        return out
-
-    for pid in below(judge):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if any(arg.endswith(b"pidone.py") for arg in argv[:6]):
-            return below(pid)
-    return []
-
-
 # The judge's stage marks (harness/judge.py) in the words a person waiting reads: the last
 # mark passed says what runs now. "shape k/n" lines come as they are.
 STAGES = {
-    "judge up": "start", "runner spawned": "start", "torch imported": "start", "device ready": "start",
+    "judge up": "start", "runner spawned": "start", "torch imported": "start", "imports done": "start",
+    "gate opened": "start", "device ready": "start",
     "candidate arrived": "start", "reference ready": "start", "runner ready": "compile",
     "candidate imported": "checks", "checked": "timing", "benchmarks timed": "finish", "kernels split": "finish",
     "gpu shapes captured": "finish", "timed": "finish", "result": "finish",
