@@ -26,10 +26,13 @@ from tabulate import tabulate
 from kgit import evolve, workflow
 
 
-def run_once(root: Path, problem: str, iterations: int, warm: bool, fast: bool, jobs: int, progress=None) -> dict:
+def run_once(root: Path, problem: str, iterations: int, warm: bool, fast: bool, jobs: int, progress=None,
+             protocol: str | None = None) -> dict:
     def edit(data):
         data["evaluator"]["warm"] = warm
         data["evolve"].update(iterations=iterations, jobs=jobs)
+        if protocol:
+            data["timing"]["protocol"] = protocol
 
     make_repo(root, problem, fast, edit)
     repo, config = workflow.load(root)
@@ -71,6 +74,7 @@ def main():
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--fast", action="store_true", help="short timing settings (as in the tests)")
     parser.add_argument("--progress", action="store_true", help="print evolve's lines with the seconds since the start")
+    parser.add_argument("--protocol", help="time under this timing protocol instead of the problem's own")
     parser.add_argument("--rerun-stopped", type=int, default=0, metavar="K",
                         help="evaluate up to K stopped attempts of the last run again in full")
     args = parser.parse_args()
@@ -80,7 +84,8 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory(prefix="kgit-evolve-rate-") as tmp:
         for warm in settings:
-            r = run_once(Path(tmp) / f"repo-{warm}", args.problem, args.iterations, warm, args.fast, args.jobs, progress)
+            r = run_once(Path(tmp) / f"repo-{warm}", args.problem, args.iterations, warm, args.fast, args.jobs, progress,
+                         args.protocol)
             speedup = (f"{r['baseline_geomean_us'] / r['best_geomean_us']:.3f}x"
                        if r["best_geomean_us"] and r["baseline_geomean_us"] else "-")
             rows.append(["on" if warm else "off", r["attempts"], f"{r['wall_s']:.1f}",
@@ -91,7 +96,8 @@ def main():
             if args.rerun_stopped:
                 rerun = rerun_stopped(Path(tmp) / f"repo-{warm}", args.rerun_stopped)
     print(f"problem {args.problem}, evolve -n {args.iterations} offline, jobs {args.jobs}, "
-          f"timing {'fast' if args.fast else 'default'}, device {device}")
+          f"timing {'fast' if args.fast else 'default'}, protocol {args.protocol or 'its own'}, "
+          f"device {device}")
     print(tabulate(rows, headers=["warm", "attempts", "wall s", "s / attempt", "statuses", "best geomean us",
                                   "vs baseline"], tablefmt="github"))
     if args.rerun_stopped:
