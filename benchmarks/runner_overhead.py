@@ -13,8 +13,6 @@ prints microseconds per call for:
 - bare: the wrapper with no guards;
 - per-call guarded: guards armed, left and verified around every call (the timed path);
 - batch: guards armed once around a loop of calls and verified once (the batch path);
-- both again with the untimed calls' guards (the TorchDispatchMode armed beside the
-  trap in the forbidden ops' autograd kernels that the timed calls rely on);
 - deliver: the copy-out of the returned tensor into the judge's buffer;
 - the intact checks (threads left running, the stream, the timers) and arming the
   guards, each alone;
@@ -70,15 +68,15 @@ def per_call_us(paths: dict, calls: int, repeats: int) -> dict:
     return {name: statistics.median(found) for name, found in times.items()}
 
 
-def _paths(guards, x, target, timed: bool = True) -> dict:
+def _paths(guards, x, target) -> dict:
     def per_call(n):
         for _ in range(n):
-            with guards.armed(timed=timed):
+            with guards.armed():
                 wrapper(x)
             guards.after_call()
 
     def batch(n):
-        with guards.armed(timed=timed):
+        with guards.armed():
             outs = [wrapper(x) for _ in range(n)]
         guards.after_call(trap=False)
         return outs
@@ -127,14 +125,12 @@ def main():
     paths = {"bare wrapper": bare, "deliver (copy-out)": deliver,
              "intact checks alone (threads, stream, timers)": checks, "arm + disarm alone": arm}
     paths.update(_paths(now, x, target))
-    paths.update({f"{name}, untimed guards (ATen mode armed)": fn
-                  for name, fn in _paths(now, x, target, timed=False).items()})
     paths.update({f"{name}, before": fn for name, fn in _paths(before, x, target).items()})
     for fn in paths.values():
         fn(10)  # the first dispatch through each mode builds its caches
     found = per_call_us(paths, args.calls, args.repeats)
     print(f"softmax forbidden list: {len(forbidden)} names; Python-name mode now: {now._mode is not None}; "
-          f"ATen mode: {now._dispatch_mode is not None} (untimed calls only: {now._trap_whole}); "
+          f"ATen trap: {now._key is not None}; "
           f"torch {torch.__version__}; "
           f"load {os.getloadavg()[0]:.1f}")
     print(tabulate([[name, f"{us:.1f}"] for name, us in found.items()], headers=["path", "us per call"]))
