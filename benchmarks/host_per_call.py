@@ -7,8 +7,8 @@ call, so what the guards add to a wrapper's host work is added to its figure. Fo
 benchmark shape of the problem this calls the kernel back to back on `--inputs` input
 tuples (as the judge's batch does: the same tuples each sample), median of 7, and prints
 microseconds per call: the GPU time (triton.testing.do_bench), the host time and the
-back-to-back wall time bare, with the audit hook installed, and under the guards of the
-timed calls and of the untimed ones (the TorchDispatchMode armed).
+back-to-back wall time bare, with the audit hook installed, and under the guards every
+call of the runner's has (one `armed()` for every kind of call).
 """
 
 from __future__ import annotations
@@ -73,16 +73,15 @@ def main():
     guards = Guards(torch, list(task.forbidden or []), None)  # installs the audit hook for good
     guards.snapshot_threads()
     hook = [per_call(candidate.custom_kernel, d) for _, d in cases]
-    timed = [per_call(candidate.custom_kernel, d, lambda: guards.armed(timed=True)) for _, d in cases]
-    untimed = [per_call(candidate.custom_kernel, d, guards.armed) for _, d in cases]
+    guarded = [per_call(candidate.custom_kernel, d, guards.armed) for _, d in cases]
     gpu = [do_bench(lambda d=d: candidate.custom_kernel(d[0]), warmup=25, rep=100) * 1e3 for _, d in cases]
-    rows = [[key, g, b[0], b[1], h[0], t[0], t[1], u[0], u[1]]
-            for (key, _), g, b, h, t, u in zip(cases, gpu, bare, hook, timed, untimed)]
+    rows = [[key, g, b[0], b[1], h[0], t[0], t[1]]
+            for (key, _), g, b, h, t in zip(cases, gpu, bare, hook, guarded)]
     geo = ["geomean"] + [statistics.geometric_mean(column) for column in list(zip(*rows))[1:]]
     print(f"{args.kernel} on {torch.cuda.get_device_name()}, {args.inputs} input tuples, torch {torch.__version__}")
     print(tabulate(rows + [geo], floatfmt=".1f",
                    headers=["shape", "GPU (do_bench)", "bare host", "bare b2b", "audit hook host",
-                            "timed guards host", "timed b2b", "untimed guards host", "untimed b2b"]))
+                            "guarded host", "guarded b2b"]))
 
 
 if __name__ == "__main__":
