@@ -968,8 +968,9 @@ def _receive_task(fd: int) -> dict | None:
 def _timing_notices(fd: int):
     """Tell kgit, on a pipe of its own, each stage mark and each timed shape ("shape k/n"): kgit
     shows the stage while it waits, and keeps its spare pairs for this device from making their
-    device contexts while the timed loop runs, from "checked" to "timed" (kgit/evaluation/backends.py). A short line each;
-    a parent that stopped listening costs nothing."""
+    device contexts while the timed loop runs, from "checked" to "timed"
+    (kgit/evaluation/backends.py). A short line each; a parent that stopped listening costs
+    nothing."""
     os.set_inheritable(fd, False)  # the runner never holds it
 
     def tell(name: str):

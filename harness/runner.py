@@ -511,6 +511,7 @@ def main(argv=None) -> int:
     except ImportError:
         pass
     marks["runner triton imported"] = time.monotonic()
+    rid = setup.get("rid")
     if on_gpu and setup.get("warm_profiler"):
         # A pair started ahead of need loads the profiler now, off the critical path, rather
         # than when the per-kernel split first asks for it (kernelsplit.warm_up: CPU work only,
@@ -522,13 +523,13 @@ def main(argv=None) -> int:
         # (never beside another evaluation's timed loop on this GPU); the judge passes it on.
         device, _ = channel.recv(sock)
         channel.expect(device, "device")
-        setup["rid"] = device.get("rid")  # `ready` answers the judge's last request
+        rid = device.get("rid")  # `ready` answers the judge's last request
     marks["runner gate opened"] = time.monotonic()
     if on_gpu:
         torch.empty(1, device="cuda")  # the device context, before the candidate arrives
     marks["runner device ready"] = time.monotonic()
     marks["runner ready"] = time.monotonic()
-    channel.send(sock, {"op": "ready", "confine": report, "on_gpu": on_gpu, "marks": marks, "rid": setup.get("rid")})
+    channel.send(sock, {"op": "ready", "confine": report, "on_gpu": on_gpu, "marks": marks, "rid": rid})
     code = Session(sock, setup, torch, on_gpu).serve()
     # Interpreter shutdown with torch and triton loaded takes up to seconds, and nothing
     # here needs it: the judge has every answer already.

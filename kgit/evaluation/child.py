@@ -158,10 +158,11 @@ class Pair:
 
     Started: the judge (`kgit_harness judge --start`) starts the runner under the sandbox,
     both import torch and triton and (once a pair started ahead has its gate opened:
-    `open_gate`) make the device context, then the judge waits on the go pipe. `evaluate` writes the evaluation (problem, timing, secret seed, race) to
-    that pipe once the candidate's files are in `candidate_dir`, which the runner's view
-    has held, read-only, since it confined itself. A pair is never used twice; `discard`
-    ends whatever is left of it. Both processes die with kgit, kill -9 included: the
+    `open_gate`) make the device context, then the judge waits on the go pipe. `evaluate`
+    writes the evaluation (problem, timing, secret seed, race) to that pipe once the
+    candidate's files are in `candidate_dir`, which the runner's view has held, read-only,
+    since it confined itself. A pair is never used twice; `discard` ends whatever is left
+    of it. Both processes die with kgit, kill -9 included: the
     lifeline pipe (its write end only here), the parent-death signal, and the trusted
     init as PID 1 of the runner's namespace.
     """
@@ -254,7 +255,7 @@ class Pair:
         evaluation's timed loop runs there lands inside that loop's figures. kgit opens the
         gate when no evaluation on the pair's device is timing (backends.WarmPairs), and always
         when the pair is taken. Closed unopened (`discard`), it ends the pair."""
-        fd, self.gate_w = getattr(self, "gate_w", None), None
+        fd, self.gate_w = self.gate_w, None
         if fd is None:
             return
         try:
