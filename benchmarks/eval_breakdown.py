@@ -87,7 +87,7 @@ def one(repo: Repo, config, env: dict, warm_wait: float | None, beside: str = ""
 
     `beside`: "held" or "free" starts the next spare as the candidate arrives (as `kgit
     evolve` does), its device contexts held at its gate while the timed loop runs or not."""
-    with repo.worktree(repo.rev(BASELINE_TAG)) as path:
+    with repo.checkout_copy(repo.rev(BASELINE_TAG)) as path:
         state = repo.state / "scratch"
         pair = child.Pair.ahead(config, state, env, warm=bool(warm_wait))  # cold: used at once, as kgit does
         if warm_wait:

@@ -168,7 +168,7 @@ def test_second_run_refuses_naming_the_first(experiment):
 def test_clean_keeps_a_live_processs_worktree(kernel_repo):
     """A `kgit eval` that takes no lock must not lose its worktree to another run's cleanup."""
     repo = Repo(kernel_repo)
-    with repo.worktree("HEAD") as live:
+    with repo.checkout_copy("HEAD") as live:
         dead = repo.state / "worktrees" / "999999999-deadbeef0000"
         dead.mkdir()
         scratch = repo.state / "scratch" / "eval-999999999-abc"
@@ -179,6 +179,50 @@ def test_clean_keeps_a_live_processs_worktree(kernel_repo):
         removed = repo.clean_worktrees()
         assert live.exists() and not dead.exists() and not scratch.exists() and not lock.exists()
         assert removed == 3
+
+
+def test_a_checkout_copy_killed_while_it_is_written_leaves_git_fsck_clean(kernel_repo):
+    """kill -9 while a throwaway checkout is being written (between `read-tree` and
+    `checkout-index`, where a `git worktree add` had no HEAD yet): git's own state is
+    untouched, so fsck is clean at once, and the next cleanup removes the folder and index."""
+    code = (
+        "import os, signal, sys\n"
+        "from kgit.archive.repo import Repo\n"
+        "repo = Repo(sys.argv[1])\n"
+        "git = repo.git\n"
+        "def killed_in_the_middle(*args, **kw):\n"
+        "    if args[0] == 'checkout-index':\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return git(*args, **kw)\n"
+        "repo.git = killed_in_the_middle\n"
+        "with repo.checkout_copy('HEAD'):\n"
+        "    pass\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(kernel_repo)], capture_output=True, text=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    repo = Repo(kernel_repo)
+    left = list((repo.state / "worktrees").iterdir())
+    assert len(left) == 1 and list(repo.state.glob("index-*"))  # the kill came mid-way
+    fsck = subprocess.run(["git", "fsck", "--no-progress"], cwd=kernel_repo, capture_output=True, text=True)
+    assert fsck.returncode == 0 and not fsck.stderr.strip(), fsck.stderr
+    assert git(kernel_repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    repo.clean_worktrees()
+    assert not left[0].exists() and not list(repo.state.glob("index-*"))
+
+
+def test_a_checkout_copy_holds_the_revisions_files_with_their_modes_and_no_git_link(kernel_repo):
+    repo = Repo(kernel_repo)
+    (kernel_repo / "run.sh").write_text("#!/bin/sh\n")
+    (kernel_repo / "run.sh").chmod(0o755)
+    git(kernel_repo, "add", "run.sh")
+    git(kernel_repo, "commit", "-q", "-m", "a script")
+    tracked = set(git(kernel_repo, "ls-files").split())
+    with repo.checkout_copy("HEAD") as copy:
+        inside = {str(p.relative_to(copy)) for p in copy.rglob("*") if p.is_file()}
+        assert inside == tracked
+        assert os.access(copy / "run.sh", os.X_OK)
+        assert not (copy / ".git").exists()  # evaluated code gets no path back into the archive
+    assert not copy.exists() and not list(repo.state.glob("index-*"))
 
 
 def test_clean_removes_a_worktree_left_locked_by_a_killed_add(kernel_repo):

@@ -101,7 +101,7 @@ def test_a_spare_imports_beside_a_timed_loop_and_makes_its_device_context_only_a
         assert after[:2] == ["gate opened", "device ready"], after
         taken = pool.take(0, config, repo.state / "scratch", {})
         assert taken is spare
-        with repo.worktree(repo.rev(BASELINE_TAG)) as path:
+        with repo.checkout_copy(repo.rev(BASELINE_TAG)) as path:
             doc = child.evaluate_tree(path, config, state_dir=repo.state / "scratch", pair=taken)
         assert doc["status"] == "ok", doc.get("error")
         judge, runner = doc["phases"]["judge"], doc["phases"]["runner"]

@@ -43,10 +43,6 @@ def run_git(args, cwd, input=None, env=None, check=True) -> str:
     return command.run(command.runner(cwd), args, input=input, env=env, check=check)
 
 
-# One `git worktree add/remove/prune` at a time in this process: evaluations on several
-# slots make worktrees from several threads, and one thread's add failed with "failed to read
-# .git/worktrees/<other>/commondir" while another's worktree was being made or pruned.
-_WORKTREES = threading.Lock()
 # One `git notes append` at a time: a run appends from several threads (a commit's notes, the
 # lab notebook, each model call's cost record), and two appends racing for refs/notes/kgit fail.
 _NOTES = threading.Lock()
@@ -407,22 +403,27 @@ class Repo:
 
     # -- worktrees -------------------------------------------------------------------
     @contextmanager
-    def worktree(self, rev: str):
-        """A detached throwaway worktree of `rev` under .git/kgit/worktrees, removed afterwards."""
+    def checkout_copy(self, rev: str):
+        """The files of `rev` in a throwaway folder under .git/kgit/worktrees, removed afterwards.
+
+        Written from a private index (`read-tree`, `checkout-index`), not by `git worktree add`:
+        git registers a worktree in .git/worktrees before it has a HEAD, so a kill -9 there
+        left the repository failing `git fsck` until the next kgit run. Here a kill leaves a
+        folder and an index file, both outside git's own state, which clean_worktrees removes.
+        """
         root = self.state / "worktrees"
         root.mkdir(parents=True, exist_ok=True)
         # The owner's pid in the name lets clean_worktrees tell leftovers of a killed kgit
-        # from the worktree of a `kgit eval` that is still running.
+        # from the checkout of a `kgit eval` that is still running.
         path = root / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        with _WORKTREES:
-            self.git("worktree", "add", "--detach", "--quiet", str(path), rev)
+        path.mkdir()
         try:
+            with self.private_index() as env:
+                self.git("read-tree", rev, env=env)
+                self.git("checkout-index", "--all", "--force", f"--prefix={path}{os.sep}", env=env)
             yield path
         finally:
-            with _WORKTREES:
-                self.git("worktree", "remove", "--force", str(path), check=False)
-                remove_tree(path)
-                self.git("worktree", "prune", check=False)
+            remove_tree(path)
 
     def clean_worktrees(self) -> int:
         """Remove what a killed kgit process left: worktrees, scratch folders, private

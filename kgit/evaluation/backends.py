@@ -222,7 +222,7 @@ class LocalEvaluator:
         try:
             # A GPU is held host-wide, across kgit processes; the CPU slot only within this one.
             with gpus.host_slot(key) if device is not None else contextlib.nullcontext():
-                with self.repo.worktree(sha) as path:
+                with self.repo.checkout_copy(sha) as path:
                     pair = quiet = None
                     if self.warm is not None:
                         state = self.repo.state / "scratch"
@@ -271,7 +271,7 @@ class CommandEvaluator:
     def __call__(self, sha: str) -> dict:
         key = self.board.acquire([("command", self.config.evaluator.command, d) for d in self.devices])
         try:
-            with self.repo.worktree(sha) as path:
+            with self.repo.checkout_copy(sha) as path:
                 doc = self.run(path, sha, key[2])
         finally:
             self.board.release(key)
@@ -481,7 +481,7 @@ class RayEvaluator:
 
     def __call__(self, sha: str) -> dict:
         with self.limit:
-            with self.repo.worktree(sha) as path:
+            with self.repo.checkout_copy(sha) as path:
                 self.repo.state.mkdir(parents=True, exist_ok=True)
                 scratch = Path(tempfile.mkdtemp(prefix="ray-", dir=self.repo.state))
                 try:

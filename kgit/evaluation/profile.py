@@ -243,7 +243,7 @@ def profile(repo, config, rev: str, choice: str = "auto", devices_env: dict | No
     state.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="profile-", dir=state))
     try:
-        with repo.worktree(sha) as tree:
+        with repo.checkout_copy(sha) as tree:
             task = load_task(tree / config.problem)
             problem_dir, candidate_dir = child.stage_candidate(tree, config.problem, task.files, scratch)
         out_dir, plan_path = scratch / "profile-out", scratch / "plan.json"
