@@ -3,7 +3,9 @@
 Makes a throwaway kernel repository of a shipped problem (the default .kgit.yaml, the
 offline strategist: no model, no network), runs `kgit evolve -n N` through the library
 once per setting, and prints attempts, wall time, seconds per attempt, the statuses and
-the best geomean the run found (on a GPU: racing must not throw winners away). With
+the best geomean the run found (on a GPU: racing must not throw winners away), and the
+seconds the attempts waited for their judge/runner pair's start-up (a warm spare that was
+not ready yet: the judge's "reference ready" to "runner ready", summed). With
 `--rerun-stopped K`, up to K of the attempts that racing stopped are evaluated again in full
 (no racing) and compared with the attempt each was raced against: how many racing would have
 let through, had it run them to the end.
@@ -24,6 +26,30 @@ from bench_repo import make_repo
 from tabulate import tabulate
 
 from kgit import evolve, workflow
+from kgit.evaluation import child
+
+
+class StartupWaits:
+    """Sums, over every evaluation of the run, how long the judge waited for its runner's start-up
+    (the spans eval_breakdown.py calls "waiting for the runner's start-up")."""
+
+    def __init__(self):
+        self.waits: list[float] = []
+        self._evaluate = child.evaluate_tree
+
+    def __enter__(self):
+        def watched(*args, **kwargs):
+            doc = self._evaluate(*args, **kwargs)
+            judge = (doc.get("phases") or {}).get("judge") or {}
+            if "reference ready" in judge and "runner ready" in judge:
+                self.waits.append(max(0.0, judge["runner ready"] - judge["reference ready"]))
+            return doc
+
+        child.evaluate_tree = watched
+        return self
+
+    def __exit__(self, *exc):
+        child.evaluate_tree = self._evaluate
 
 
 def run_once(root: Path, problem: str, iterations: int, warm: bool, fast: bool, jobs: int, progress=None,
@@ -37,7 +63,8 @@ def run_once(root: Path, problem: str, iterations: int, warm: bool, fast: bool, 
     make_repo(root, problem, fast, edit)
     repo, config = workflow.load(root)
     started = time.monotonic()
-    summary = evolve.evolve(repo, config, progress=progress)
+    with StartupWaits() as waits:
+        summary = evolve.evolve(repo, config, progress=progress)
     wall = time.monotonic() - started
     n = len(summary.rows)
     best = summary.best_after
@@ -45,7 +72,7 @@ def run_once(root: Path, problem: str, iterations: int, warm: bool, fast: bool, 
             "statuses": dict(Counter(r.status for r in summary.rows)),
             "best_geomean_us": getattr(best, "geomean_us", None), "baseline_geomean_us": getattr(
                 summary.best_before, "geomean_us", None), "stop": summary.stop,
-            "device": repo.read()[0].device}
+            "device": repo.read()[0].device, "waits": waits.waits}
 
 
 def rerun_stopped(root: Path, count: int) -> list[list]:
@@ -91,7 +118,8 @@ def main():
             rows.append(["on" if warm else "off", r["attempts"], f"{r['wall_s']:.1f}",
                          f"{r['per_attempt_s']:.2f}" if r["per_attempt_s"] else "-",
                          ", ".join(f"{k} {v}" for k, v in sorted(r["statuses"].items())),
-                         f"{r['best_geomean_us']:.2f}" if r["best_geomean_us"] else "-", speedup])
+                         f"{r['best_geomean_us']:.2f}" if r["best_geomean_us"] else "-", speedup,
+                         f"{sum(r['waits']):.1f} ({sum(w > 0.05 for w in r['waits'])} of {len(r['waits'])})"])
             device = r["device"]
             if args.rerun_stopped:
                 rerun = rerun_stopped(Path(tmp) / f"repo-{warm}", args.rerun_stopped)
@@ -99,7 +127,7 @@ def main():
           f"timing {'fast' if args.fast else 'default'}, protocol {args.protocol or 'its own'}, "
           f"device {device}")
     print(tabulate(rows, headers=["warm", "attempts", "wall s", "s / attempt", "statuses", "best geomean us",
-                                  "vs baseline"], tablefmt="github"))
+                                  "vs baseline", "waited for start-up s (evaluations)"], tablefmt="github"))
     if args.rerun_stopped:
         print(f"\nstopped attempts evaluated again in full ({len(rerun)}; 'through': faster than the "
               "attempt it was raced against, which racing threw away)")

@@ -3,7 +3,7 @@
 # step's output kept under OUT (default ./gpu-figures) and its seconds printed. On an H200 the
 # whole takes about 40 minutes; name steps to run fewer:
 #   benchmarks/gpu_figures.sh [OUT] [STEP ...]
-# steps: gpu-tests protocols breakdown evolve-rate fidelity campaign process-state profiler-warmup (default: all)
+# steps: gpu-tests protocols breakdown evolve-rate adaptive fidelity campaign process-state profiler-warmup (default: all)
 #   gpu-tests    pytest -m gpu (over 400 s; on a machine that allows 10 minutes a command, run its
 #                two halves in two commands: gpu-tests-trust, then gpu-tests-rest)
 #   gpu-tests-trust  the cheats, sandbox, protocols, racing and kernel-split gpu tests (about 390 s)
@@ -14,6 +14,8 @@
 #   breakdown    one evaluation stage by stage, cold and warm: vector_add and fp8
 #   evolve-rate  seconds per fp8 attempt in an offline `kgit evolve -n 6`, and 4 stopped
 #                attempts run again in full (what racing threw away)
+#   adaptive     the breakdown and the evolve rate of fp8 under `kgit-adaptive` (the protocol
+#                the cost issue's 10.9 s was measured under), -n 3 to keep it short
 #   fidelity     kgit's figures against plain timing loops, and their repeatability
 #   campaign     the shipped campaign's baseline and experiment 47 re-measured under the fp8
 #                problem's protocol (examples/fp8-h200/remeasure.sh 0 47)
@@ -25,7 +27,7 @@ cd "$(dirname "$0")/.."
 out="${1:-gpu-figures}"
 shift || true
 steps=("$@")
-((${#steps[@]})) || steps=(gpu-tests protocols breakdown evolve-rate fidelity campaign process-state profiler-warmup)
+((${#steps[@]})) || steps=(gpu-tests protocols breakdown evolve-rate adaptive fidelity campaign process-state profiler-warmup)
 upstream="${KGIT_UPSTREAM:-../shared/upstream/gpumode}"
 trust_tests=(tests/test_cheats.py tests/test_harness.py tests/test_sandbox.py tests/test_protocols.py
              tests/test_racing.py tests/test_kernelsplit.py)
@@ -57,11 +59,16 @@ for step in "${steps[@]}"; do
         evolve-rate)
             run evolve-rate python benchmarks/evolve_rate.py --problem fp8_blockscale_gemm -n 6 --warm on \
                 --rerun-stopped 4 ;;
+        adaptive)
+            run breakdown-adaptive python benchmarks/eval_breakdown.py --problems fp8_blockscale_gemm \
+                --repeats 1 --warm-wait 8 --protocol kgit-adaptive
+            run evolve-rate-adaptive python benchmarks/evolve_rate.py --problem fp8_blockscale_gemm -n 3 \
+                --warm on --protocol kgit-adaptive ;;
         fidelity) run fidelity python benchmarks/harness_fidelity.py ;;
         process-state) run process-state python benchmarks/process_state.py ;;
         profiler-warmup) run profiler-warmup python benchmarks/profiler_warmup.py ;;
         campaign) KGIT_REMEASURE_DIR="$(mktemp -d)" run campaign examples/fp8-h200/remeasure.sh 0 47 ;;
-        *) echo "unknown step '$step'; the steps are: gpu-tests gpu-tests-trust gpu-tests-rest protocols breakdown evolve-rate fidelity campaign process-state profiler-warmup" >&2
+        *) echo "unknown step '$step'; the steps are: gpu-tests gpu-tests-trust gpu-tests-rest protocols breakdown evolve-rate adaptive fidelity campaign process-state profiler-warmup" >&2
            exit 2 ;;
     esac
 done

@@ -30,8 +30,9 @@ def _config(**evaluator) -> config_mod.Config:
     return config_mod.parse(fast_config_text(evaluator=evaluator))
 
 
-def _spare(pool: backends.WarmPairs, slot):
-    return pool._spares[slot].result(timeout=60)
+def _spare(pool: backends.WarmPairs, slot, index: int = 0):
+    """The slot's spare `index` (0: the oldest, the one the next evaluation takes)."""
+    return pool._spares[slot][index].result(timeout=60)
 
 
 @pytest.mark.slow
@@ -128,6 +129,35 @@ def test_a_spare_started_under_other_settings_is_not_used(kernel_repo):
         pool.close()
 
 
+def test_a_gpu_slot_keeps_two_spares_and_its_next_evaluation_takes_the_older(kernel_repo):
+    """A spare needs longer to be ready than a stopped attempt takes; the second spare has
+    had two evaluations' time when its turn comes. The CPU slot keeps one."""
+    repo = Repo(kernel_repo)
+    pool = backends.WarmPairs()
+    state, config = repo.state / "scratch", _config()
+    older = newer = None
+    try:
+        pool.refill("gpu", config, state, {}, device="0")
+        older, newer = _spare(pool, "gpu", 0), _spare(pool, "gpu", 1)
+        assert older is not newer and older.spawned_at <= newer.spawned_at
+        assert pool.take("gpu", config, state, {}) is older
+        pool.refill("gpu", config, state, {}, device="0")  # as the evaluation that took it does
+        assert len(pool._spares["gpu"]) == backends.SPARES["gpu"] == 2
+        assert _spare(pool, "gpu", 0) is newer and _spare(pool, "gpu", 1) not in (older, newer)
+        pool.refill("cpu", config, state, {}, device=gpus.CPU)
+        pool.refill("cpu", config, state, {}, device=gpus.CPU)  # already full: starts nothing
+        assert len(pool._spares["cpu"]) == backends.SPARES["cpu"] == 1
+        # Settings changed (a new .kgit.yaml): every spare of the old ones is discarded, none used.
+        stale = [_spare(pool, "gpu", 0), _spare(pool, "gpu", 1)]
+        assert pool.take("gpu", _config(timeout_s=123), state, {}) is None
+        assert not any(pair.alive() for pair in stale) and not pool._spares["gpu"]
+    finally:
+        pool.close()
+        if older is not None:
+            older.discard()
+    assert newer is not None and not newer.alive()
+
+
 @pytest.mark.slow
 def test_a_runner_started_before_its_candidate_is_confined_as_a_cold_one(kernel_repo):
     """The candidate's folder was bound into the runner's view while still empty: the files
@@ -176,12 +206,12 @@ DRIVER = textwrap.dedent("""
     for slot in range(slots):
         pool.refill(slot, config, root / ".git" / "kgit" / "scratch", {}, device="cpu")
     for slot in range(slots):
-        print(pool._spares[slot].result().proc.pid, flush=True)
+        print(pool._spares[slot][0].result().proc.pid, flush=True)
     if hold:
         for slot in range(slots):  # each judge's imports done, its gate still shut
             said = b""
             while b"imports done" not in said:
-                chunk = os.read(pool._spares[slot].result().notice_r, 4096)
+                chunk = os.read(pool._spares[slot][0].result().notice_r, 4096)
                 assert chunk and b"gate opened" not in chunk, said + chunk
                 said += chunk
         print("gated", flush=True)

@@ -27,6 +27,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -57,8 +58,17 @@ def get_evaluator(repo, config, *, warm: bool = False):
     raise KgitError(f"unknown evaluator.backend {backend!r}; use local, ray or command.")
 
 
+# Spares kept started for each slot. A GPU slot keeps two: on the H200 a spare needs about 9 s
+# from its start to `ready` (torch and triton imports, then the profiler's libraries, 4.5 s of
+# it: benchmarks/eval_breakdown.py), while an fp8 attempt takes 4-7 s when racing stops it,
+# so with one spare, started as its predecessor was taken, the next attempt often waited for it.
+# The CPU slot's pairs skip the profiler and its evaluations are slower: one is enough there.
+SPARES = {"gpu": 2, "cpu": 1}
+
+
 class WarmPairs:
-    """One spare judge/runner pair per slot, started ahead of need (docs/evaluators.md).
+    """Spare judge/runner pairs for each slot, started ahead of need (docs/evaluators.md):
+    two for a GPU slot, one for the CPU slot (SPARES).
 
     A spare is taken by the next evaluation on its slot, which at once has the next one
     started: its Python start, torch and triton imports and device context happen while
@@ -77,41 +87,45 @@ class WarmPairs:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._spares: dict = {}  # slot -> Future of a child.Pair
+        self._spares: dict = {}  # slot -> deque of Futures of child.Pairs, the oldest first
         self._devices: dict = {}  # slot -> the device its spares are for
         self._timing: dict = {}  # device -> how many of its evaluations are in their timed loop
         atexit.register(self.close)
 
     def take(self, slot, config, state_dir: Path, env: dict):
-        """The slot's spare if it was started for these settings and is still alive; else None."""
-        with self._lock:
-            future = self._spares.pop(slot, None)
-        if future is None:
-            return None
-        try:
-            pair = future.result()
-        except Exception:  # noqa: BLE001 - the evaluation starts its own pair and meets the same error
-            return None
-        if pair.alive() and pair.key == child.start_key(config, env) and pair.scratch.parent == state_dir:
-            return pair
-        pair.discard()
-        return None
+        """The slot's oldest spare if it was started for these settings and is still alive; else
+        None. Spares started under other settings are discarded, not kept for later."""
+        while True:
+            with self._lock:
+                queue = self._spares.get(slot)
+                future = queue.popleft() if queue else None
+            if future is None:
+                return None
+            try:
+                pair = future.result()
+            except Exception:  # noqa: BLE001 - the evaluation starts its own pair and meets the same error
+                return None
+            if pair.alive() and pair.key == child.start_key(config, env) and pair.scratch.parent == state_dir:
+                return pair
+            pair.discard()
 
     def refill(self, slot, config, state_dir: Path, env: dict, device=None):
-        """Start the slot's next pair, for `device` (its device contexts wait while that device times: `quiet`).
+        """Start pairs for the slot until it has its SPARES, for `device` (their device contexts
+        wait while that device times: `quiet`; None or gpus.CPU: the CPU slot).
 
         From one long-lived thread: the parent-death signal of a child fires when the
         *thread* that started it ends, and a hypothesis thread of `kgit evolve` ends with
         its hypothesis."""
-        future = _spawner().submit(child.Pair.ahead, config, state_dir, env)
         with self._lock:
-            old = self._spares.pop(slot, None)
-            self._spares[slot] = future
+            queue = self._spares.setdefault(slot, deque())
             self._devices[slot] = device
-        # Its gate opens as soon as it exists, unless its device is timing then (`_end` opens it).
-        future.add_done_callback(lambda f: self._open_unless_timing(f, device))
-        if old is not None:
-            _discard(old)
+            wanted = SPARES["cpu" if device is None or device == gpus.CPU else "gpu"]
+            started = [_spawner().submit(child.Pair.ahead, config, state_dir, env)
+                       for _ in range(wanted - len(queue))]
+            queue.extend(started)
+        for future in started:
+            # Its gate opens as soon as it exists, unless its device is timing then (`_end` opens it).
+            future.add_done_callback(lambda f: self._open_unless_timing(f, device))
 
     def quiet(self, device) -> Quiet:
         """What an evaluation on `device` tells when its timed loop begins and ends."""
@@ -131,7 +145,7 @@ class WarmPairs:
 
     def _started_for(self, device) -> list:
         """The spares for `device` that have started (the lock is held)."""
-        return [future.result() for slot, future in self._spares.items()
+        return [future.result() for slot, queue in self._spares.items() for future in queue
                 if self._devices.get(slot) == device and future.done() and future.exception() is None]
 
     def _open_unless_timing(self, future, device):
@@ -143,7 +157,7 @@ class WarmPairs:
     def close(self):
         """End every spare (kgit exiting, or the evaluator no longer needed)."""
         with self._lock:
-            spares, self._spares = list(self._spares.values()), {}
+            spares, self._spares = [f for queue in self._spares.values() for f in queue], {}
         for future in spares:
             _discard(future)
 
