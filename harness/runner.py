@@ -521,6 +521,9 @@ def main(argv=None) -> int:
     if setup.get("gated"):
         # Started ahead of need: the device context waits until kgit opens the pair's gate
         # (never beside another evaluation's timed loop on this GPU); the judge passes it on.
+        # kgit opens it only once both processes wait at it, so that what follows the
+        # opening is the two contexts and nothing slower.
+        channel.send(sock, {"op": "at gate", "rid": rid})
         device, _ = channel.recv(sock)
         channel.expect(device, "device")
         rid = device.get("rid")  # `ready` answers the judge's last request

@@ -78,8 +78,9 @@ class WarmPairs:
 
     A spare does its CPU work (Python, torch and triton imports, the profiler's libraries)
     at once, beside anything; its device contexts wait at its gate (child.Pair.open_gate),
-    which opens while no evaluation on that device is in its timed loop (`quiet`: the loop's
-    begin and end, from the judge's notices), or when the spare is taken. A context made
+    which opens once the pair waits at it (child.Pair.when_at_gate) while no evaluation on
+    that device is in its timed loop (`quiet`: the loop's begin and end, from the judge's
+    notices), when such a loop ends, or when the spare is taken. A context made
     beside a timed loop would land in its figures; the imports, on other cores, do not stall
     it, and holding them too (SIGSTOP, before) left the spare unready whenever the timed
     loop was most of an evaluation, as under the fresh-input protocols.
@@ -90,6 +91,7 @@ class WarmPairs:
         self._spares: dict = {}  # slot -> deque of Futures of child.Pairs, the oldest first
         self._devices: dict = {}  # slot -> the device its spares are for
         self._timing: dict = {}  # device -> how many of its evaluations are in their timed loop
+        self._waiting: dict = {}  # child.Pair at its gate, shut while its device times -> that device
         atexit.register(self.close)
 
     def take(self, slot, config, state_dir: Path, env: dict):
@@ -124,8 +126,8 @@ class WarmPairs:
                        for _ in range(wanted - len(queue))]
             queue.extend(started)
         for future in started:
-            # Its gate opens as soon as it exists, unless its device is timing then (`_end` opens it).
-            future.add_done_callback(lambda f: self._open_unless_timing(f, device))
+            # Its gate opens once it waits at it, unless its device is timing then (`_end` opens it).
+            future.add_done_callback(lambda f: self._watch_gate(f, device))
 
     def quiet(self, device) -> Quiet:
         """What an evaluation on `device` tells when its timed loop begins and ends."""
@@ -140,19 +142,21 @@ class WarmPairs:
             self._timing[device] = self._timing.get(device, 0) - 1
             if self._timing[device] <= 0:
                 self._timing.pop(device)
-                for pair in self._started_for(device):
+                for pair in [p for p, d in self._waiting.items() if d == device]:
+                    del self._waiting[pair]
                     pair.open_gate()
 
-    def _started_for(self, device) -> list:
-        """The spares for `device` that have started (the lock is held)."""
-        return [future.result() for slot, queue in self._spares.items() for future in queue
-                if self._devices.get(slot) == device and future.done() and future.exception() is None]
+    def _watch_gate(self, future, device):
+        if future.exception() is None:
+            future.result().when_at_gate(lambda pair: self._reached(pair, device))
 
-    def _open_unless_timing(self, future, device):
-        # Under the lock, as `_end`: a spare's gate is never left shut after its device's timing ended.
+    def _reached(self, pair, device):
+        # Under the lock, as `_end`: a spare at its gate is never left shut after its device's timing ended.
         with self._lock:
-            if not self._timing.get(device) and future.exception() is None:
-                future.result().open_gate()
+            if self._timing.get(device):
+                self._waiting[pair] = device
+            else:
+                pair.open_gate()
 
     def close(self):
         """End every spare (kgit exiting, or the evaluator no longer needed)."""

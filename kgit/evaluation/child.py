@@ -15,11 +15,13 @@ import dataclasses
 import json
 import os
 import secrets
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -191,6 +193,9 @@ class Pair:
         )
         self.proc: subprocess.Popen[bytes] | None = None
         self.used = False
+        self._watcher: threading.Thread | None = None
+        self._stop_watching = threading.Event()
+        self._gate_lock = threading.Lock()  # open_gate comes from several threads: one write, one close
         self._start(devices_env)
 
     @classmethod
@@ -253,9 +258,10 @@ class Pair:
         Until then its judge and runner do only CPU work (Python, torch and triton imports, the
         profiler's libraries) and wait: a device context made on a GPU while another
         evaluation's timed loop runs there lands inside that loop's figures. kgit opens the
-        gate when no evaluation on the pair's device is timing (backends.WarmPairs), and always
-        when the pair is taken. Closed unopened (`discard`), it ends the pair."""
-        fd, self.gate_w = self.gate_w, None
+        gate once the pair waits at it and no evaluation on its device is timing
+        (`when_at_gate`, backends.WarmPairs), and always when the pair is taken. Closed unopened (`discard`), it ends the pair."""
+        with self._gate_lock:
+            fd, self.gate_w = self.gate_w, None
         if fd is None:
             return
         try:
@@ -264,6 +270,49 @@ class Pair:
             pass  # the judge is gone already; its evaluation, if any, says why
         finally:
             os.close(fd)
+
+    def when_at_gate(self, at_gate) -> None:
+        """Call `at_gate(self)` from a thread of kgit's once the judge and its runner wait at the
+        gate (the judge's `at gate` notice: their imports and profiler libraries done), unless
+        the pair is taken (`evaluate`) or ended (`discard`) first.
+
+        kgit opens a gate then, not when the pair is started: a gate opened at the start let
+        the contexts be made whenever the imports ended, most often inside the timed loop of
+        the evaluation that had just taken the pair before. The lines read here are start
+        marks only: the judge writes nothing more until its gate opens, and the evaluation
+        reads the notice pipe once this thread has stopped."""
+        fd = self.notice_r
+        if self.gate_w is None or fd is None:
+            return
+
+        def watch():
+            seen = b""
+            while not self._stop_watching.is_set():
+                try:
+                    ready, _, _ = select.select([fd], [], [], 0.05)
+                    chunk = os.read(fd, 4096) if ready else None
+                except OSError:
+                    return  # ended
+                if chunk == b"":
+                    return  # the judge is gone; the evaluation that takes the pair says why
+                seen = (seen + (chunk or b""))[-256:]
+                if b"\nat gate\n" in b"\n" + seen:
+                    at_gate(self)
+                    return
+
+        with self._gate_lock:  # `_end_watch` sees no thread, or a started one it can join
+            if not self._stop_watching.is_set():
+                self._watcher = threading.Thread(target=watch, name="kgit-warm-gate", daemon=True)
+                self._watcher.start()
+
+    def _end_watch(self):
+        """Stop the `when_at_gate` thread and wait for it: after this nothing of kgit's but the
+        evaluation reads the notice pipe, and its descriptor may be closed."""
+        self._stop_watching.set()
+        with self._gate_lock:
+            watcher = self._watcher
+        if watcher is not None and watcher is not threading.current_thread():
+            watcher.join()
 
     def evaluate(self, config, race: dict | None = None, targets_cache: Path | None = None, quiet=None,
                  watch=None) -> dict:
@@ -275,6 +324,7 @@ class Pair:
         """
         assert not self.used, "a started pair is used for one evaluation only"
         self.used = True
+        self._end_watch()  # before this evaluation reads the notice pipe
         self.open_gate()
         ev = config.evaluator
         task = Spec(start=self.start_spec, timing=TimingSettings(**asdict(config.timing)),
@@ -328,10 +378,12 @@ class Pair:
 
     def discard(self):
         """End the pair (used or not) and remove its scratch folder if it made one."""
+        self._end_watch()
         for name in ("go_w", "result_r", "life_w", "notice_r", "gate_w"):
-            fd = getattr(self, name, None)
-            if fd is not None:
+            with self._gate_lock:
+                fd = getattr(self, name, None)
                 setattr(self, name, None)
+            if fd is not None:
                 try:
                     os.close(fd)
                 except OSError:
@@ -351,7 +403,7 @@ class Pair:
 # mark passed says what runs now. "shape k/n" lines come as they are.
 STAGES = {
     "judge up": "start", "runner spawned": "start", "torch imported": "start", "imports done": "start",
-    "gate opened": "start", "device ready": "start",
+    "at gate": "start", "gate opened": "start", "device ready": "start",
     "candidate arrived": "start", "reference ready": "start", "runner ready": "compile",
     "candidate imported": "checks", "checked": "timing", "benchmarks timed": "finish", "kernels split": "finish",
     "gpu shapes captured": "finish", "timed": "finish", "result": "finish",
