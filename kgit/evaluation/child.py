@@ -259,7 +259,8 @@ class Pair:
         profiler's libraries) and wait: a device context made on a GPU while another
         evaluation's timed loop runs there lands inside that loop's figures. kgit opens the
         gate once the pair waits at it and no evaluation on its device is timing
-        (`when_at_gate`, backends.WarmPairs), and always when the pair is taken. Closed unopened (`discard`), it ends the pair."""
+        (`when_at_gate`, backends.WarmPairs), and always when the pair is taken. Closed
+        unopened (`discard`), it ends the pair."""
         with self._gate_lock:
             fd, self.gate_w = self.gate_w, None
         if fd is None:
