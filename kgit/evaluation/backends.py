@@ -89,7 +89,6 @@ class WarmPairs:
     def __init__(self):
         self._lock = threading.Lock()
         self._spares: dict = {}  # slot -> deque of Futures of child.Pairs, the oldest first
-        self._devices: dict = {}  # slot -> the device its spares are for
         self._timing: dict = {}  # device -> how many of its evaluations are in their timed loop
         self._waiting: dict = {}  # child.Pair at its gate, shut while its device times -> that device
         atexit.register(self.close)
@@ -107,6 +106,8 @@ class WarmPairs:
                 pair = future.result()
             except Exception:  # noqa: BLE001 - the evaluation starts its own pair and meets the same error
                 return None
+            with self._lock:
+                self._waiting.pop(pair, None)  # taken or discarded: no loop's end opens it any more
             if pair.alive() and pair.key == child.start_key(config, env) and pair.scratch.parent == state_dir:
                 return pair
             pair.discard()
@@ -120,7 +121,6 @@ class WarmPairs:
         its hypothesis."""
         with self._lock:
             queue = self._spares.setdefault(slot, deque())
-            self._devices[slot] = device
             wanted = SPARES["cpu" if device is None or device == gpus.CPU else "gpu"]
             started = [_spawner().submit(child.Pair.ahead, config, state_dir, env)
                        for _ in range(wanted - len(queue))]
