@@ -99,7 +99,8 @@ def fresh_slots(capacity: int, wanted: int, device: int, least: int) -> tuple[in
 
 
 def _stop(protocol, ctx, times: list, spent: float) -> bool:
-    """The protocol's stopping rule after len(times) calls, `spent` seconds into the shape."""
+    """The protocol's stopping rule after len(times) calls, `spent` seconds into the shape, at
+    the precision kgit's figures need where the protocol asks for more (Protocol.precision)."""
     n = len(times)
     if not ctx.on_gpu:
         # The interpreter: .kgit.yaml's limits, since these figures rank nothing.
@@ -108,9 +109,10 @@ def _stop(protocol, ctx, times: list, spent: float) -> bool:
         return True
     if n < protocol.min_calls or spent < protocol.min_total_s:
         return False
-    mean = statistics.fmean(times)
-    return ((protocol.target_rse is not None and timing.rse(times) < protocol.target_rse)
-            or mean * n * 1e-6 > protocol.max_time_s or spent > protocol.max_total_s)
+    if statistics.fmean(times) * n * 1e-6 > protocol.max_time_s or spent > protocol.max_total_s:
+        return True
+    target, least = protocol.precision(ctx.settings.target_rse, ctx.settings.min_reps)
+    return target is not None and n >= least and timing.rse(times) < target
 
 
 def _warmup_calls(protocol, ctx, first_shape: bool) -> tuple[int, float]:

@@ -225,3 +225,41 @@ def test_an_arena_is_closed_only_once_the_next_one_exists(monkeypatch):
     ctx.close()
     assert events == [("new", 0), ("new", 1), ("new", 2), ("close", 1), ("close", 0), ("empty_cache",),
                       ("close", 2), ("empty_cache",)]
+
+
+def _stops_after(protocol_name: str, target_rse: float, min_reps: int, spread: float) -> int:
+    """Calls the judge's stopping rule takes, on a GPU, for calls alternating 100 +- spread us."""
+    from types import SimpleNamespace
+
+    from kgit_harness.spec import TimingSettings
+
+    ctx = SimpleNamespace(on_gpu=True, settings=TimingSettings(warmup=0, min_reps=min_reps, target_rse=target_rse,
+                                                               max_time_s=1.0))
+    protocol = protocols.get(protocol_name)
+    times: list[float] = []
+    while True:
+        times.append(100 + spread * (-1) ** len(times))
+        if upstream_timing._stop(protocol, ctx, times, spent=0.2):
+            return len(times)
+
+
+@pytest.mark.parametrize("name", ["gpumode-leaderboard-wall", "gpumode-leaderboard-events", "gpumode-batch"])
+def test_a_protocol_that_asks_more_precision_than_kgits_stops_at_kgits_after_min_reps(name):
+    # Calls 1% from their mean: its relative standard error is 0.32% after 10 calls, so kgit's
+    # 0.5% stops it at min_reps; at 5%, the protocol's own 0.1% (asked for) needs 2,500: its cap.
+    assert _stops_after(name, 0.005, 10, 1.0) == 10
+    assert _stops_after(name, 0.005, 25, 1.0) == 25
+    assert _stops_after(name, 0.001, 10, 5.0) == protocols.get(name).max_calls
+    # Quiet calls: kgit's target with fewer min_reps than the protocol's min_calls keeps the latter.
+    assert _stops_after(name, 0.005, 1, 0.01) == protocols.get(name).min_calls
+    # Noisy calls run to the protocol's cap whatever kgit's target.
+    assert _stops_after(name, 0.005, 10, 40.0) == protocols.get(name).max_calls
+
+
+def test_protocol_precision_is_the_looser_target_and_a_fixed_count_is_kept():
+    wall = protocols.get("gpumode-leaderboard-wall")
+    assert wall.precision(0.005, 10) == (0.005, 10)
+    assert wall.precision(0.001, 10) == (0.001, wall.min_calls)
+    assert wall.precision(0.0005, 10) == (0.001, wall.min_calls)
+    kernelbench = protocols.get("kernelbench-events")
+    assert kernelbench.precision(0.005, 10) == (None, 100)
