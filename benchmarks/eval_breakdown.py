@@ -59,8 +59,12 @@ START_ROWS = [
     ("runner: torch import", ("runner", "runner confined"), ("runner", "runner torch imported")),
     ("runner: triton import", ("runner", "runner torch imported"), ("runner", "runner triton imported")),
     ("runner: profiler loaded (warm pairs, GPU)", ("runner", "runner triton imported"), ("runner", "runner profiler ready")),
-    ("runner: waiting at the gate (warm pairs)", ("runner", "runner profiler ready"), ("runner", "runner gate opened")),
+    ("runner: Triton's driver helper (warm pairs, GPU)", ("runner", "runner profiler ready"),
+     ("runner", "runner jit helper ready")),
+    ("runner: waiting at the gate (warm pairs)", ("runner", "runner jit helper ready"), ("runner", "runner gate opened")),
     ("runner: device context", ("runner", "runner gate opened"), ("runner", "runner device ready")),
+    ("runner: Triton compiler's first run (warm pairs, GPU)", ("runner", "runner device ready"),
+     ("runner", "runner jit warmed")),
 ]
 EVAL_ROWS = [
     ("problem, reference, needs check", ("judge", "candidate arrived"), ("judge", "reference ready")),
@@ -132,6 +136,10 @@ def rows_of(runs: list[dict]) -> list[list]:
             parts = sorted({k for r in runs for k in r["phases"].get("spans", {}) if k.startswith("timing: ")})
             for part in parts:
                 out.append(["      " + part.split(": ")[1], med([r["phases"].get("spans", {}).get(part) for r in runs])])
+        if name.startswith("problem"):
+            parts = sorted({k for r in runs for k in r["phases"].get("spans", {}) if k.startswith("problem: ")})
+            for part in parts:
+                out.append(["    " + part.split(": ", 1)[1], med([r["phases"].get("spans", {}).get(part) for r in runs])])
         if name.startswith("checks"):
             for part in ("checks: inputs", "checks: candidate calls", "checks: compare"):
                 out.append(["    " + part.split(": ")[1], med([r["phases"].get("spans", {}).get(part) for r in runs])])

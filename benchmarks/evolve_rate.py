@@ -5,7 +5,9 @@ offline strategist: no model, no network), runs `kgit evolve -n N` through the l
 once per setting, and prints attempts, wall time, seconds per attempt, the statuses and
 the best geomean the run found (on a GPU: racing must not throw winners away), and the
 seconds the attempts waited for their judge/runner pair's start-up (a warm spare that was
-not ready yet: the judge's "reference ready" to "runner ready", summed). With
+not ready yet: the judge's "reference ready" to "runner ready", summed), and how much of each
+attempt's seconds were its evaluation (kgit's clock around it): the rest is the loop's own
+work (git, the scientist's steps, racing's bookkeeping). With
 `--rerun-stopped K`, up to K of the attempts that racing stopped are evaluated again in full
 (no racing) and compared with the attempt each was raced against: how many racing would have
 let through, had it run them to the end.
@@ -35,11 +37,16 @@ class StartupWaits:
 
     def __init__(self):
         self.waits: list[float] = []
+        self.evaluating_s = 0.0  # kgit's clock around every evaluation, start-up waits included
         self._evaluate = child.evaluate_tree
 
     def __enter__(self):
         def watched(*args, **kwargs):
-            doc = self._evaluate(*args, **kwargs)
+            started = time.monotonic()
+            try:
+                doc = self._evaluate(*args, **kwargs)
+            finally:
+                self.evaluating_s += time.monotonic() - started
             judge = (doc.get("phases") or {}).get("judge") or {}
             if "reference ready" in judge and "runner ready" in judge:
                 self.waits.append(max(0.0, judge["runner ready"] - judge["reference ready"]))
@@ -72,7 +79,7 @@ def run_once(root: Path, problem: str, iterations: int, warm: bool, fast: bool, 
             "statuses": dict(Counter(r.status for r in summary.rows)),
             "best_geomean_us": getattr(best, "geomean_us", None), "baseline_geomean_us": getattr(
                 summary.best_before, "geomean_us", None), "stop": summary.stop,
-            "device": repo.read()[0].device, "waits": waits.waits}
+            "device": repo.read()[0].device, "waits": waits.waits, "evaluating_s": waits.evaluating_s}
 
 
 def rerun_stopped(root: Path, count: int) -> list[list]:
@@ -119,6 +126,7 @@ def main():
                          f"{r['per_attempt_s']:.2f}" if r["per_attempt_s"] else "-",
                          ", ".join(f"{k} {v}" for k, v in sorted(r["statuses"].items())),
                          f"{r['best_geomean_us']:.2f}" if r["best_geomean_us"] else "-", speedup,
+                         f"{r['evaluating_s'] / n:.2f}" if (n := r["attempts"]) else "-",
                          f"{sum(r['waits']):.1f} ({sum(w > 0.05 for w in r['waits'])} of {len(r['waits'])})"])
             device = r["device"]
             if args.rerun_stopped:
@@ -127,7 +135,7 @@ def main():
           f"timing {'fast' if args.fast else 'default'}, protocol {args.protocol or 'its own'}, "
           f"device {device}")
     print(tabulate(rows, headers=["warm", "attempts", "wall s", "s / attempt", "statuses", "best geomean us",
-                                  "vs baseline", "waited for start-up s (evaluations)"], tablefmt="github"))
+                                  "vs baseline", "of it evaluating s / attempt", "waited for start-up s (evaluations)"], tablefmt="github"))
     if args.rerun_stopped:
         print(f"\nstopped attempts evaluated again in full ({len(rerun)}; 'through': faster than the "
               "attempt it was raced against, which racing threw away)")

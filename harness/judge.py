@@ -427,7 +427,8 @@ def start(spec: StartSpec, ahead: bool = False) -> tuple[Runner, object, bool]:
         # Started before the judge imports torch: the two start-ups overlap.
         runner.send({"op": "setup", "candidate_dir": spec.candidate_dir, "sandbox": _runner_sandbox(spec),
                      "helpers_dir": str(helpers), "problem_dir": spec.problem_dir,
-                     "warm_profiler": bool(ahead and spec.kernel_split), "gated": spec.gate_fd is not None})
+                     "warm_profiler": bool(ahead and spec.kernel_split), "warm_jit": ahead,
+                     "gated": spec.gate_fd is not None})
         PHASES.mark("runner spawned")
         import torch
 
@@ -454,11 +455,23 @@ def start(spec: StartSpec, ahead: bool = False) -> tuple[Runner, object, bool]:
         PHASES.mark("gate opened")
         if on_gpu:
             torch.empty(1, device="cuda")  # the device context, made now rather than by the first input
+            if ahead:
+                _warm_device_libraries(torch)
         PHASES.mark("device ready")
     except BaseException:
         runner.close()
         raise
     return runner, torch, on_gpu
+
+
+def _warm_device_libraries(torch) -> None:
+    """A matrix product in each dtype a reference or a check commonly uses: the BLAS handles
+    and their workspaces made, off the critical path of a pair started ahead of need, rather
+    than by the needs check's first reference call once the candidate is there."""
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        x = torch.ones(64, 64, device="cuda", dtype=dtype)
+        x @ x
+    torch.cuda.synchronize()
 
 
 def _await_gate(fd: int, runner: Runner) -> None:
@@ -505,8 +518,10 @@ def run_started(spec: Spec, runner: Runner, torch, on_gpu: bool) -> dict:
             raise refused
         # The problem's own code runs first: what fails there is the machine's lack, not the kernel's.
         try:
-            reference = _load_reference(Path(spec.problem_dir) / "reference.py")
-            settings = needs.check(task, reference, on_gpu, torch, _input_sizes(spec, on_gpu, torch))
+            with PHASES.span("problem: reference import"):
+                reference = _load_reference(Path(spec.problem_dir) / "reference.py")
+            with PHASES.span("problem: needs check (the reference on a test input)"):
+                settings = needs.check(task, reference, on_gpu, torch, _input_sizes(spec, on_gpu, torch))
         except needs.Unsupported as e:
             raise Verdict("unsupported", _excerpt(e.__cause__ or e), reason=str(e)) from None
         except Exception as e:  # noqa: BLE001 - the reference failed to import or to make an input

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kgit_harness import channel, confine, kernelsplit, portable, problem, shared, timing, torchflags
+from kgit_harness import channel, confine, jitwarm, kernelsplit, portable, problem, shared, timing, torchflags
 from kgit_harness import targets as build_targets
 from kgit_harness.guards import Guards
 
@@ -518,6 +518,10 @@ def main(argv=None) -> int:
         # so it goes on before the gate).
         kernelsplit.warm_up(torch)
     marks["runner profiler ready"] = time.monotonic()
+    warm_jit = on_gpu and setup.get("warm_jit")
+    if warm_jit:
+        jitwarm.before_device()  # host work: before the gate, as the imports
+    marks["runner jit helper ready"] = time.monotonic()
     if setup.get("gated"):
         # Started ahead of need: the device context waits until kgit opens the pair's gate
         # (never beside another evaluation's timed loop on this GPU); the judge passes it on.
@@ -531,6 +535,9 @@ def main(argv=None) -> int:
     if on_gpu:
         torch.empty(1, device="cuda")  # the device context, before the candidate arrives
     marks["runner device ready"] = time.monotonic()
+    if warm_jit:
+        jitwarm.after_device(torch)
+    marks["runner jit warmed"] = time.monotonic()
     marks["runner ready"] = time.monotonic()
     channel.send(sock, {"op": "ready", "confine": report, "on_gpu": on_gpu, "marks": marks, "rid": rid})
     code = Session(sock, setup, torch, on_gpu).serve()
