@@ -168,6 +168,8 @@ class Run:
                                  f"{SCREENING_TIMING.min_reps} timed repetitions (enough to catch a hang or an "
                                  "absurdly slow kernel), not the configured timing." if self.screening else ""))
             self._take_pending(attempts)
+            # Spare judge/runner pairs start now, while the model selects and designs.
+            getattr(self.evaluate, "prestart", lambda jobs: None)(self.config.evolve.jobs)
             # With evolve.jobs > 1, one pool of hypothesis threads for the whole run.
             self.pool = ThreadPoolExecutor(max_workers=self.config.evolve.jobs, thread_name_prefix="kgit-hypothesis")
             self.in_flight: list = []

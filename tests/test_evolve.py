@@ -143,6 +143,29 @@ def test_same_tree_is_not_measured_again(kernel_repo):
     assert trailers(kernel_repo, second.sha)["Kgit-Geomean-us"] == trailers(kernel_repo, first.sha)["Kgit-Geomean-us"]
 
 
+def test_the_run_prestarts_its_evaluators_spares_before_the_first_model_call(kernel_repo):
+    repo, config = configure(kernel_repo, pick=1, attempts=1, iterations=1)
+    kernel = (kernel_repo / "kernel.py").read_text()
+    fake = fake_llm.FakeLLM([
+        ("design", fake_llm.design(["Bigger blocks"])),
+        ("write", fake_llm.whole_file("kernel.py", kernel.replace(SLOW_BLOCK, FAST_BLOCK))),
+    ])
+    events = []
+
+    class Evaluator:
+        def prestart(self, jobs):
+            events.append(("prestart", jobs, len(fake.answers)))
+
+        def __call__(self, sha):
+            events.append(("evaluate", sha))
+            return workflow.evaluate_rev(repo, config, sha)
+
+    summary = evolve.evolve(repo, config, client=fake, evaluate=Evaluator())
+    assert [row.status for row in summary.rows] == ["ok"]
+    # Once, with the run's jobs, while both answers were still unasked for; then the evaluation.
+    assert events[0] == ("prestart", config.evolve.jobs, 2) and [e[0] for e in events] == ["prestart", "evaluate"]
+
+
 @pytest.mark.slow
 def test_offline_runs_concurrently_then_resumes_without_repeating(kernel_repo, run_kgit):
     configure(kernel_repo, pick=2, jobs=2)

@@ -164,6 +164,27 @@ def test_a_gpu_slot_keeps_two_spares_and_its_next_evaluation_takes_the_older(ker
 
 
 @pytest.mark.slow
+def test_prestart_readies_the_first_evaluations_spare_before_it_is_asked_for(kernel_repo):
+    repo = Repo(kernel_repo)
+    evaluator = backends.LocalEvaluator(repo, _config(), host=CPU_HOST, warm=True)
+    cold = backends.LocalEvaluator(repo, _config(), host=CPU_HOST, warm=False)
+    sha = repo.rev(BASELINE_TAG)
+    try:
+        cold.prestart(4)  # no warm pairs: nothing to start
+        evaluator.prestart(4)  # one CPU slot: one spare, however many jobs
+        assert list(evaluator.warm._spares) == [("local", gpus.CPU, 0)]
+        spare = _spare(evaluator.warm, ("local", gpus.CPU, 0))
+        first = evaluator(sha)
+        assert first["status"] == "ok", first.get("error")
+        assert spare.used  # the first evaluation took it rather than starting a pair of its own
+        judge = first["phases"]["judge"]
+        assert judge["judge up"] < judge["candidate arrived"]
+    finally:
+        evaluator.close()
+    assert not spare.alive()
+
+
+@pytest.mark.slow
 def test_a_runner_started_before_its_candidate_is_confined_as_a_cold_one(kernel_repo):
     """The candidate's folder was bound into the runner's view while still empty: the files
     kgit copied in later are seen, read-only, and the problem folder copied beside them
