@@ -3,7 +3,8 @@
 # step's output kept under OUT (default ./gpu-figures) and its seconds printed. On an H200 the
 # whole takes about 40 minutes; name steps to run fewer:
 #   benchmarks/gpu_figures.sh [OUT] [STEP ...]
-# steps: gpu-tests protocols breakdown evolve-rate adaptive fidelity campaign process-state profiler-warmup (default: all)
+# steps: gpu-tests protocols breakdown evolve-rate adaptive fidelity campaign process-state profiler-warmup
+#        costs-detail (default: all)
 #   gpu-tests    pytest -m gpu (over 400 s; on a machine that allows 10 minutes a command, run its
 #                two halves in two commands: gpu-tests-trust, then gpu-tests-rest)
 #   gpu-tests-trust  the cheats, sandbox, protocols, racing and kernel-split gpu tests (about 390 s)
@@ -17,6 +18,9 @@
 #   adaptive     the breakdown and the evolve rate of fp8 under `kgit-adaptive` (the protocol
 #                the cost issue's 10.9 s was measured under), -n 3 to keep it short
 #   fidelity     kgit's figures against plain timing loops, and their repeatability
+#   costs-detail  the fp8 baseline's first Triton calls in a fresh cache, cold and after kgit's
+#                warm-up (jit_costs.py), and each shape's spread of one call under its protocol
+#                (shape_spread.py): where the checks' and the timed loop's seconds come from
 #   campaign     the shipped campaign's baseline and experiment 47 re-measured under the fp8
 #                problem's protocol (examples/fp8-h200/remeasure.sh 0 47)
 #   process-state  the baseline and experiment 47 in upstream's loop, kgit's circumstances added one
@@ -27,7 +31,8 @@ cd "$(dirname "$0")/.."
 out="${1:-gpu-figures}"
 shift || true
 steps=("$@")
-((${#steps[@]})) || steps=(gpu-tests protocols breakdown evolve-rate adaptive fidelity campaign process-state profiler-warmup)
+((${#steps[@]})) || steps=(gpu-tests protocols breakdown evolve-rate adaptive fidelity campaign process-state profiler-warmup
+                           costs-detail)
 upstream="${KGIT_UPSTREAM:-../shared/upstream/gpumode}"
 trust_tests=(tests/test_cheats.py tests/test_harness.py tests/test_sandbox.py tests/test_protocols.py
              tests/test_racing.py tests/test_kernelsplit.py)
@@ -65,10 +70,14 @@ for step in "${steps[@]}"; do
             run evolve-rate-adaptive python benchmarks/evolve_rate.py --problem fp8_blockscale_gemm -n 3 \
                 --warm on --protocol kgit-adaptive ;;
         fidelity) run fidelity python benchmarks/harness_fidelity.py ;;
+        costs-detail)
+            run jit-costs-cold python benchmarks/jit_costs.py --problem fp8_blockscale_gemm
+            run jit-costs-warm python benchmarks/jit_costs.py --problem fp8_blockscale_gemm --warm
+            run shape-spread python benchmarks/shape_spread.py --problem fp8_blockscale_gemm --runs 2 ;;
         process-state) run process-state python benchmarks/process_state.py ;;
         profiler-warmup) run profiler-warmup python benchmarks/profiler_warmup.py ;;
         campaign) KGIT_REMEASURE_DIR="$(mktemp -d)" run campaign examples/fp8-h200/remeasure.sh 0 47 ;;
-        *) echo "unknown step '$step'; the steps are: gpu-tests gpu-tests-trust gpu-tests-rest protocols breakdown evolve-rate adaptive fidelity campaign process-state profiler-warmup" >&2
+        *) echo "unknown step '$step'; the steps are: gpu-tests gpu-tests-trust gpu-tests-rest protocols breakdown evolve-rate adaptive fidelity campaign process-state profiler-warmup costs-detail" >&2
            exit 2 ;;
     esac
 done
