@@ -67,6 +67,7 @@ START_ROWS = [
      ("runner", "runner jit warmed")),
 ]
 EVAL_ROWS = [
+    ("waiting for the judge's start-up", ("kgit", "candidate sent"), ("judge", "candidate arrived")),
     ("problem, reference, needs check", ("judge", "candidate arrived"), ("judge", "reference ready")),
     ("waiting for the runner's start-up", ("judge", "reference ready"), ("judge", "runner ready")),
     ("candidate import", ("judge", "runner ready"), ("judge", "candidate imported")),

@@ -5,7 +5,8 @@ offline strategist: no model, no network), runs `kgit evolve -n N` through the l
 once per setting, and prints attempts, wall time, seconds per attempt, the statuses and
 the best geomean the run found (on a GPU: racing must not throw winners away), and the
 seconds the attempts waited for their judge/runner pair's start-up (a warm spare that was
-not ready yet: the judge's "reference ready" to "runner ready", summed), and how much of each
+not ready yet: from kgit sending the candidate to the judge reading it, and the judge's
+"reference ready" to "runner ready", summed), and how much of each
 attempt's seconds were its evaluation (kgit's clock around it): the rest is the loop's own
 work (git, the scientist's steps, racing's bookkeeping). With
 `--rerun-stopped K`, up to K of the attempts that racing stopped are evaluated again in full
@@ -32,8 +33,8 @@ from kgit.evaluation import child
 
 
 class StartupWaits:
-    """Sums, over every evaluation of the run, how long the judge waited for its runner's start-up
-    (the spans eval_breakdown.py calls "waiting for the runner's start-up")."""
+    """Sums, over every evaluation of the run, how long it waited for its pair's start-up (the
+    spans eval_breakdown.py calls "waiting for the judge's start-up" and "... the runner's")."""
 
     def __init__(self):
         self.waits: list[float] = []
@@ -47,9 +48,13 @@ class StartupWaits:
                 doc = self._evaluate(*args, **kwargs)
             finally:
                 self.evaluating_s += time.monotonic() - started
-            judge = (doc.get("phases") or {}).get("judge") or {}
+            phases = doc.get("phases") or {}
+            judge, sent = phases.get("judge") or {}, (phases.get("kgit") or {}).get("candidate sent")
             if "reference ready" in judge and "runner ready" in judge:
-                self.waits.append(max(0.0, judge["runner ready"] - judge["reference ready"]))
+                wait = max(0.0, judge["runner ready"] - judge["reference ready"])
+                if sent is not None and "candidate arrived" in judge:
+                    wait += max(0.0, judge["candidate arrived"] - sent)
+                self.waits.append(wait)
             return doc
 
         child.evaluate_tree = watched

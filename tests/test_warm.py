@@ -179,6 +179,8 @@ def test_prestart_readies_the_first_evaluations_spare_before_it_is_asked_for(ker
         assert spare.used  # the first evaluation took it rather than starting a pair of its own
         judge = first["phases"]["judge"]
         assert judge["judge up"] < judge["candidate arrived"]
+        # kgit's sending on the judge's clock: the judge reads the candidate no earlier than that.
+        assert 0 < first["phases"]["kgit"]["candidate sent"] <= judge["candidate arrived"]
     finally:
         evaluator.close()
     assert not spare.alive()

@@ -368,6 +368,10 @@ class Pair:
                             "evaluator.max_memory_gb, or half the RAM) and the kernel killed it.\n"
                             + (doc.get("error") or ""))
         doc["eval_s"] = elapsed
+        if isinstance(doc.get("phases"), dict):
+            # On the judge's clock (seconds since kgit started it): a judge still starting when its
+            # candidate was sent marks "candidate arrived" later than this.
+            doc["phases"]["kgit"] = {"candidate sent": round(started - self.spawned_at, 4)}
         doc["stdout"], doc["stderr"] = stdout, stderr
         # The kernel is named as its author knows it (kernel.py), not by the scratch folder it was staged in.
         for key in ("error", "stdout", "stderr"):
