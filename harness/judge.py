@@ -434,16 +434,15 @@ def start(spec: StartSpec, ahead: bool = False) -> tuple[Runner, object, bool]:
 
         PHASES.mark("torch imported")
         if ahead:
-            # Off the critical path only when warm: cold, they cost 1-3 s the runner's own
-            # start-up does not cover (the shipped problems need neither).
+            # Off the critical path only when warm: cold, it costs what the runner's own
+            # start-up does not cover (the shipped problems do not need it). torch._dynamo,
+            # which a needs-check dry run on meta tensors may import, is not imported ahead:
+            # the judge keeps each problem's input sizes (needs.Sizes), so only a problem's
+            # first evaluation on a machine runs that dry run, and with triton it took 3.3-3.9 s
+            # of every warm judge's start on the H200 (triton alone: 0.2-0.3 s in the runner),
+            # the longest part of a spare's.
             try:
                 import triton  # noqa: F401 - a reference may use it
-            except ImportError:
-                pass
-            try:
-                # A needs-check dry run on meta tensors that reaches torch._refs imports it
-                # (seconds on a loaded CPU; harness/portable.py keeps common inputs off that path).
-                import torch._dynamo  # noqa: F401
             except ImportError:
                 pass
         on_gpu = torch.cuda.is_available()
