@@ -187,8 +187,9 @@ class Pair:
             runner_prefix=tuple(self.isolation.prefix), runner_cwd=str(self.scratch),
             parent_pid=os.getpid(),
             # Kept warm for a later candidate: the judge may import what a reference could
-            # use while it waits, and the runner load the profiler the split needs; a pair
-            # used at once skips both (harness/judge.py start).
+            # use while it waits and make its BLAS handles, the runner load the profiler the
+            # split needs and pay Triton's first costs (harness/jitwarm.py); a pair used at
+            # once skips these (harness/judge.py start).
             ahead=warm, kernel_split=ev.kernel_split,
         )
         self.proc: subprocess.Popen[bytes] | None = None
