@@ -232,6 +232,16 @@ class LocalEvaluator:
         """The slots in the order an evaluation asks the board for them."""
         return [("local", d or gpus.CPU, k) for k in range(self.config.evaluator.per_gpu) for d in self.devices]
 
+    def _pinned(self, key) -> tuple[str | None, dict]:
+        """(the slot's GPU, None for the CPU slot; the environment that pins an evaluation to it).
+        A spare is taken only by an evaluation whose environment is its own (WarmPairs.take)."""
+        device = None if key[1] == gpus.CPU else key[1]
+        return device, gpus.pin_env(self.host, device)
+
+    @property
+    def _scratch(self) -> Path:
+        return self.repo.state / "scratch"
+
     def prestart(self, jobs: int = 1) -> None:
         """Start the spares of the slots the first `jobs` evaluations take (nothing without
         warm pairs). `kgit evolve` calls it before its first model call: otherwise the run's
@@ -240,9 +250,7 @@ class LocalEvaluator:
         if self.warm is None:
             return
         for key in self._keys()[:max(1, jobs)]:
-            device = None if key[1] == gpus.CPU else key[1]
-            self.warm.refill(key, self.config, self.repo.state / "scratch", gpus.pin_env(self.host, device),
-                             device=key[1])
+            self.warm.refill(key, self.config, self._scratch, self._pinned(key)[1], device=key[1])
 
     def __call__(self, sha: str, race: dict | None = None, watch=None) -> dict:
         if watch is not None:
@@ -250,17 +258,15 @@ class LocalEvaluator:
         key = self.board.acquire(self._keys())
         if watch is not None:
             watch("start")
-        device = None if key[1] == gpus.CPU else key[1]
-        env = gpus.pin_env(self.host, device)
+        device, env = self._pinned(key)
         try:
             # A GPU is held host-wide, across kgit processes; the CPU slot only within this one.
             with gpus.host_slot(key) if device is not None else contextlib.nullcontext():
                 with self.repo.checkout_copy(sha) as path:
                     pair = quiet = None
                     if self.warm is not None:
-                        state = self.repo.state / "scratch"
-                        pair = self.warm.take(key, self.config, state, env)
-                        self.warm.refill(key, self.config, state, env, device=key[1])
+                        pair = self.warm.take(key, self.config, self._scratch, env)
+                        self.warm.refill(key, self.config, self._scratch, env, device=key[1])
                         quiet = self.warm.quiet(key[1])
                     given: dict[str, Any] = {k: v for k, v in (("race", race), ("pair", pair), ("quiet", quiet), ("watch", watch))
                              if v is not None}
@@ -271,7 +277,7 @@ class LocalEvaluator:
         return doc
 
     def run(self, path: Path, env: dict, race: dict | None = None, pair=None, quiet=None, watch=None) -> dict:
-        return child.evaluate_tree(path, self.config, state_dir=self.repo.state / "scratch", devices_env=env,
+        return child.evaluate_tree(path, self.config, state_dir=self._scratch, devices_env=env,
                                       race=race, pair=pair, quiet=quiet, watch=watch)
 
 
