@@ -126,6 +126,11 @@ def rows_of(runs: list[dict]) -> list[list]:
         return [(_at(r["phases"], b) - _at(r["phases"], a)) if _at(r["phases"], a) is not None
                 and _at(r["phases"], b) is not None else None for r in runs]
 
+    def parts(prefix: str, indent: str, names=None) -> list[list]:
+        """A row per span of the judge's named `prefix`... (all of them, sorted, unless `names`)."""
+        names = names or sorted({k for r in runs for k in r["phases"].get("spans", {}) if k.startswith(prefix)})
+        return [[indent + k[len(prefix):], med([r["phases"].get("spans", {}).get(k) for r in runs])] for k in names]
+
     out = [["start-up (off the critical path when warm)", ""]]
     out += [["  " + name, med(span(a, b))] for name, a, b in START_ROWS]
     out.append(["evaluation (from the candidate's arrival)", ""])
@@ -134,16 +139,11 @@ def rows_of(runs: list[dict]) -> list[list]:
         if name.startswith("timed loop"):  # more repetitions (a noisy shape) or slower ones?
             out.append(["    timed repetitions (all shapes)", med([r["reps"] or None for r in runs])])
         if name.endswith("shapes timed"):
-            parts = sorted({k for r in runs for k in r["phases"].get("spans", {}) if k.startswith("timing: ")})
-            for part in parts:
-                out.append(["      " + part.split(": ")[1], med([r["phases"].get("spans", {}).get(part) for r in runs])])
+            out += parts("timing: ", "      ")
         if name.startswith("problem"):
-            parts = sorted({k for r in runs for k in r["phases"].get("spans", {}) if k.startswith("problem: ")})
-            for part in parts:
-                out.append(["    " + part.split(": ", 1)[1], med([r["phases"].get("spans", {}).get(part) for r in runs])])
+            out += parts("problem: ", "    ")
         if name.startswith("checks"):
-            for part in ("checks: inputs", "checks: candidate calls", "checks: compare"):
-                out.append(["    " + part.split(": ")[1], med([r["phases"].get("spans", {}).get(part) for r in runs])])
+            out += parts("checks: ", "    ", ["checks: inputs", "checks: candidate calls", "checks: compare"])
     out.append(["  result to kgit (pipe, kill, output)", med([r["to_kgit_s"] for r in runs])])
     out.append(["wall: candidate there -> result in kgit", med([r["critical_s"] for r in runs])])
     out.append(["wall: judge spawned -> result in kgit", med([r["spawn_to_result_s"] for r in runs])])
