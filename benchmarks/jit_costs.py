@@ -29,6 +29,7 @@ def main():
     args = parser.parse_args()
     os.environ["TRITON_CACHE_DIR"] = args.cache or tempfile.mkdtemp(prefix="kgit-jit-costs-")
     rows: list[tuple[str, float, str]] = []
+    builds: list[str] = []  # the C builds (Triton's _build) inside the step being timed
 
     def timed(label, fn):
         builds.clear()
@@ -37,7 +38,6 @@ def main():
         rows.append((label, time.perf_counter() - t0, ", ".join(builds)))
         return value
 
-    builds: list[str] = []
     torch = timed("import torch", lambda: __import__("torch"))
     if not torch.cuda.is_available():
         sys.exit("jit_costs.py needs a GPU: Triton's interpreter compiles nothing.")
