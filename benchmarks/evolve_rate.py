@@ -3,7 +3,8 @@
 Makes a throwaway kernel repository of a shipped problem (the default .kgit.yaml, the
 offline strategist: no model, no network), runs `kgit evolve -n N` through the library
 once per setting, and prints attempts, wall time, seconds per attempt, the statuses and
-the best geomean the run found (on a GPU: racing must not throw winners away), and the
+the best geomean the run found (on a GPU: racing must not throw winners away), each
+status's evaluations and seconds (and where racing stopped the stopped ones), and the
 seconds the attempts waited for their judge/runner pair's start-up (a warm spare that was
 not ready yet: from kgit sending the candidate to the judge reading it, and the judge's
 "reference ready" to "runner ready", summed), and how much of each
@@ -30,6 +31,7 @@ from tabulate import tabulate
 
 from kgit import evolve, workflow
 from kgit.evaluation import child
+from kgit_harness import racing
 
 
 class StartupWaits:
@@ -39,6 +41,7 @@ class StartupWaits:
     def __init__(self):
         self.waits: list[float] = []
         self.evaluating_s = 0.0  # kgit's clock around every evaluation, start-up waits included
+        self.evaluations: list[tuple[str, float, str]] = []  # (status, seconds, how far a race got)
         self._evaluate = child.evaluate_tree
 
     def __enter__(self):
@@ -48,6 +51,9 @@ class StartupWaits:
                 doc = self._evaluate(*args, **kwargs)
             finally:
                 self.evaluating_s += time.monotonic() - started
+            race = doc.get("race")
+            self.evaluations.append((doc.get("status"), time.monotonic() - started,
+                                     racing.how_far(race) if isinstance(race, dict) else ""))
             phases = doc.get("phases") or {}
             judge, sent = phases.get("judge") or {}, (phases.get("kgit") or {}).get("candidate sent")
             if "reference ready" in judge and "runner ready" in judge:
@@ -84,7 +90,19 @@ def run_once(root: Path, problem: str, iterations: int, warm: bool, fast: bool, 
             "statuses": dict(Counter(r.status for r in summary.rows)),
             "best_geomean_us": getattr(best, "geomean_us", None), "baseline_geomean_us": getattr(
                 summary.best_before, "geomean_us", None), "stop": summary.stop,
-            "device": repo.read()[0].device, "waits": waits.waits, "evaluating_s": waits.evaluating_s}
+            "device": repo.read()[0].device, "waits": waits.waits, "evaluating_s": waits.evaluating_s,
+            "evaluations": waits.evaluations}
+
+
+def by_status(evaluations: list[tuple[str, float, str]]) -> list[list]:
+    """Rows: each status's evaluations and their seconds; for `stopped`, where the races stopped."""
+    rows = []
+    for status in sorted({e[0] for e in evaluations}):
+        seconds = [e[1] for e in evaluations if e[0] == status]
+        where = Counter(e[2] for e in evaluations if e[0] == status and e[2])
+        rows.append([status, len(seconds), f"{sum(seconds) / len(seconds):.2f}", f"{min(seconds):.2f}",
+                     f"{max(seconds):.2f}", "; ".join(f"{k} x{v}" for k, v in sorted(where.items())) or "-"])
+    return rows
 
 
 def rerun_stopped(root: Path, count: int) -> list[list]:
@@ -134,6 +152,7 @@ def main():
                          f"{r['evaluating_s'] / n:.2f}" if (n := r["attempts"]) else "-",
                          f"{sum(r['waits']):.1f} ({sum(w > 0.05 for w in r['waits'])} of {len(r['waits'])})"])
             device = r["device"]
+            statuses = by_status(r["evaluations"])
             if args.rerun_stopped:
                 rerun = rerun_stopped(Path(tmp) / f"repo-{warm}", args.rerun_stopped)
     print(f"problem {args.problem}, evolve -n {args.iterations} offline, jobs {args.jobs}, "
@@ -141,6 +160,9 @@ def main():
           f"device {device}")
     print(tabulate(rows, headers=["warm", "attempts", "wall s", "s / attempt", "statuses", "best geomean us",
                                   "vs baseline", "of it evaluating s / attempt", "waited for start-up s (evaluations)"], tablefmt="github"))
+    print("\neach evaluation of the last run by its status (seconds on kgit's clock around it)")
+    print(tabulate(statuses, headers=["status", "evaluations", "mean s", "least s", "most s", "where racing stopped"],
+                   tablefmt="github"))
     if args.rerun_stopped:
         print(f"\nstopped attempts evaluated again in full ({len(rerun)}; 'through': faster than the "
               "attempt it was raced against, which racing threw away)")

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -393,6 +394,22 @@ class TimingContext:
 
     def close(self):
         self._close_retired()
+
+
+def _race_within(incumbent: dict | None, shapes: list, key: str, total: int, on_gpu: bool,
+                 stat: str) -> Callable[[list[float]], dict | None] | None:
+    """What a shape's timed loop asks after each call (None: nothing to race against): racing's
+    verdict partway through the shape, against the shapes timed before it (racing.decide_within)."""
+    if incumbent is None:
+        return None
+
+    def ask(times: list[float]) -> dict | None:
+        if not racing.due(len(times)):
+            return None
+        later = times[len(times) // 2:]
+        return racing.decide_within(incumbent, shapes, {"key": key, **timing.stats(times)},
+                                    {"key": key, **timing.stats(later)}, total, on_gpu, stat)
+    return ask
 
 
 def _contiguous_like(torch, expected):
@@ -781,22 +798,27 @@ def _time_shapes(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibr
     """Time every benchmark shape under `protocol` into `shapes`; an early result (incorrect,
     stopped) or None when every shape was timed."""
     secret = spec.secret_seed
+    incumbent = dict(spec.race) if spec.race is not None else None
 
     def timed(index: int, shape: dict, seed: int) -> tuple[dict, str | None]:
         """The shape's entry, timed on `seed`, and why its figures disagree with the judge's clock."""
         seeded = dict(shape, seed=seed)
+        race = _race_within(incumbent, shapes, problem.shape_key(shape), len(benchmarks), on_gpu, stat)
         if protocol.name == protocols.DEFAULT:
             runs = timing.measure(task, reference, seeded, secret, spec.timing, on_gpu, torch, ctx.new_slots,
-                                  calibration)
+                                  calibration, race=race)
             if on_gpu:  # beside the ranking figure: the flushed device time and the host's, a call
                 runs.update(device_us=runs.get("events_mean_us"), host_us=runs.get("host_call_us"))
         else:
             try:
-                runs = upstream_timing.measure(protocol, ctx, seeded, first_shape=index == 0)
+                runs = upstream_timing.measure(protocol, ctx, seeded, first_shape=index == 0, race=race)
             except upstream_timing.NoRoom as e:
                 raise Verdict("unsupported", f"{problem.shape_key(shape)}: {e}", reason=str(e)) from None
         entry = {"key": problem.shape_key(shape), "shape": {k: v for k, v in shape.items() if k != "seed"}, **runs}
-        return entry, None if entry.get("refused") or entry.get("error") else timing.settle(entry)
+        # A shape racing stopped partway is not settled: its figures rank nothing, and a runner
+        # that inflated them only stopped its own candidate.
+        return entry, (None if entry.get("refused") or entry.get("error") or entry.get("raced")
+                       else timing.settle(entry))
 
     for index, shape in enumerate(benchmarks):
         PHASES.tell(f"shape {index + 1}/{len(benchmarks)}")
@@ -810,6 +832,7 @@ def _time_shapes(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibr
             time.sleep(RETIME_WAIT_S)
             entry, again = timed(index, shape, seed + RETIME_SEED_OFFSET)
             entry["retimed"], why = why, again
+        raced = entry.pop("raced", None)
         shapes.append(entry)
         if entry.get("refused"):
             doc.update(tests=tests, shapes=shapes)
@@ -820,11 +843,11 @@ def _time_shapes(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibr
         if why:
             doc.update(tests=tests, shapes=shapes)
             raise Verdict("rejected", f"{entry['key']}: {why}", reason=timing.DISAGREE_REASON)
-        race = racing.decide(dict(spec.race) if spec.race is not None else None, shapes, len(benchmarks), on_gpu, stat)
+        race = raced or racing.decide(incumbent, shapes, len(benchmarks), on_gpu, stat)
         if race:
             # Correct on every test, but no ranking on partial data: no geomean, a status of its own.
             return {"status": "stopped", "tests": tests, "shapes": shapes, "race": race,
-                    "error": f"stopped timing after {race['timed']} of {race['total']} shapes: "
+                    "error": f"stopped timing after {racing.how_far(race)}: "
                              f"{race['slower']:.3f}x the time of {race['incumbent']} on the shapes compared "
                              f"(at least {race['bound']:.3f}x beyond the noise)"}
     return None

@@ -11,6 +11,13 @@ The standard error combines each shape's own spread (std/sqrt(n)/mean) with the
 incumbent's noise, and MARGIN is the run-to-run floor a single measurement cannot
 resolve; both are wide on purpose: stopping a winner costs a real result, letting a
 loser finish costs only seconds. Interpreter timings never race (they are host time).
+
+The timed loops also ask `decide_within` partway through a shape, every few calls: the
+shape's calls so far count as one more shape, and the later half of them alone must be
+beyond the noise too, so that a shape's slower first calls (clocks and caches coming up
+after the checks) cannot stop a candidate that the rest of its calls would clear. A stopped
+attempt used to time whole shapes of a hundred calls before its first verdict; most are
+clearly slower within twenty.
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ Z = 3.0
 # Slower by less than this is never a stop, whatever the spreads (clocks and thermals move
 # a GPU timing by a few percent from one run to the next).
 MARGIN = 0.05
+# Inside a shape: the fewest calls a verdict rests on, and how many calls between two asks.
+WITHIN_MIN_CALLS = 20
+WITHIN_EVERY = 5
 
 
 def decide(incumbent: dict | None, timed: list[dict], total: int, on_gpu: bool, stat: str = "mean_us") -> dict | None:
@@ -30,7 +40,30 @@ def decide(incumbent: dict | None, timed: list[dict], total: int, on_gpu: bool, 
     `incumbent` is {"name": ..., "times": {shape key: us}, "noise": relative standard error
     of one shape's time or None}. The verdict says which shapes were compared and by how much.
     """
-    if not on_gpu or not incumbent or not incumbent.get("times") or len(timed) >= total:
+    if len(timed) >= total:
+        return None
+    return _verdict(incumbent, timed, total, on_gpu, stat)
+
+
+def due(calls: int) -> bool:
+    """Whether a timed loop asks `decide_within` after this many calls of a shape."""
+    return calls >= WITHIN_MIN_CALLS and calls % WITHIN_EVERY == 0
+
+
+def decide_within(incumbent: dict | None, timed: list[dict], whole: dict, later: dict, total: int, on_gpu: bool,
+                  stat: str = "mean_us") -> dict | None:
+    """The race verdict partway through a shape, or None: `timed` are the shapes finished,
+    `whole` the entry of the shape's calls so far and `later` that of their later half (each
+    with the statistics of the judge's entries). The verdict says how many calls into the
+    shape it came (`calls`)."""
+    verdict = _verdict(incumbent, [*timed, whole], total, on_gpu, stat)
+    if verdict is None or _verdict(incumbent, [*timed, later], total, on_gpu, stat) is None:
+        return None
+    return {**verdict, "calls": whole.get("n")}
+
+
+def _verdict(incumbent: dict | None, timed: list[dict], total: int, on_gpu: bool, stat: str) -> dict | None:
+    if not on_gpu or not incumbent or not incumbent.get("times"):
         return None
     times = incumbent["times"]
     base_noise = incumbent.get("noise")
@@ -69,4 +102,11 @@ def _positive(value) -> bool:
 
 def subject(slug: str, race: dict) -> str:
     """The commit subject of a stopped attempt (never the word speedup)."""
-    return f"{slug}: stopped, slower than {race.get('incumbent')} after {race.get('timed')} of {race.get('total')} shapes"
+    return f"{slug}: stopped, slower than {race.get('incumbent')} after {how_far(race)}"
+
+
+def how_far(race: dict) -> str:
+    """How far the timing got before the verdict: "2 of 6 shapes", or "20 calls into shape 1 of 6"."""
+    if race.get("calls"):
+        return f"{race['calls']} calls into shape {race.get('timed')} of {race.get('total')}"
+    return f"{race.get('timed')} of {race.get('total')} shapes"

@@ -330,14 +330,16 @@ class Clock:
 
 
 def measure(task, reference, shape, secret, settings: TimingSettings, on_gpu, torch, new_slots,
-            calibration: Calibration) -> dict:
+            calibration: Calibration, race=None) -> dict:
     """Time one shape through the runner (judge side); the statistics, plus `error` if a check failed.
 
     `new_slots(sample, count)` gives the shape's shared arena (judge.Slots). Each
     repetition gets a freshly generated input and a poisoned output; the judge copies
     every output before it looks at the next, so which repetitions are re-checked is
     decided privately and the runner cannot tell. `calibration` caps what the runner
-    could inflate in the judge's own figures.
+    could inflate in the judge's own figures. `race`, asked with the event times after each
+    call, may end the shape with a racing verdict (the entry then carries it as `raced`, and
+    has no back-to-back figure).
     """
     warmup, min_reps = settings.warmup, settings.min_reps
     target_rse, max_time = settings.target_rse, settings.max_time_s
@@ -352,8 +354,9 @@ def measure(task, reference, shape, secret, settings: TimingSettings, on_gpu, to
     try:
         with PHASES.span("timing: flushed event calls"):
             stats = _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
-                             warmup, min_reps, target_rse, max_time, secret ^ (base_seed << 1))
-        if not on_gpu or "error" in stats:
+                             warmup, min_reps, target_rse, max_time, secret ^ (base_seed << 1),
+                             race or _no_race)
+        if not on_gpu or "error" in stats or "raced" in stats:
             return stats
         # The back-to-back batch gets its own arena, sized once the events say how long a
         # call takes (a forger's tiny figure only buys it a longer batch).
@@ -389,8 +392,12 @@ def batch_bound(task, reference, shape, seed, first, out, new_slots, retire, cal
         retire(batch_slots)
 
 
+def _no_race(times: list[float]) -> None:
+    return None
+
+
 def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
-             warmup, min_reps, target_rse, max_time, rng_seed) -> dict:
+             warmup, min_reps, target_rse, max_time, rng_seed, race) -> dict:
     clock = time.perf_counter
     for i in range(warmup):
         slots.fill(0, checking.make_input(reference, shape, seed(1000 + i)))
@@ -431,6 +438,9 @@ def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
         spent = clock() - spent_start
         if i >= min_reps and (_rse(times) < target_rse or spent > max_time):
             break
+        if raced := race(times):
+            # Stopped: its tests passed and it ranks nothing, so the sample is left unchecked.
+            return {**_stats(times), "clock": "events" if on_gpu else "judge", "rechecked": 0, "raced": raced}
     checked = kept.items
     if all(k[0] != last[0] for k in checked):
         checked.append(last)  # a kernel that decays over time is caught by its last call

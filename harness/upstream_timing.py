@@ -44,13 +44,18 @@ class NoRoom(Exception):
     """Not even the protocol's fewest calls fit in the memory a shape may take."""
 
 
-def measure(protocol, ctx, shape: dict, first_shape: bool) -> dict:
+def measure(protocol, ctx, shape: dict, first_shape: bool, race=None) -> dict:
     """Time one shape under `protocol`; its statistics, plus `error` when a check failed.
 
     `ctx` (judge.TimingContext): task, reference, secret, settings, on_gpu, torch, new_slots,
-    slot_bytes, free_bytes, calibration, retire."""
+    slot_bytes, free_bytes, calibration, retire. `race`, asked with the shape's times after
+    each call (each sample of a batch), may end the shape with a racing verdict (`_raced`)."""
     loop = {"fresh": _fresh, "batch": _batch, "fixed": _fixed}[protocol.inputs]
-    return loop(protocol, ctx, shape, first_shape)
+    return loop(protocol, ctx, shape, first_shape, race or _no_race)
+
+
+def _no_race(times: list[float]) -> None:
+    return None
 
 
 # -- shared pieces --------------------------------------------------------------------------
@@ -173,6 +178,14 @@ def _finish(protocol, ctx, times, judge_times, host, call_us, out, empties) -> d
     return stats
 
 
+def _raced(protocol, ctx, times, race: dict, rechecked: int) -> dict:
+    """The entry of a shape that racing stopped partway (racing.decide_within): the calls timed
+    so far, and the verdict under `raced` for the judge. No bound, device figure or note: a
+    stopped attempt ranks nothing."""
+    return {**timing.stats(times), "clock": protocol.clock if ctx.on_gpu else "judge", "rechecked": rechecked,
+            "raced": race}
+
+
 def _events_bound(protocol, ctx, shape, seed, first, out, stats) -> str | None:
     """On a GPU, for a protocol whose figure is device events: the judge's clock over back-to-back
     calls as the bound (timing.batch_bound), as kgit-adaptive has it. A single call's clock would
@@ -199,7 +212,7 @@ def _device_time(ctx, slots, slots_free: list[int], make) -> float | None:
 
 # -- the loops ------------------------------------------------------------------------------
 
-def _fresh(protocol, ctx, shape, first_shape) -> dict:
+def _fresh(protocol, ctx, shape, first_shape, race) -> dict:
     seed = _seeder(ctx, shape)
     first = checking.make_input(ctx.reference, shape, seed(0))
     wanted = protocol.max_calls or 100
@@ -254,6 +267,8 @@ def _fresh(protocol, ctx, shape, first_shape) -> dict:
                 empties.append(timing.empty_us(slots, 0, hold=hold))
             if _stop(protocol, ctx, times, time.perf_counter() - started):
                 break
+            if raced := race(times):
+                return _raced(protocol, ctx, times, raced, rechecked=len(times))
         stats = _finish(protocol, ctx, times, judge_times, host, call_us, timed.out, empties)
         stats["rechecked"] = len(times)
         error = _events_bound(protocol, ctx, shape, seed, first, timed.out, stats)
@@ -269,7 +284,7 @@ def _fresh(protocol, ctx, shape, first_shape) -> dict:
         ctx.retire(slots)
 
 
-def _batch(protocol, ctx, shape, first_shape) -> dict:
+def _batch(protocol, ctx, shape, first_shape, race) -> dict:
     seed = _seeder(ctx, shape)
     first = checking.make_input(ctx.reference, shape, seed(0))
     count = _capacity(ctx, first, protocol.batch, 1)
@@ -318,6 +333,8 @@ def _batch(protocol, ctx, shape, first_shape) -> dict:
             empties.append(timing.empty_batch(slots, chosen))
             if _stop(protocol, ctx, times, clock() - started):
                 break
+            if raced := race(times):
+                return _raced(protocol, ctx, times, raced, rechecked=len(times) * count)
         stats = _finish(protocol, ctx, times, judge_times, host, call_us, outs, empties)
         if "copy_out_us" in stats:
             stats["copy_out_us"] /= count  # the copies of every output of a sample, by the call
@@ -329,7 +346,7 @@ def _batch(protocol, ctx, shape, first_shape) -> dict:
         ctx.retire(slots)
 
 
-def _fixed(protocol, ctx, shape, first_shape) -> dict:
+def _fixed(protocol, ctx, shape, first_shape, race) -> dict:
     seed = _seeder(ctx, shape)
     first = checking.make_input(ctx.reference, shape, seed(0))
     with PHASES.span("timing: arenas"):
@@ -363,6 +380,9 @@ def _fixed(protocol, ctx, shape, first_shape) -> dict:
             kept.offer(lambda: last)
             if _stop(protocol, ctx, times, time.perf_counter() - started):
                 break
+            if raced := race(times):
+                # Stopped: its tests passed and it ranks nothing, so the sample is left unchecked.
+                return _raced(protocol, ctx, times, raced, rechecked=0)
         checked = kept.items if any(k[0] == last[0] for k in kept.items) else kept.items + [last]
         with PHASES.span("timing: re-checks"):
             for rep, out in checked:

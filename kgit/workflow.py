@@ -488,8 +488,8 @@ def stopped_trailers(judged: Evaluation) -> list:
     if judged.status != "stopped":
         return []
     race = judged.race or {}
-    return ([("Kgit-Stopped", f"after {race.get('timed')} of {race.get('total')} shapes, "
-                              f"{race.get('slower')}x the time of {race.get('incumbent')}")]
+    return ([("Kgit-Stopped", f"after {racing.how_far(race)}, {race.get('slower')}x the time of "
+                              f"{race.get('incumbent')}")]
             + [("Kgit-Time-us", f"{key} {value:.3f}") for key, value in measure.result_times(judged.result).items()])
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import time
@@ -657,8 +658,8 @@ def test_gpu_arena_crosses_processes_through_cuda_ipc(tmp_path):
 
 
 class _ReportingSlots(_InProcessSlots):
-    """A runner on a simulated GPU that reports `us` and `host_us` of its choice; `empty_s`
-    delays empty requests.
+    """A runner on a simulated GPU that reports `us` (a number, or a function giving one a call)
+    and `host_us` of its choice; `empty_s` delays empty requests.
 
     Each call queues `gpu_s` of device work behind what is queued already, as a launch does,
     and a request returns once the queue is done, as a synchronize does: the device keeps
@@ -689,8 +690,11 @@ class _ReportingSlots(_InProcessSlots):
             self._launch(slot)
             self._synchronize()
         honest = (time.perf_counter() - t0) * 1e6  # None below: report what the call took
-        return {"us": honest if self.us is None else self.us,
+        return {"us": honest if self.us is None else self._us(),
                 "host_us": honest if self.host_us is None else self.host_us, "output": None}
+
+    def _us(self):
+        return self.us() if callable(self.us) else self.us
 
     def batch(self, slots, *, empty=False, timed=False):
         t0 = time.perf_counter()
@@ -703,7 +707,10 @@ class _ReportingSlots(_InProcessSlots):
                 self._launch(s)
             self._synchronize()
         honest = (time.perf_counter() - t0) * 1e6
-        return {"output": None, "host_us": honest if self.host_us is None else self.host_us * len(slots)}
+        reply = {"output": None, "host_us": honest if self.host_us is None else self.host_us * len(slots)}
+        if timed:  # the runner's events over the batch
+            reply["span_us"] = honest if self.us is None else self._us() * len(slots)
+        return reply
 
 
 def _measure_as_gpu(us, host_us, empty_s=0.0, calibration=None):
@@ -837,18 +844,19 @@ class _GpuContext:
     """What upstream_timing asks of the judge (judge.TimingContext), with the GPU path taken on
     a CPU kernel through _ReportingSlots."""
 
-    def __init__(self, us, host_us, calibration):
+    def __init__(self, us, host_us, calibration, gpu_s=0.003):
         self.task = problem.load_task(problem.shipped()["vector_add"])
         self.reference = _load_reference("vector_add")
         self.secret, self.on_gpu, self.torch, self.calibration = 5, True, torch, calibration
         self.settings = TimingSettings(warmup=0, min_reps=3, target_rse=0.05, max_time_s=0.0)
-        self.us, self.host_us = us, host_us
+        self.us, self.host_us, self.gpu_s = us, host_us, gpu_s
 
     def slot_bytes(self, sample):
         return 1 << 10
 
     def new_slots(self, sample, count):
-        return _ReportingSlots(_slow_add, sample, count, self.task.output, self.us, self.host_us)
+        fn = _slow_add if self.gpu_s >= 0.003 else _add
+        return _ReportingSlots(fn, sample, count, self.task.output, self.us, self.host_us, gpu_s=self.gpu_s)
 
     def free_bytes(self):
         return 1 << 34
@@ -861,6 +869,10 @@ def _slow_add(data):
     end = time.perf_counter() + 0.003
     while time.perf_counter() < end:
         pass
+    _add(data)
+
+
+def _add(data):
     a, b, out = data
     out.copy_(a + b)
 
@@ -882,6 +894,49 @@ def test_a_fresh_protocols_figure_is_bound_by_the_judges_clock_on_a_gpu(name, bo
     forged = upstream_timing.measure(protocol, _GpuContext(1.0, 1.0, cal), {"size": 64, "seed": 1}, True)
     why = timing.settle(forged)
     assert why and "judge's clock" in why, forged
+
+
+@pytest.mark.parametrize("name", ["gpumode-leaderboard-wall", "gpumode-batch", "kernelbench-events", "kgit-adaptive"])
+def test_every_timed_loop_stops_partway_through_a_shape_on_a_racing_verdict(name):
+    """The loop asks the judge's race after each call (each sample) and ends the shape on a
+    verdict: the calls timed so far, the verdict under `raced`, nothing settled or re-timed."""
+    from kgit_harness import judge, protocols, racing, upstream_timing
+
+    shape = {"size": 64, "seed": 1}
+    key = problem.shape_key(shape)
+    cal = timing.Calibration(ping_us=100.0, copy_fixed_us=50.0, copy_us_per_byte=0.0)
+    asked = []
+
+    def timed_against(incumbent_us, us, target_rse=0.001):
+        # 10% apart a call: a precision of 0.1% is met by no protocol before its most calls, one of
+        # 1.5% after 30 calls.
+        wobble = itertools.cycle([0.9, 1.0, 1.1])
+        ctx = _GpuContext(lambda: us * next(wobble), None, cal, gpu_s=0.0002)
+        ctx.settings = TimingSettings(warmup=0, min_reps=3, target_rse=target_rse, max_time_s=0.0)
+        ask = judge._race_within({"name": "inc", "times": {key: incumbent_us}, "noise": 0.002}, [], key, 2, True,
+                                 "mean_us")
+
+        def race(times):
+            asked.append(len(times))
+            return ask(times)
+
+        if name == protocols.DEFAULT:
+            settings = TimingSettings(warmup=0, min_reps=3, target_rse=0.0, max_time_s=3.0)
+            return timing.measure(ctx.task, ctx.reference, shape, 5, settings, True, torch, ctx.new_slots, cal,
+                                  race=race)
+        return upstream_timing.measure(protocols.get(name), ctx, shape, True, race=race)
+
+    stats = timed_against(incumbent_us=1000.0, us=5000.0)
+    assert stats["raced"]["calls"] == racing.WITHIN_MIN_CALLS == stats["n"], stats
+    assert stats["raced"]["slower"] == pytest.approx(5.0, rel=0.02)
+    assert stats["mean_us"] == pytest.approx(5000.0, rel=0.02)
+    assert asked == list(range(1, racing.WITHIN_MIN_CALLS + 1))
+    assert "device_us" not in stats and "bound" not in stats and "judge_batch" not in stats
+    if name != protocols.DEFAULT:
+        # As fast as the incumbent: timed to the protocol's own end, asked after every call before it.
+        asked.clear()
+        full = timed_against(incumbent_us=5000.0, us=5000.0, target_rse=0.015)
+        assert "raced" not in full and full["n"] == len(asked) + 1 > racing.WITHIN_MIN_CALLS
 
 
 def test_the_judge_narrows_an_output_only_to_a_dtype_its_values_hold():
@@ -926,7 +981,7 @@ def test_a_shape_whose_figures_disagree_is_timed_once_more_on_new_seeds_and_reje
     seen = []
     verdicts = []
 
-    def measure(protocol, ctx, shape, first_shape):
+    def measure(protocol, ctx, shape, first_shape, race=None):
         seen.append(shape["seed"])
         return {"mean_us": 100.0, "clock": "wall", "bound": "calls", "judge_call_us": 100.0}
 

@@ -14,7 +14,7 @@ from conftest import fast_config_text, git
 
 from kgit import evolve, problems, workflow
 from kgit.archive import figures
-from kgit_harness import racing
+from kgit_harness import racing, timing
 from kgit_harness import result as result_mod
 
 GPU = "NVIDIA H200"
@@ -79,6 +79,57 @@ def test_ranking_statistic_is_the_tasks():
     assert racing.decide(INCUMBENT, timed, total=3, on_gpu=True, stat="median_us") is not None
 
 
+# -- partway through a shape --------------------------------------------------------------
+def calls_entry(key, times):
+    """A shape's entry from its calls so far, with the statistics the judge gives it (timing.stats)."""
+    return {"key": key, **timing.stats(times)}
+
+
+def ask_within(times, timed=(), incumbent=INCUMBENT, on_gpu=True):
+    """racing.decide_within as the judge asks it: the calls so far, and their later half."""
+    return racing.decide_within(incumbent, list(timed), calls_entry(KEYS[1], times),
+                                calls_entry(KEYS[1], times[len(times) // 2:]), total=3, on_gpu=on_gpu)
+
+
+def jittered(mean, count, spread=0.02):
+    return [mean * (1 + spread * ((i * 7) % 5 - 2) / 2) for i in range(count)]
+
+
+def test_asked_every_few_calls_once_enough_are_in():
+    asked = [n for n in range(1, 61) if racing.due(n)]
+    assert asked[0] == racing.WITHIN_MIN_CALLS and all(b - a == racing.WITHIN_EVERY for a, b in zip(asked, asked[1:]))
+
+
+def test_partway_a_clearly_slower_shape_stops_and_says_how_many_calls():
+    verdict = ask_within(jittered(150.0, 20))
+    assert verdict is not None and verdict["calls"] == 20
+    assert (verdict["timed"], verdict["total"]) == (1, 3) and verdict["compared"] == [KEYS[1]]
+    assert verdict["slower"] == pytest.approx(1.5, rel=0.01)
+    # Counted with the shapes finished before it.
+    verdict = ask_within(jittered(150.0, 20), timed=[shape(KEYS[0], 150.0)])
+    assert verdict["timed"] == 2 and verdict["compared"] == KEYS[:2]
+    # The last shape may stop partway too: it is not complete yet.
+    two_done = [shape(KEYS[0], 150.0), shape(KEYS[2], 150.0)]
+    assert racing.decide_within(INCUMBENT, two_done, calls_entry(KEYS[1], jittered(150.0, 20)),
+                                calls_entry(KEYS[1], jittered(150.0, 10)), total=3, on_gpu=True)["timed"] == 3
+
+
+def test_partway_slow_first_calls_alone_do_not_stop():
+    # Twenty calls at 1.5x the incumbent's time, then calls as fast as it: the whole is beyond
+    # the noise, its later half is not.
+    ramp = jittered(150.0, 20) + jittered(100.0, 20)
+    whole = calls_entry(KEYS[1], ramp)
+    assert racing.decide(INCUMBENT, [whole], total=3, on_gpu=True) is not None
+    assert ask_within(ramp) is None
+    assert ask_within(jittered(100.0, 40)) is None and ask_within(jittered(104.0, 40)) is None
+
+
+def test_partway_never_on_the_interpreter_or_without_an_incumbent():
+    assert ask_within(jittered(1000.0, 20), on_gpu=False) is None
+    assert ask_within(jittered(1000.0, 20), incumbent=None) is None
+    assert ask_within(jittered(1000.0, 20), incumbent={**INCUMBENT, "noise": None}) is None
+
+
 # -- the status and its commit ------------------------------------------------------------
 def stopped_result(mean=150.0):
     timed = [shape(KEYS[0], mean)]
@@ -99,6 +150,8 @@ def test_subject_names_the_incumbent_and_never_speedup():
     text = racing.subject("bigger-blocks", {"incumbent": "abc1234567", "timed": 1, "total": 3})
     assert text == "bigger-blocks: stopped, slower than abc1234567 after 1 of 3 shapes"
     assert "speedup" not in text.lower()
+    partway = racing.subject("bigger-blocks", {"incumbent": "abc1234567", "timed": 2, "total": 3, "calls": 25})
+    assert partway == "bigger-blocks: stopped, slower than abc1234567 after 25 calls into shape 2 of 3"
 
 
 def remote_gpu_repo(kernel_repo, **evolve_keys):
@@ -246,6 +299,7 @@ def test_judge_stops_a_candidate_far_slower_than_a_fictional_incumbent(kernel_re
                               race={"name": "fictional", "times": times, "noise": 0.01})
     assert doc["status"] == "stopped", doc.get("error")
     assert doc["race"]["timed"] == 1 and doc["race"]["total"] == 3 and len(doc["shapes"]) == 1
+    assert doc["race"].get("calls", doc["shapes"][0]["n"]) == doc["shapes"][0]["n"]  # partway or whole
     assert doc["geomean_us"] is None and all(t["ok"] for t in doc["tests"])
     # Against its own times the same kernel is never stopped.
     own = {s["key"]: s["mean_us"] for s in ok["shapes"]}
@@ -306,3 +360,23 @@ def test_judge_consults_the_race_after_each_shape_and_stops(kernel_repo, tmp_pat
     doc = judge.run({**spec, "race": None, "secret_seed": 8})
     assert doc["status"] == "ok" and len(doc["shapes"]) == 2 and calls == [(1, 2, False, "mean_us"),
                                                                           (2, 2, False, "mean_us")]
+
+    # Partway through the first shape, asked from its fourth call on (of at least 5): stopped
+    # there, with the calls so far as the shape's entry.
+    within = []
+    real_within = racing.decide_within
+
+    def within_as_if_on_a_gpu(incumbent, timed, whole, later, total, on_gpu, stat="mean_us"):
+        within.append((len(timed), whole["n"], later["n"], total, on_gpu))
+        return real_within(incumbent, timed, whole, later, total, True, stat)
+
+    monkeypatch.setattr(judge.racing, "decide_within", within_as_if_on_a_gpu)
+    monkeypatch.setattr(judge.racing, "due", lambda n: n >= 4)
+    calls.clear()
+    doc = judge.run({**spec, "secret_seed": 9, "timing": {**spec["timing"], "min_reps": 5, "target_rse": 0.0}})
+    assert doc["status"] == "stopped", doc.get("error")
+    assert within == [(0, 4, 2, 2, False)] and calls == []
+    assert doc["race"]["calls"] == 4 and doc["race"]["timed"] == 1
+    assert [(s["key"], s["n"]) for s in doc["shapes"]] == [(keys[0], 4)] and "raced" not in doc["shapes"][0]
+    assert "4 calls into shape 1 of 2" in doc["error"]
+    result_mod.validate(doc)
