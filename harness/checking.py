@@ -133,6 +133,18 @@ def sync(torch):
         torch.cuda.synchronize()
 
 
+def same_output(torch, a, b) -> bool:
+    """Whether two outputs (a tensor, or tuples, lists and dicts of them) are the same bit for bit
+    (same_values); any other leaf is never the same, so its output is checked in full."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and same_values(torch, a, b)
+    if isinstance(a, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(same_output(torch, x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same_output(torch, a[k], b[k]) for k in a)
+    return False
+
+
 def compare(task, reference, pristine, out) -> tuple[bool, str]:
     """Compare a candidate output with the reference computed on an untouched clone.
 

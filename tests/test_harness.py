@@ -939,6 +939,37 @@ def test_every_timed_loop_stops_partway_through_a_shape_on_a_racing_verdict(name
         assert "raced" not in full and full["n"] == len(asked) + 1 > racing.WITHIN_MIN_CALLS
 
 
+@pytest.mark.parametrize("wrong_from", [None, 2, 1])
+def test_the_device_figure_checks_its_first_output_and_any_later_one_that_differs(monkeypatch, wrong_from):
+    """The flushed device-figure calls after a shape's timing run on one input's values: the first
+    output is checked, a later one bit for bit the same is not checked again, and a later one that
+    differs is, so a kernel right on the first and wrong after it gets no device figure."""
+    from kgit_harness import protocols, upstream_timing
+
+    cal = timing.Calibration(ping_us=100.0, copy_fixed_us=50.0, copy_us_per_byte=0.0)
+    ctx = _GpuContext(None, None, cal, gpu_s=0.0002)
+    # Slot 0 takes the first check, the next max_calls the timed calls, the ones after the device figure's.
+    first_device_slot = 1 + protocols.get("gpumode-leaderboard-wall").max_calls
+
+    class Drifting(_ReportingSlots):
+        def _launch(self, slot):
+            super()._launch(slot)
+            if wrong_from is not None and slot >= first_device_slot + wrong_from - 1:
+                self.slots[slot][2].add_(1.0)
+
+    ctx.new_slots = lambda sample, count: Drifting(_add, sample, count, ctx.task.output, None, None, gpu_s=0.0002)
+    checks = []
+    real_check = upstream_timing._check
+    monkeypatch.setattr(upstream_timing, "_check", lambda *a: checks.append(1) or real_check(*a))
+    stats = upstream_timing.measure(protocols.get("gpumode-leaderboard-wall"), ctx, {"size": 64, "seed": 1}, True)
+    timed_checks = 1 + stats["n"]  # the first check, then every timed call
+    if wrong_from is None:
+        assert stats["device_us"] > 0 and len(checks) == timed_checks + 1, (stats, len(checks))
+    else:
+        assert stats["device_us"] is None
+        assert len(checks) == timed_checks + wrong_from  # up to the first wrong one
+
+
 def test_the_judge_narrows_an_output_only_to_a_dtype_its_values_hold():
     # The runner says which outputs it widened into the judge's buffer; a problem's own check
     # may pick its tolerance by dtype, so the word alone must not give it a narrower copy.
