@@ -188,20 +188,34 @@ class Runner:
     def close(self):
         # A runner that never said ready (the candidate was refused before it was needed)
         # may still be importing torch: killed at once rather than waited for.
-        if not self.timed_out and self.ready:
-            try:
-                channel.send(self.sock, {"op": "bye", "rid": None})
-                self.proc.wait(timeout=2)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        if self.proc.poll() is None:
+        if not self.timed_out and self.ready and self._said_bye():
+            # Its output is in the pipes and it ends now by itself; the end of a process with a
+            # device context (a tenth of a second and more on the H200) is not waited for.
+            if self.proc.poll() is None:
+                self.proc.kill()
+        elif self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
         self.sock.close()
         os.close(self._life_w)
 
+    def _said_bye(self) -> bool:
+        """Ask the runner to end; whether it answered within 2 s that its output is flushed and let go."""
+        deadline = time.monotonic() + BYE_WAIT_S
+        try:
+            channel.send(self.sock, {"op": "bye", "rid": None})
+            while True:  # what it sent before (a late violation, a check) no longer matters
+                message, _ = channel.recv(self.sock, deadline)
+                if message.get("op") == "bye":
+                    PHASES.mark("runner said bye")
+                    return True
+        except (OSError, channel.ChannelError):
+            return False
+
 
 _SIGNALS = {s.value for s in signal.Signals}
+# How long a runner told to end has to say it did (Runner.close).
+BYE_WAIT_S = 2.0
 
 
 class Slots:

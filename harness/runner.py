@@ -196,6 +196,7 @@ class Session:
         self.split: kernelsplit.Session | None = None
         self.rid = None  # the request being served: every message about it carries its id
         self.after: Callable[..., Any] | None = None  # checks to run once the reply is sent (see serve)
+        self.bye = False  # the judge ended the session (rather than the channel closing)
         self._own = torch.zeros(1, dtype=torch.int32, device="cuda") if on_gpu else None
 
     def serve(self) -> int:
@@ -206,6 +207,7 @@ class Session:
                 return 0
             op = message["op"]
             if op == "bye":
+                self.bye = True
                 return 0
             self.rid, self.after = message.get("rid"), None
             try:
@@ -540,9 +542,26 @@ def main(argv=None) -> int:
     marks["runner jit warmed"] = time.monotonic()
     marks["runner ready"] = time.monotonic()
     channel.send(sock, {"op": "ready", "confine": report, "on_gpu": on_gpu, "marks": marks, "rid": rid})
-    code = Session(sock, setup, torch, on_gpu).serve()
+    session = Session(sock, setup, torch, on_gpu)
+    code = session.serve()
     # Interpreter shutdown with torch and triton loaded takes up to seconds, and nothing
     # here needs it: the judge has every answer already.
     sys.stdout.flush()
     sys.stderr.flush()
+    if session.bye:
+        # The judge goes on once told, not once this process is gone (a device context takes a
+        # tenth of a second and more to end), and kgit stops reading once the judge's result is
+        # in: the output pipes are let go first, so nothing printed is cut off.
+        _let_go_of_output()
+        try:
+            channel.send(sock, {"op": "bye", "rid": None})
+        except OSError:
+            pass
     os._exit(code)
+
+
+def _let_go_of_output() -> None:
+    null = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        os.dup2(null, fd)
+    os.close(null)

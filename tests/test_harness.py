@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import signal
+import sys
 import time
 import types
 
@@ -1048,3 +1050,38 @@ def test_a_shape_whose_figures_disagree_is_timed_once_more_on_new_seeds_and_reje
     with pytest.raises(judge.Verdict):
         time_shapes(False)
     assert seen == [7]
+
+
+FAKE_RUNNER = """
+import socket, sys, time
+from kgit_harness import channel
+fd = int(sys.argv[sys.argv.index("--channel-fd") + 1])
+sock = socket.socket(fileno=fd)
+message, _ = channel.recv(sock)
+assert message["op"] == "bye"
+if {acks}:
+    channel.send(sock, {{"op": "bye", "rid": None}})
+time.sleep(60)  # as slow to end as it likes
+"""
+
+
+@pytest.mark.parametrize("acks", [True, False])
+def test_the_judge_goes_on_once_its_runner_says_bye_and_kills_one_that_does_not(tmp_path, monkeypatch, acks):
+    """A runner told to end flushes and lets go of its output, then says so; the judge goes on
+    without waiting for its process to end (a device context's teardown). One that does not
+    answer within BYE_WAIT_S is killed and waited for."""
+    from kgit_harness import judge
+    from kgit_harness.spec import StartSpec
+
+    script = tmp_path / "fake_runner.py"
+    script.write_text(FAKE_RUNNER.format(acks=acks))
+    monkeypatch.setattr(judge, "BYE_WAIT_S", 1.0)
+    runner = judge.Runner(StartSpec(problem_dir=str(tmp_path), candidate_dir=str(tmp_path), kernel_split=False,
+                                    runner_prefix=(sys.executable, str(script))))
+    runner.ready = True
+    runner.close()
+    if acks:
+        assert runner.proc.returncode is None  # killed, not reaped: the judge did not wait
+        assert runner.proc.wait(timeout=30) == -signal.SIGKILL
+    else:
+        assert runner.proc.returncode == -signal.SIGKILL

@@ -353,6 +353,8 @@ def test_judge_consults_the_race_after_each_shape_and_stops(kernel_repo, tmp_pat
     assert [s["key"] for s in doc["shapes"]] == keys[:1]
     assert doc["race"]["incumbent"] == "fictional" and doc["geomean_us"] is None
     assert doc["tests"] and all(t["ok"] for t in doc["tests"])
+    # The runner said it was done (its output let go): the judge did not wait for it to end.
+    assert "runner said bye" in doc["phases"]["judge"]
     result_mod.validate(doc)
 
     # Without an incumbent the same kernel is timed in full and ranked.
