@@ -190,7 +190,7 @@ class Runner:
         # may still be importing torch: killed at once rather than waited for.
         if not self.timed_out and self.ready and self._said_bye():
             # Its output is in the pipes and it ends now by itself; the end of a process with a
-            # device context (a tenth of a second and more on the H200) is not waited for.
+            # device context takes its time, and is not waited for.
             if self.proc.poll() is None:
                 self.proc.kill()
         elif self.proc.poll() is None:

@@ -549,9 +549,9 @@ def main(argv=None) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     if session.bye:
-        # The judge goes on once told, not once this process is gone (a device context takes a
-        # tenth of a second and more to end), and kgit stops reading once the judge's result is
-        # in: the output pipes are let go first, so nothing printed is cut off.
+        # The judge goes on once told, not once this process is gone (the end of a process with
+        # a device context takes its time), and kgit reads the output pipes until the judge's
+        # end: let go of first, they no longer wait for this one's.
         _let_go_of_output()
         try:
             channel.send(sock, {"op": "bye", "rid": None})
