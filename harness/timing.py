@@ -19,7 +19,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from kgit_harness import checking, shared
+from kgit_harness import checking, racing, shared
 from kgit_harness.phases import PHASES
 from kgit_harness.spec import TimingSettings
 
@@ -355,7 +355,7 @@ def measure(task, reference, shape, secret, settings: TimingSettings, on_gpu, to
         with PHASES.span("timing: flushed event calls"):
             stats = _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
                              warmup, min_reps, target_rse, max_time, secret ^ (base_seed << 1),
-                             race or _no_race)
+                             race or racing.never)
         if not on_gpu or "error" in stats or "raced" in stats:
             return stats
         # The back-to-back batch gets its own arena, sized once the events say how long a
@@ -390,10 +390,6 @@ def batch_bound(task, reference, shape, seed, first, out, new_slots, retire, cal
                                 target_rse, stats)
     finally:
         retire(batch_slots)
-
-
-def _no_race(times: list[float]) -> None:
-    return None
 
 
 def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,

@@ -28,7 +28,7 @@ import random
 import statistics
 import time
 
-from kgit_harness import checking, timing
+from kgit_harness import checking, racing, timing
 from kgit_harness.phases import PHASES
 
 # The largest arena of fresh inputs one shape may take: on a GPU at most this and a quarter
@@ -51,11 +51,7 @@ def measure(protocol, ctx, shape: dict, first_shape: bool, race=None) -> dict:
     slot_bytes, free_bytes, calibration, retire. `race`, asked with the shape's times after
     each call (each sample of a batch), may end the shape with a racing verdict (`_raced`)."""
     loop = {"fresh": _fresh, "batch": _batch, "fixed": _fixed}[protocol.inputs]
-    return loop(protocol, ctx, shape, first_shape, race or _no_race)
-
-
-def _no_race(times: list[float]) -> None:
-    return None
+    return loop(protocol, ctx, shape, first_shape, race or racing.never)
 
 
 # -- shared pieces --------------------------------------------------------------------------
