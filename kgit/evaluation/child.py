@@ -412,7 +412,7 @@ STAGES = {
     "at gate": "start", "gate opened": "start", "device ready": "start",
     "candidate arrived": "start", "reference ready": "start", "runner ready": "compile",
     "candidate imported": "checks", "checked": "timing", "benchmarks timed": "finish", "kernels split": "finish",
-    "gpu shapes captured": "finish", "timed": "finish", "result": "finish",
+    "gpu shapes captured": "finish", "timed": "finish", "runner said bye": "finish", "result": "finish",
 }
 
 
