@@ -436,7 +436,7 @@ def _measure(task, reference, slots, shape, seed, first, on_gpu, calibration,
             break
         if raced := race(times):
             # Stopped: its tests passed and it ranks nothing, so the sample is left unchecked.
-            return {**_stats(times), "clock": "events" if on_gpu else "judge", "rechecked": 0, "raced": raced}
+            return raced_entry(times, "events" if on_gpu else "judge", 0, raced)
     checked = kept.items
     if all(k[0] != last[0] for k in checked):
         checked.append(last)  # a kernel that decays over time is caught by its last call
@@ -752,6 +752,13 @@ def _rse(times) -> float:
         return math.inf
     mean = statistics.fmean(times)
     return statistics.stdev(times) / math.sqrt(len(times)) / mean if mean > 0 else math.inf
+
+
+def raced_entry(times, clock: str, rechecked: int, race: dict) -> dict:
+    """The entry of a shape that racing stopped partway (racing.decide_within): the calls timed so
+    far, and the verdict under `raced` for the judge. No bound, device figure or note: a stopped
+    attempt ranks nothing."""
+    return {**_stats(times), "clock": clock, "rechecked": rechecked, "raced": race}
 
 
 def stats(times) -> dict:

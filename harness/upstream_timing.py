@@ -175,11 +175,7 @@ def _finish(protocol, ctx, times, judge_times, host, call_us, out, empties) -> d
 
 
 def _raced(protocol, ctx, times, race: dict, rechecked: int) -> dict:
-    """The entry of a shape that racing stopped partway (racing.decide_within): the calls timed
-    so far, and the verdict under `raced` for the judge. No bound, device figure or note: a
-    stopped attempt ranks nothing."""
-    return {**timing.stats(times), "clock": protocol.clock if ctx.on_gpu else "judge", "rechecked": rechecked,
-            "raced": race}
+    return timing.raced_entry(times, protocol.clock if ctx.on_gpu else "judge", rechecked, race)
 
 
 def _events_bound(protocol, ctx, shape, seed, first, out, stats) -> str | None:
