@@ -280,7 +280,8 @@ class Slots:
     def call(self, slot: int, *, clock: str | None = None, flush: bool = True, empty: bool = False,
              hold: list[int] | None = None) -> dict:
         """One call of the slot: untimed, or timed by the runner's `clock` (events or wall).
-        `hold` (an empty request's): segment sizes for the runner's allocator (timing.free_segments)."""
+        `hold`: segment sizes for the runner's allocator to hold free (timing.free_segments), at
+        once for an empty request, after its reply for a call."""
         request = {"op": "call", "id": self.id, "slot": slot, "clock": clock, "flush": flush, "empty": empty}
         if hold:
             request["hold"] = hold
@@ -369,8 +370,9 @@ def slot_bytes(torch, task, sample, like) -> int:
 class TimingContext:
     """What a protocol's timed loop needs of the judge (harness/upstream_timing.py)."""
 
-    def __init__(self, spec: Spec, task, reference, runner, on_gpu, torch, calibration):
+    def __init__(self, spec: Spec, task, reference, runner, on_gpu, torch, calibration, shapes: int):
         self.task, self.reference, self.on_gpu, self.torch, self.calibration = task, reference, on_gpu, torch, calibration
+        self.shapes = shapes  # benchmark shapes the ranking figure is the geomean of (Protocol.precision)
         self.runner = runner
         self.secret = spec.secret_seed
         self.settings = spec.timing
@@ -767,7 +769,7 @@ def _evaluate(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibrati
     benchmarks = task.shapes("benchmarks", on_gpu)
     protocol = _protocol(spec, task)
     stat = doc["ranking"] + "_us"
-    ctx = TimingContext(spec, task, reference, runner, on_gpu, torch, calibration)
+    ctx = TimingContext(spec, task, reference, runner, on_gpu, torch, calibration, len(benchmarks))
     try:
         outcome = _time_shapes(spec, task, reference, runner, on_gpu, torch, doc, calibration, protocol, ctx,
                                tests, shapes, benchmarks, stat)

@@ -16,9 +16,12 @@ See docs/harness.md, "Timing protocols".
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 DEFAULT = "kgit-adaptive"
+# The loosest precision one shape of a many-shaped problem is taken to (Protocol.precision).
+SHAPE_RSE_MAX = 0.02
 
 
 @dataclass(frozen=True)
@@ -56,19 +59,26 @@ class Protocol:
         """Whether no timed call may see a tensor object or address it has been handed before."""
         return self.inputs == "fresh"
 
-    def precision(self, target_rse: float, min_reps: int) -> tuple[float | None, int]:
+    def precision(self, target_rse: float, min_reps: int, shapes: int = 1) -> tuple[float | None, int]:
         """(the relative standard error at which a shape's timing stops, the fewest calls before
-        that may stop it), given kgit's own target (.kgit.yaml `timing.target_rse`, `min_reps`).
+        that may stop it), given kgit's own target (.kgit.yaml `timing.target_rse`, `min_reps`)
+        and the problem's number of benchmark shapes.
 
         A protocol's calls, clock, checks and statistic are its evaluator's; how many calls it
         takes only sets how precise the mean is, not what it estimates. Where the protocol
         wants more precision than kgit's figures need (GPU MODE's 0.1%: on the H200 the fp8
         shapes then ran their 100 calls, each re-checked, for an evaluation of 11 s), kgit's
-        target stops it, after at least `min_reps` calls, since a standard error estimated
-        from 3 calls says little. A target at or below the protocol's gives its own rule."""
+        need stops it, after at least `min_reps` calls, since a standard error estimated from
+        3 calls says little. That need is the ranking figure's: the geometric mean over the
+        problem's `shapes`, whose relative standard error is a shape's over sqrt(shapes). Each
+        shape stops where the geomean is within half of `target_rse` (two evaluations of one
+        kernel then agree to about 0.4 of it): at target_rse x sqrt(shapes) / 2, never tighter
+        than `target_rse` and never looser than SHAPE_RSE_MAX (18 fp8 shapes: 1.06%). A target
+        at or below the protocol's gives its own rule."""
         if self.target_rse is None or target_rse <= self.target_rse:
             return self.target_rse, self.min_calls
-        return target_rse, max(self.min_calls, min_reps)
+        per_shape = min(max(target_rse, target_rse * math.sqrt(max(shapes, 1)) / 2), SHAPE_RSE_MAX)
+        return per_shape, max(self.min_calls, min_reps)
 
 
 PROTOCOLS = {p.name: p for p in (

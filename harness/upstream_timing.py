@@ -36,8 +36,9 @@ from kgit_harness.phases import PHASES
 FRESH_BYTES = {True: 16 << 30, False: 1 << 30}
 # Flushed, event-timed calls after a GPU shape's timing, for its device time (`device_us`).
 DEVICE_CALLS = 5
-# Fresh calls after which the judge samples its allocator's free segments again (_hold).
-HOLD_SAMPLES = 3
+# Fresh calls after which the judge samples its allocator's free segments again (_hold), each
+# given to the runner with the empty request that follows it (timing.empty_due).
+HOLD_SAMPLES = timing.EMPTY_FIRST
 
 
 class NoRoom(Exception):
@@ -112,7 +113,7 @@ def _stop(protocol, ctx, times: list, spent: float) -> bool:
         return False
     if statistics.fmean(times) * n * 1e-6 > protocol.max_time_s or spent > protocol.max_total_s:
         return True
-    target, least = protocol.precision(ctx.settings.target_rse, ctx.settings.min_reps)
+    target, least = protocol.precision(ctx.settings.target_rse, ctx.settings.min_reps, ctx.shapes)
     return target is not None and n >= least and timing.rse(times) < target
 
 
@@ -236,7 +237,9 @@ def _fresh(protocol, ctx, shape, first_shape, race) -> dict:
             _warm(protocol, ctx, slots, 0, first, first_shape)
             round_trip = timing.round_trips(slots, ctx.calibration)
         # The runner's allocator holds free what the judge's does (timing.free_segments): given
-        # with the empty request after each call, and once before the first.
+        # with an empty request before the first call and after each of the first HOLD_SAMPLES
+        # (while the judge's pattern settles), and with every timed call, whose runner takes
+        # the blocks once its reply is sent (outside both clocks) for the call after it.
         hold = _hold(ctx)
         timing.empty_us(slots, 0, hold=hold)
         times: list[float] = []
@@ -250,7 +253,7 @@ def _fresh(protocol, ctx, shape, first_shape, race) -> dict:
                 private = checking.make_input(ctx.reference, shape, seed(1 + i))
             with PHASES.span("timing: calls"):
                 timed = timing.timed_call(slots, 1 + i, private, ctx.calibration, clock=protocol.clock,
-                                          flush=protocol.flush)
+                                          flush=protocol.flush, hold=hold)
             if timed.reply["output"]:
                 return {"error": f"timed call {i}: {timed.reply['output']}", **timing.stats(times or [0.0])}
             with PHASES.span("timing: re-checks"):
@@ -263,10 +266,11 @@ def _fresh(protocol, ctx, shape, first_shape, race) -> dict:
             host.append(timed.reply["host_us"])
             call_us.append(timed.call_us)
             del private
-            if i < HOLD_SAMPLES:  # the judge's own pattern settles after a call or two
-                hold = _hold(ctx)
-            with PHASES.span("timing: empty requests"):
-                empties.append(timing.empty_us(slots, 0, hold=hold))
+            if timing.empty_due(i):
+                if i < HOLD_SAMPLES:  # the judge's own pattern settles after a call or two
+                    hold = _hold(ctx)
+                with PHASES.span("timing: empty requests"):
+                    empties.append(timing.empty_us(slots, 0, hold=hold))
             if _stop(protocol, ctx, times, time.perf_counter() - started):
                 break
             if raced := race(times):
@@ -377,7 +381,8 @@ def _fixed(protocol, ctx, shape, first_shape, race) -> dict:
             judge_times.append(judge_us)
             host.append(timed.reply["host_us"])
             call_us.append(timed.call_us)
-            empties.append(timing.empty_us(slots, 0))
+            if timing.empty_due(len(times) - 1):
+                empties.append(timing.empty_us(slots, 0))
             last = (len(times) - 1, timed.out)
             kept.offer(lambda: last)
             if _stop(protocol, ctx, times, time.perf_counter() - started):

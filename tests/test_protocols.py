@@ -215,7 +215,7 @@ def test_an_arena_is_closed_only_once_the_next_one_exists(monkeypatch):
     # The closed arenas' memory goes back to the device (empty_cache), so that the judge's free
     # segments, which the runner's allocator is given to hold, are its per-call work's alone.
     torch = SimpleNamespace(cuda=SimpleNamespace(empty_cache=lambda: events.append(("empty_cache",))))
-    ctx = judge.TimingContext(spec, None, None, None, True, torch, None)
+    ctx = judge.TimingContext(spec, None, None, None, True, torch, None, 1)
     shape_a = ctx.new_slots(object(), 4)
     batch_a = ctx.new_slots(object(), 8)
     ctx.retire(batch_a)
@@ -227,14 +227,15 @@ def test_an_arena_is_closed_only_once_the_next_one_exists(monkeypatch):
                       ("close", 2), ("empty_cache",)]
 
 
-def _stops_after(protocol_name: str, target_rse: float, min_reps: int, spread: float) -> int:
-    """Calls the judge's stopping rule takes, on a GPU, for calls alternating 100 +- spread us."""
+def _stops_after(protocol_name: str, target_rse: float, min_reps: int, spread: float, shapes: int = 1) -> int:
+    """Calls the judge's stopping rule takes, on a GPU, for calls alternating 100 +- spread us, in a
+    problem of `shapes` benchmark shapes."""
     from types import SimpleNamespace
 
     from kgit_harness.spec import TimingSettings
 
     ctx = SimpleNamespace(on_gpu=True, settings=TimingSettings(warmup=0, min_reps=min_reps, target_rse=target_rse,
-                                                               max_time_s=1.0))
+                                                               max_time_s=1.0), shapes=shapes)
     protocol = protocols.get(protocol_name)
     times: list[float] = []
     while True:
@@ -263,3 +264,17 @@ def test_protocol_precision_is_the_looser_target_and_a_fixed_count_is_kept():
     assert wall.precision(0.0005, 10) == (0.001, wall.min_calls)
     kernelbench = protocols.get("kernelbench-events")
     assert kernelbench.precision(0.005, 10) == (None, 100)
+    assert kernelbench.precision(0.005, 10, 18) == (None, 100)
+
+
+def test_a_many_shaped_problem_takes_each_shape_to_the_precision_its_geomean_needs():
+    wall = protocols.get("gpumode-leaderboard-wall")
+    # The geomean over 18 shapes at 1.06% each has a standard error of 0.25%: half of kgit's 0.5%.
+    target, least = wall.precision(0.005, 10, 18)
+    assert target == pytest.approx(0.005 * 18 ** 0.5 / 2) and least == 10
+    assert wall.precision(0.005, 10, 4) == (0.005, 10)  # up to 4 shapes: a shape's own target
+    assert wall.precision(0.005, 10, 1000) == (protocols.SHAPE_RSE_MAX, 10)
+    assert wall.precision(0.001, 10, 18) == (0.001, wall.min_calls)  # GPU MODE's own rule, asked for
+    # Calls 5% from their mean: 100 calls (the cap) for 0.5% on one shape, 24 for 1.06% on 18.
+    assert _stops_after("gpumode-leaderboard-wall", 0.005, 10, 5.0) == 100
+    assert _stops_after("gpumode-leaderboard-wall", 0.005, 10, 5.0, shapes=18) == 24
