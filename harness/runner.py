@@ -32,7 +32,7 @@ from kgit_harness.guards import Guards
 # Wall seconds all of a dry run's candidate calls may take (op_targets_dry): host code that
 # is heavy at the GPU shapes' sizes costs that much at most, never the evaluation.
 DRY_BUDGET_S = 60.0
-# The most an empty request may ask the runner's allocator to hold free (Session._hold).
+# The most a request may ask the runner's allocator to hold free (Session._hold).
 HOLD_MAX_BYTES = 16 << 30
 
 
@@ -294,14 +294,21 @@ class Session:
         slots = self.shapes[message["id"]][0]
         data, out_buffer = slots[int(message["slot"])]
         cand = self.candidate
-        self.after = cand.verify
+        sizes = self._hold_sizes(message.get("hold"))
         if message.get("empty"):
             # The judge's measure of its own round trip: everything but the kernel. No call ran,
             # so the ATen trap (~0.1 ms) is seen again after the next one, which is.
             self.after = lambda: cand.verify(trap=False)
-            self._hold(message.get("hold"))
+            self._hold(sizes)
             self._sync(own=True)
             return {"op": "done", "us": 0.0, "host_us": 0.0, "output": None}
+
+        def after():
+            cand.verify()
+            # After the reply, outside both clocks: the allocator's state for the next call.
+            self._hold(sizes)
+
+        self.after = after
         clock = message.get("clock")
         if clock in ("events", "wall"):
             out, us, host_us = cand.clock.time_call(lambda: cand.kernel(data), cand.guarded(), clock=clock,
@@ -452,15 +459,22 @@ class Session:
         return {"op": "done", "targets": self.facts}
     # [end build targets]
 
-    def _hold(self, sizes) -> None:
+    @staticmethod
+    def _hold_sizes(sizes) -> list[int]:
+        """A request's `hold`, checked: a list of block sizes within HOLD_MAX_BYTES in all."""
+        if sizes is None:
+            return []
+        if not isinstance(sizes, list) or not all(type(n) is int and 0 < n <= HOLD_MAX_BYTES for n in sizes) \
+                or sum(sizes) > HOLD_MAX_BYTES:
+            raise channel.ChannelError(f"'call' message: 'hold' must be a list of sizes within {HOLD_MAX_BYTES} bytes")
+        return sizes
+
+    def _hold(self, sizes: list[int]) -> None:
         """Take blocks of `sizes` bytes from the caching allocator and give them back: it then holds
         them free, as the allocator of an evaluator that makes its inputs in the timing process
         does when a call starts (timing.free_segments). Where memory is short, fewer."""
         if not self.on_gpu or not sizes:
             return
-        if not isinstance(sizes, list) or not all(isinstance(n, int) and 0 < n <= HOLD_MAX_BYTES for n in sizes) \
-                or sum(sizes) > HOLD_MAX_BYTES:
-            raise channel.ChannelError(f"'call' message: 'hold' must be a list of sizes within {HOLD_MAX_BYTES} bytes")
         held = []
         try:
             for size in sizes:

@@ -851,6 +851,7 @@ class _GpuContext:
         self.reference = _load_reference("vector_add")
         self.secret, self.on_gpu, self.torch, self.calibration = 5, True, torch, calibration
         self.settings = TimingSettings(warmup=0, min_reps=3, target_rse=0.05, max_time_s=0.0)
+        self.shapes = len(self.task.benchmarks)
         self.us, self.host_us, self.gpu_s = us, host_us, gpu_s
 
     def slot_bytes(self, sample):
@@ -1085,3 +1086,47 @@ def test_the_judge_goes_on_once_its_runner_says_bye_and_kills_one_that_does_not(
         assert runner.proc.wait(timeout=30) == -signal.SIGKILL
     else:
         assert runner.proc.returncode == -signal.SIGKILL
+
+
+def test_a_fresh_shape_makes_an_empty_request_after_a_few_calls_and_gives_the_hold_with_every_call(monkeypatch):
+    """The floor verdict needs the fastest of a few empty requests, not one a call (each cost
+    0.75 ms on the H200); the runner's allocator still gets the judge's free segments for every
+    call, with the call's request, to take once its reply is sent."""
+    from kgit_harness import protocols, upstream_timing
+
+    segments = [1 << 20, 3 << 20]
+    monkeypatch.setattr(timing, "free_segments", lambda torch, budget: list(segments))
+    requests = []
+
+    class Spy(_ReportingSlots):
+        def call(self, slot, *, clock=None, flush=True, empty=False, hold=None):
+            requests.append((clock, empty, hold))
+            return super().call(slot, clock=clock, flush=flush, empty=empty, hold=hold)
+
+    class Context(_GpuContext):
+        def new_slots(self, sample, count):
+            return Spy(_add, sample, count, self.task.output, self.us, self.host_us, gpu_s=self.gpu_s)
+
+    cal = timing.Calibration(ping_us=100.0, copy_fixed_us=50.0, copy_us_per_byte=0.0)
+    rng = random.Random(0)
+    ctx = Context(lambda: 100.0 + 40.0 * rng.random(), None, cal, gpu_s=0.0002)
+    ctx.settings = TimingSettings(warmup=0, min_reps=3, target_rse=0.001, max_time_s=0.0)  # to the 100-call cap
+    stats = upstream_timing.measure(protocols.get("gpumode-leaderboard-wall"), ctx, {"size": 64, "seed": 1}, True)
+    assert "error" not in stats and stats["n"] == 100, stats
+    first = next(i for i, r in enumerate(requests) if r[0] == "wall")
+    timed = [i for i, r in enumerate(requests) if r[0] == "wall"]
+    assert len(timed) == 100 and all(requests[i][2] == segments for i in timed)
+    followed = [requests[i + 1][1] for i in timed]
+    assert followed == [timing.empty_due(i) for i in range(100)]
+    assert sum(followed) == 15  # after calls 0, 1, 2, then 7, 15, ..., 95
+    # Before the first call, an empty request gives the allocator its blocks.
+    assert any(r[1] and r[2] == segments for r in requests[:first])
+
+
+def test_the_runner_refuses_a_hold_that_is_not_a_list_of_sizes_within_its_limit():
+    from kgit_harness import runner
+
+    assert runner.Session._hold_sizes(None) == [] and runner.Session._hold_sizes([1, 2]) == [1, 2]
+    for bad in ("64", [0], [-1], [1.5], [True], [runner.HOLD_MAX_BYTES + 1], [runner.HOLD_MAX_BYTES, 1]):
+        with pytest.raises(channel.ChannelError, match="'hold' must be a list of sizes"):
+            runner.Session._hold_sizes(bad)
