@@ -623,9 +623,17 @@ def _targets_build(runner, names):
 
 def _targets_finish(runner, doc):
     """The runner's build facts into doc["targets"] (a cached entry stays), stored for reuse
-    when the checks ran to their end (harness/factcache.py)."""
-    facts = _targets_collect(runner)
+    when the checks ran to their end (harness/factcache.py).
+
+    An attempt racing stopped does not wait for its compiles: they ran beside a timed loop
+    that ended early (on the H200 the fp8 kernel's two targets took seconds longer than the
+    stopped attempt's timing), for facts about a kernel nobody will build on. Those not in
+    yet are labelled (targets.CUT_SHORT), and the incomplete entry is not cached."""
+    wait = doc.get("status") != "stopped"
+    facts = _targets_collect(runner, wait)
     if facts is not None:
+        if not wait:
+            runner.targets_cache = None
         _keep_facts(runner, doc, facts)
 
 
@@ -642,12 +650,13 @@ def _keep_facts(runner, doc, facts):
         cache.write(facts)
 
 
-def _targets_collect(runner) -> dict | None:
-    """The runner's build facts (candidate-reported), or None when none were started or it is gone."""
+def _targets_collect(runner, wait: bool = True) -> dict | None:
+    """The runner's build facts (candidate-reported), or None when none were started or it is gone.
+    `wait` False: only the compiles already done (targets.Build.finish)."""
     if not getattr(runner, "targets_started", False):
         return None
     try:
-        facts = runner.ask({"op": "targets_collect"}).get("targets")
+        facts = runner.ask({"op": "targets_collect", "wait": wait}).get("targets")
     except (Verdict, channel.ChannelError):
         return None
     return facts

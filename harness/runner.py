@@ -415,7 +415,10 @@ class Session:
         return {"op": "done"}
 
     def op_targets_collect(self, message, fds) -> dict:
-        self.facts = self.build.finish() if getattr(self, "build", None) else None
+        wait = message.get("wait", True)
+        if not isinstance(wait, bool):
+            raise channel.ChannelError("'targets_collect' message: 'wait' must be true or false")
+        self.facts = self.build.finish(wait) if getattr(self, "build", None) else None
         return {"op": "done", "targets": self.facts}
 
     def op_targets_dry(self, message, fds) -> dict:

@@ -75,6 +75,9 @@ MAX_VARIANTS = 4
 # A target whose compiles take longer gives no facts, so that one absurd kernel costs
 # a bounded share of the evaluation's time limit.
 COMPILE_TIMEOUT_S = 120
+# Why a target has no facts when the judge would not wait for its compile (Build.finish(wait=False)).
+CUT_SHORT = ("the evaluation ended before this target's compile did (racing stopped the attempt); "
+             "`kgit remeasure` builds it")
 
 
 def check_names(names) -> list[str]:
@@ -629,8 +632,9 @@ def _fork(work) -> tuple[int, int]:
     return pid, read_fd
 
 
-def _collect(children: dict, timeout_s: float) -> dict:
-    """The answers of forked children {name: (pid, fd)}; one that dies or overruns answers {"crash": why}."""
+def _collect(children: dict, timeout_s: float, late: str | None = None) -> dict:
+    """The answers of forked children {name: (pid, fd)}; one that dies or overruns answers {"crash": why}
+    (`late`, where given, for one still running at the deadline)."""
     import selectors
 
     sel = selectors.DefaultSelector()
@@ -639,8 +643,8 @@ def _collect(children: dict, timeout_s: float) -> dict:
         sel.register(fd, selectors.EVENT_READ, name)
     deadline = time.monotonic() + timeout_s
     while sel.get_map():
-        left = deadline - time.monotonic()
-        events = sel.select(left) if left > 0 else []
+        # Past the deadline (or given none) one last poll still reads what finished children wrote.
+        events = sel.select(max(deadline - time.monotonic(), 0.0))
         if not events:
             break
         for key, _ in events:
@@ -657,7 +661,7 @@ def _collect(children: dict, timeout_s: float) -> dict:
         _, status = os.waitpid(pid, 0)
         os.close(fd)
         if name in overran:
-            answers[name] = {"crash": f"the compile did not finish within {timeout_s:.0f} s"}
+            answers[name] = {"crash": late or f"the compile did not finish within {timeout_s:.0f} s"}
         elif not chunks[name]:
             why = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
             answers[name] = {"crash": f"the compiler died ({why})"}
@@ -698,7 +702,8 @@ class Build:
     children: dict = field(default_factory=dict)
     refused: dict = field(default_factory=dict)  # target -> why its child could not start
 
-    def finish(self) -> dict:
+    def finish(self, wait: bool = True) -> dict:
+        """`wait` False: only the answers already in; a compile still running is ended (CUT_SHORT)."""
         import triton
 
         launches = self.launches
@@ -713,8 +718,8 @@ class Build:
             doc["results"] = {n: {"builds": None, "error": why, "kernels": [], "failures": [], "not_compiled": 0}
                               for n in self.names}
             return doc
-        left = max(1.0, self.timeout_s - (waited - self.started))
-        answers = _collect(self.children, left)
+        left = max(1.0, self.timeout_s - (waited - self.started)) if wait else 0.0
+        answers = _collect(self.children, left, late=None if wait else CUT_SHORT)
         answers.update({n: {"crash": why} for n, why in self.refused.items()})
         for n in self.names:
             answer = answers[n]

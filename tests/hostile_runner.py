@@ -26,8 +26,8 @@ def main() -> int:
     if mode == "forge-targets":
         finish = targets.Build.finish
 
-        def forged(self):
-            doc = finish(self)
+        def forged(self, wait=True):
+            doc = finish(self, wait)
             doc["results"]["sm_90a\n\nKgit-Status: ok\nKgit-Geomean-us: 0.04"] = {"builds": True, "kernels": []}
             doc["results"]["gfx942"] = {"builds": True, "error": "x" * 100_000,
                                         "kernels": [{"kernel": "_kernel_the_source_lacks", "vgpr": 8}]}

@@ -342,6 +342,9 @@ def test_judge_consults_the_race_after_each_shape_and_stops(kernel_repo, tmp_pat
         return real(incumbent, timed, total, True, stat)
 
     monkeypatch.setattr(judge.racing, "decide", as_if_on_a_gpu)
+    waits = []  # whether the judge waited for the target builds: not for a stopped attempt
+    collect = judge._targets_collect
+    monkeypatch.setattr(judge, "_targets_collect", lambda runner, wait=True: waits.append(wait) or collect(runner, wait))
     keys = ["size=4096", "size=65536"]  # vector_add's CPU benchmark shapes
     spec = {"problem_dir": str(problem_dir), "candidate_dir": str(candidate_dir), "timing": asdict(config.timing),
             "secret_seed": 7, "timeout_s": 300, "kernel_split": True, "sandbox": {}, "runner_prefix": [],
@@ -355,6 +358,7 @@ def test_judge_consults_the_race_after_each_shape_and_stops(kernel_repo, tmp_pat
     assert doc["tests"] and all(t["ok"] for t in doc["tests"])
     # The runner said it was done (its output let go): the judge did not wait for it to end.
     assert "runner said bye" in doc["phases"]["judge"]
+    assert waits == [False] and set(doc["targets"]["results"]) == {"gfx942", "sm_90a"}
     result_mod.validate(doc)
 
     # Without an incumbent the same kernel is timed in full and ranked.
@@ -362,6 +366,7 @@ def test_judge_consults_the_race_after_each_shape_and_stops(kernel_repo, tmp_pat
     doc = judge.run({**spec, "race": None, "secret_seed": 8})
     assert doc["status"] == "ok" and len(doc["shapes"]) == 2 and calls == [(1, 2, False, "mean_us"),
                                                                           (2, 2, False, "mean_us")]
+    assert waits == [False, True]
 
     # Partway through the first shape, asked from its fourth call on (of at least 5): stopped
     # there, with the calls so far as the shape's entry.

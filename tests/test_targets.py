@@ -210,6 +210,21 @@ def test_a_compile_that_overruns_is_killed():
     assert answers["slow"] == {"crash": "the compile did not finish within 0 s"}
 
 
+def test_facts_collected_without_waiting_keep_the_compiles_done_and_label_the_others():
+    """A stopped attempt's judge does not wait for its cross-compiles (judge._targets_finish)."""
+    import time
+
+    done = {"builds": True, "kernels": [], "failures": [], "not_compiled": 0}
+    build = targets.Build(targets.Launches(variants=[object()], total=1), ["gfx942", "sm_90a"], 120.0,
+                          time.perf_counter(), children={"gfx942": targets._fork(lambda: done),
+                                                         "sm_90a": targets._fork(lambda: time.sleep(60))})
+    time.sleep(1.0)  # the first child's answer is in its pipe
+    doc = build.finish(wait=False)
+    assert doc["results"]["gfx942"] == done
+    assert doc["results"]["sm_90a"]["builds"] is None
+    assert doc["results"]["sm_90a"]["error"] == "not built: " + targets.CUT_SHORT
+
+
 def test_target_names_are_checked_in_task_and_config(tmp_path):
     folder = tmp_path / "p"
     folder.mkdir()
