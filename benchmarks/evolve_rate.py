@@ -33,6 +33,10 @@ from kgit import evolve, workflow
 from kgit.evaluation import child
 from kgit_harness import racing
 
+# Stages of an evaluation by the judge's marks (as eval_breakdown.py names them), in seconds.
+STAGES = {"checks (calls incl. JIT)": ("candidate imported", "checked"), "timed loop": ("checked", "timed")}
+STAGE_NAMES = ["waited for start-up", *STAGES, "waited for target builds"]
+
 
 class StartupWaits:
     """Sums, over every evaluation of the run, how long it waited for its pair's start-up (the
@@ -41,7 +45,8 @@ class StartupWaits:
     def __init__(self):
         self.waits: list[float] = []
         self.evaluating_s = 0.0  # kgit's clock around every evaluation, start-up waits included
-        self.evaluations: list[tuple[str, float, str]] = []  # (status, seconds, how far a race got)
+        # (status, seconds, how far a race got, {stage: seconds} from the judge's marks)
+        self.evaluations: list[tuple[str, float, str, dict]] = []
         self._evaluate = child.evaluate_tree
 
     def __enter__(self):
@@ -52,15 +57,20 @@ class StartupWaits:
             finally:
                 self.evaluating_s += time.monotonic() - started
             race = doc.get("race")
-            self.evaluations.append((doc.get("status"), time.monotonic() - started,
-                                     racing.how_far(race) if isinstance(race, dict) else ""))
             phases = doc.get("phases") or {}
             judge, sent = phases.get("judge") or {}, (phases.get("kgit") or {}).get("candidate sent")
+            stages = {name: judge[b] - judge[a] for name, (a, b) in STAGES.items() if a in judge and b in judge}
             if "reference ready" in judge and "runner ready" in judge:
                 wait = max(0.0, judge["runner ready"] - judge["reference ready"])
                 if sent is not None and "candidate arrived" in judge:
                     wait += max(0.0, judge["candidate arrived"] - sent)
                 self.waits.append(wait)
+                stages["waited for start-up"] = wait
+            built = doc.get("targets")
+            if isinstance(built, dict) and isinstance(built.get("waited_s"), (int, float)):
+                stages["waited for target builds"] = built["waited_s"]
+            self.evaluations.append((doc.get("status"), time.monotonic() - started,
+                                     racing.how_far(race) if isinstance(race, dict) else "", stages))
             return doc
 
         child.evaluate_tree = watched
@@ -94,14 +104,20 @@ def run_once(root: Path, problem: str, iterations: int, warm: bool, fast: bool, 
             "evaluations": waits.evaluations}
 
 
-def by_status(evaluations: list[tuple[str, float, str]]) -> list[list]:
-    """Rows: each status's evaluations and their seconds; for `stopped`, where the races stopped."""
+def by_status(evaluations: list[tuple[str, float, str, dict]]) -> list[list]:
+    """Rows: each status's evaluations, their seconds and the mean of each of STAGE_NAMES; for
+    `stopped`, where the races stopped."""
     rows = []
     for status in sorted({e[0] for e in evaluations}):
-        seconds = [e[1] for e in evaluations if e[0] == status]
-        where = Counter(e[2] for e in evaluations if e[0] == status and e[2])
+        mine = [e for e in evaluations if e[0] == status]
+        seconds = [e[1] for e in mine]
+        where = Counter(e[2] for e in mine if e[2])
+        stages = []
+        for name in STAGE_NAMES:
+            values = [e[3][name] for e in mine if name in e[3]]
+            stages.append(f"{sum(values) / len(values):.2f}" if values else "-")
         rows.append([status, len(seconds), f"{sum(seconds) / len(seconds):.2f}", f"{min(seconds):.2f}",
-                     f"{max(seconds):.2f}", "; ".join(f"{k} x{v}" for k, v in sorted(where.items())) or "-"])
+                     f"{max(seconds):.2f}", *stages, "; ".join(f"{k} x{v}" for k, v in sorted(where.items())) or "-"])
     return rows
 
 
@@ -161,7 +177,8 @@ def main():
     print(tabulate(rows, headers=["warm", "attempts", "wall s", "s / attempt", "statuses", "best geomean us",
                                   "vs baseline", "of it evaluating s / attempt", "waited for start-up s (evaluations)"], tablefmt="github"))
     print("\neach evaluation of the last run by its status (seconds on kgit's clock around it)")
-    print(tabulate(statuses, headers=["status", "evaluations", "mean s", "least s", "most s", "where racing stopped"],
+    print(tabulate(statuses, headers=["status", "evaluations", "mean s", "least s", "most s",
+                                      *(f"of it {name} s" for name in STAGE_NAMES), "where racing stopped"],
                    tablefmt="github"))
     if args.rerun_stopped:
         print(f"\nstopped attempts evaluated again in full ({len(rerun)}; 'through': faster than the "
