@@ -25,7 +25,6 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -412,20 +411,28 @@ class TimingContext:
         self._close_retired()
 
 
-def _race_within(incumbent: dict | None, shapes: list, key: str, total: int, on_gpu: bool,
-                 stat: str) -> Callable[[list[float]], dict | None] | None:
-    """What a shape's timed loop asks after each call (None: nothing to race against): racing's
-    verdict partway through the shape, against the shapes timed before it (racing.decide_within)."""
-    if incumbent is None:
-        return None
+class _ShapeRace:
+    """What a shape's timed loop asks after each call: racing's verdict partway through the
+    shape, against the shapes timed before it (racing.decide_within). It keeps the shape's
+    calls, whose later half the verdict after the whole shape also needs (`later`)."""
 
-    def ask(times: list[float]) -> dict | None:
+    def __init__(self, incumbent: dict, shapes: list, key: str, total: int, on_gpu: bool, stat: str):
+        self.incumbent, self.shapes, self.key, self.total, self.on_gpu, self.stat = (
+            incumbent, shapes, key, total, on_gpu, stat)
+        self.times: list[float] = []
+
+    def __call__(self, times: list[float]) -> dict | None:
+        self.times = times
         if not racing.due(len(times)):
             return None
-        later = times[len(times) // 2:]
-        return racing.decide_within(incumbent, shapes, {"key": key, **timing.stats(times)},
-                                    {"key": key, **timing.stats(later)}, total, on_gpu, stat)
-    return ask
+        return racing.decide_within(self.incumbent, self.shapes, {"key": self.key, **timing.stats(times)},
+                                    self.later(), self.total, self.on_gpu, self.stat)
+
+    def later(self) -> dict | None:
+        """The entry of the later half of the shape's calls so far (None before any)."""
+        if not self.times:
+            return None
+        return {"key": self.key, **timing.stats(self.times[len(self.times) // 2:])}
 
 
 def _contiguous_like(torch, expected):
@@ -626,9 +633,8 @@ def _targets_finish(runner, doc):
     when the checks ran to their end (harness/factcache.py).
 
     An attempt racing stopped does not wait for its compiles: they ran beside a timed loop
-    that ended early (on the H200 the fp8 kernel's two targets took seconds longer than the
-    stopped attempt's timing), for facts about a kernel nobody will build on. Those not in
-    yet are labelled (targets.CUT_SHORT), and the incomplete entry is not cached."""
+    that ended early, for facts about a kernel nobody will build on. Those not in yet are
+    labelled (targets.CUT_SHORT), and the incomplete entry is not cached."""
     wait = doc.get("status") != "stopped"
     facts = _targets_collect(runner, wait)
     if facts is not None:
@@ -825,10 +831,12 @@ def _time_shapes(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibr
     secret = spec.secret_seed
     incumbent = dict(spec.race) if spec.race is not None else None
 
-    def timed(index: int, shape: dict, seed: int) -> tuple[dict, str | None]:
-        """The shape's entry, timed on `seed`, and why its figures disagree with the judge's clock."""
+    def timed(index: int, shape: dict, seed: int) -> tuple[dict, str | None, _ShapeRace | None]:
+        """The shape's entry, timed on `seed`, why its figures disagree with the judge's clock, and
+        the race its timed loop asked (None: nothing to race against)."""
         seeded = dict(shape, seed=seed)
-        race = _race_within(incumbent, shapes, problem.shape_key(shape), len(benchmarks), on_gpu, stat)
+        race = (None if incumbent is None else
+                _ShapeRace(incumbent, shapes, problem.shape_key(shape), len(benchmarks), on_gpu, stat))
         if protocol.name == protocols.DEFAULT:
             runs = timing.measure(task, reference, seeded, secret, spec.timing, on_gpu, torch, ctx.new_slots,
                                   calibration, race=race)
@@ -843,19 +851,19 @@ def _time_shapes(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibr
         # A shape racing stopped partway is not settled: its figures rank nothing, and a runner
         # that inflated them only stopped its own candidate.
         return entry, (None if entry.get("refused") or entry.get("error") or entry.get("raced")
-                       else timing.settle(entry))
+                       else timing.settle(entry)), race
 
     for index, shape in enumerate(benchmarks):
         PHASES.tell(f"shape {index + 1}/{len(benchmarks)}")
         seed = int(shape.get("seed", 0))
-        entry, why = timed(index, shape, seed)
+        entry, why, shape_race = timed(index, shape, seed)
         if why and on_gpu:
             # Work of other processes on the GPU (other evaluations, a spare judge/runner pair
             # starting) can fall inside the judge's clock and not the runner's figures for a whole
             # shape: it is timed once more after a wait, on inputs of new seeds, so nothing of the
             # first timing can be replayed. A forged figure disagrees again.
             time.sleep(RETIME_WAIT_S)
-            entry, again = timed(index, shape, seed + RETIME_SEED_OFFSET)
+            entry, again, shape_race = timed(index, shape, seed + RETIME_SEED_OFFSET)
             entry["retimed"], why = why, again
         raced = entry.pop("raced", None)
         shapes.append(entry)
@@ -868,7 +876,8 @@ def _time_shapes(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibr
         if why:
             doc.update(tests=tests, shapes=shapes)
             raise Verdict("rejected", f"{entry['key']}: {why}", reason=timing.DISAGREE_REASON)
-        race = raced or racing.decide(incumbent, shapes, len(benchmarks), on_gpu, stat)
+        race = raced or racing.decide(incumbent, shapes, len(benchmarks), on_gpu, stat,
+                                      later=shape_race.later() if shape_race is not None else None)
         if race:
             # Correct on every test, but no ranking on partial data: no geomean, a status of its own.
             return {"status": "stopped", "tests": tests, "shapes": shapes, "race": race,

@@ -13,11 +13,13 @@ resolve; both are wide on purpose: stopping a winner costs a real result, lettin
 loser finish costs only seconds. Interpreter timings never race (they are host time).
 
 The timed loops also ask `decide_within` partway through a shape, every few calls: the
-shape's calls so far count as one more shape, and the later half of them alone must be
-beyond the noise too, so that a shape's slower first calls (clocks and caches coming up
-after the checks) cannot stop a candidate that the rest of its calls would clear. Without
-it a stopped attempt timed whole shapes (up to a hundred calls each under the fp8 problem's
-protocol) before its verdict.
+shape's calls so far count as one more shape. There, and after a whole shape, the later
+half of the last shape's calls alone must be beyond the noise too, so that a shape's slower
+first calls (clocks and caches coming up after the checks) cannot stop a candidate that the
+rest of its calls would clear: a shape may end after ten calls where the protocol's
+precision is met (protocols.Protocol.precision). Without the partway verdict a stopped
+attempt timed whole shapes (up to a hundred calls each under the fp8 problem's protocol)
+before its verdict.
 """
 
 from __future__ import annotations
@@ -34,15 +36,23 @@ WITHIN_MIN_CALLS = 20
 WITHIN_EVERY = 5
 
 
-def decide(incumbent: dict | None, timed: list[dict], total: int, on_gpu: bool, stat: str = "mean_us") -> dict | None:
+def decide(incumbent: dict | None, timed: list[dict], total: int, on_gpu: bool, stat: str = "mean_us",
+           later: dict | None = None) -> dict | None:
     """The race verdict after the shapes in `timed`, or None to go on timing.
 
     `incumbent` is {"name": ..., "times": {shape key: us}, "noise": relative standard error
-    of one shape's time or None}. The verdict says which shapes were compared and by how much.
+    of one shape's time or None}. `later`: the entry of the later half of the last shape's
+    calls, which must be beyond the noise too where it has a spread (two calls or more): as
+    inside a shape, slow first calls must not stop a candidate. The verdict says which shapes
+    were compared and by how much.
     """
     if len(timed) >= total:
         return None
-    return _verdict(incumbent, timed, total, on_gpu, stat)
+    verdict = _verdict(incumbent, timed, total, on_gpu, stat)
+    if verdict is None or (later is not None and (later.get("n") or 0) >= 2
+                           and _verdict(incumbent, [*timed[:-1], later], total, on_gpu, stat) is None):
+        return None
+    return verdict
 
 
 def never(times: list[float]) -> None:

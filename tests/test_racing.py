@@ -124,6 +124,20 @@ def test_partway_slow_first_calls_alone_do_not_stop():
     assert ask_within(jittered(100.0, 40)) is None and ask_within(jittered(104.0, 40)) is None
 
 
+def test_after_a_whole_shape_slow_first_calls_alone_do_not_stop():
+    # A shape of twenty calls whose first ten are at 1.6x (clocks coming up after the checks):
+    # the whole is beyond the noise, its later half is not, so the race goes on.
+    ramp = jittered(160.0, 10) + jittered(100.0, 10)
+    whole, later = calls_entry(KEYS[0], ramp), calls_entry(KEYS[0], ramp[10:])
+    assert racing.decide(INCUMBENT, [whole], total=3, on_gpu=True) is not None
+    assert racing.decide(INCUMBENT, [whole], total=3, on_gpu=True, later=later) is None
+    # Slow throughout: stopped, with the whole shape's figures.
+    slow = jittered(150.0, 10)
+    verdict = racing.decide(INCUMBENT, [calls_entry(KEYS[0], slow)], total=3, on_gpu=True,
+                            later=calls_entry(KEYS[0], slow[5:]))
+    assert verdict is not None and verdict["slower"] == pytest.approx(1.5, rel=0.01)
+
+
 def test_partway_never_on_the_interpreter_or_without_an_incumbent():
     assert ask_within(jittered(1000.0, 20), on_gpu=False) is None
     assert ask_within(jittered(1000.0, 20), incumbent=None) is None
@@ -337,9 +351,12 @@ def test_judge_consults_the_race_after_each_shape_and_stops(kernel_repo, tmp_pat
     calls = []
     real = racing.decide
 
-    def as_if_on_a_gpu(incumbent, timed, total, on_gpu, stat="mean_us"):
+    def as_if_on_a_gpu(incumbent, timed, total, on_gpu, stat="mean_us", later=None):
         calls.append((len(timed), total, on_gpu, stat))
-        return real(incumbent, timed, total, True, stat)
+        # With an incumbent, the later half of the last shape's calls comes with it.
+        assert incumbent is None or (later["key"] == timed[-1]["key"]
+                                     and later["n"] == timed[-1]["n"] - timed[-1]["n"] // 2)
+        return real(incumbent, timed, total, True, stat, later=later)
 
     monkeypatch.setattr(judge.racing, "decide", as_if_on_a_gpu)
     waits = []  # whether the judge waited for the target builds: not for a stopped attempt
