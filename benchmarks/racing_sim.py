@@ -5,7 +5,8 @@ Runs the judge's racing rule itself (harness/racing.py: `decide` after each shap
 times of a problem's benchmark shapes, timed under a protocol's stopping rule, against an
 incumbent whose recorded per-shape times carry their own measurement error. Per true
 slowdown of the candidate it prints the share of runs stopped and the calls timed, with the
-verdict after whole shapes only (racing before issue 27) and partway through shapes too.
+verdict after whole shapes only (racing before issue 27), partway through shapes too, and
+partway with the later half of every shape's calls held to the noise as well (the judge's rule).
 A stop at a slowdown of 1.0 or less is a winner (or a tie) thrown away: that column is what
 racing must keep near zero.
 
@@ -32,10 +33,10 @@ from kgit_harness import protocols, racing, timing
 
 
 def shape_times(rng, mean: float, cv: float, protocol, target_rse: float, min_reps: int, ramp: float,
-                ramp_calls: int, outliers: float):
-    """Per-call times of one shape, drawn until the protocol's rule stops (a generator)."""
+                ramp_calls: int, outliers: float, shapes: int):
+    """Per-call times of one shape of `shapes`, drawn until the protocol's rule stops (a generator)."""
     sigma = math.sqrt(math.log(1 + cv * cv))
-    target, least = protocol.precision(target_rse, min_reps)
+    target, least = protocol.precision(target_rse, min_reps, shapes)
     n, total, squares = 0, 0.0, 0.0  # running sums: the relative standard error (timing.rse) at each call
     while True:
         t = mean * rng.lognormvariate(-sigma * sigma / 2, sigma)
@@ -59,28 +60,36 @@ def incumbent_times(rng, keys, cvs, protocol, target_rse, min_reps, ramp, ramp_c
     error, the slow first calls and the outliers its own timing had."""
     recorded = {}
     for key, cv in zip(keys, cvs):
-        calls = list(shape_times(rng, 1.0, cv, protocol, target_rse, min_reps, ramp, ramp_calls, outliers))
+        calls = list(shape_times(rng, 1.0, cv, protocol, target_rse, min_reps, ramp, ramp_calls, outliers,
+                                 len(keys)))
         recorded[key] = statistics.fmean(calls)
     return recorded
 
 
+# The rules compared: after whole shapes only (before issue 27), partway through shapes too,
+# and partway with the later half of a whole shape's calls held to the noise as well (the judge's).
+RULES = ("whole shapes", "partway", "partway, later half")
+
+
 def race(rng, slower: float, keys, cvs, incumbent, protocol, target_rse, min_reps, ramp, ramp_calls, outliers,
-         partway: bool) -> tuple[bool, int]:
+         rule: str) -> tuple[bool, int]:
     """(stopped, calls timed) for one candidate `slower` times the incumbent's true time on every shape."""
     shapes: list[dict] = []
     calls = 0
     for key, cv in zip(keys, cvs):
         times: list[float] = []
-        for t in shape_times(rng, slower, cv, protocol, target_rse, min_reps, ramp, ramp_calls, outliers):
+        for t in shape_times(rng, slower, cv, protocol, target_rse, min_reps, ramp, ramp_calls, outliers,
+                             len(keys)):
             times.append(t)
             calls += 1
-            if partway and racing.due(len(times)):
+            if rule != RULES[0] and racing.due(len(times)):
                 later = times[len(times) // 2:]
                 if racing.decide_within(incumbent, shapes, {"key": key, **timing.stats(times)},
                                         {"key": key, **timing.stats(later)}, len(keys), True):
                     return True, calls
         shapes.append({"key": key, **timing.stats(times)})
-        if racing.decide(incumbent, shapes, len(keys), True):
+        later = {"key": key, **timing.stats(times[len(times) // 2:])} if rule == RULES[2] else None
+        if racing.decide(incumbent, shapes, len(keys), True, later=later):
             return True, calls
     return False, calls
 
@@ -112,14 +121,14 @@ def main():
     rows = []
     for slower in args.slower:
         row: list = [slower]
-        for partway in (False, True):
+        for rule in RULES:
             stops, calls = 0, []
             for _ in range(args.runs):
                 incumbent = {"name": "incumbent", "noise": args.noise,
                              "times": incumbent_times(rng, keys, cvs, protocol, args.target_rse, args.min_reps,
                                                       args.ramp, args.ramp_calls, args.outliers)}
                 stopped, used = race(rng, slower, keys, cvs, incumbent, protocol, args.target_rse, args.min_reps,
-                                     args.ramp, args.ramp_calls, args.outliers, partway)
+                                     args.ramp, args.ramp_calls, args.outliers, rule)
                 stops += stopped
                 calls.append(used)
             row += [f"{stops / args.runs:.1%}", f"{statistics.fmean(calls):.0f}"]
@@ -128,8 +137,10 @@ def main():
           f"protocol {args.protocol}, target rse {args.target_rse}, min_reps {args.min_reps}; incumbent noise "
           f"{args.noise}; first {args.ramp_calls} calls of each shape {args.ramp:.0%} slower; outliers "
           f"{args.outliers:.0%} at 3x; {time.monotonic() - started:.0f} s")
-    print(tabulate(rows, headers=["true slowdown", "stopped (after whole shapes)", "calls timed",
-                                  "stopped (partway too)", "calls timed "], tablefmt="github"))
+    headers = ["true slowdown"]
+    for rule in RULES:
+        headers += [f"stopped ({rule})", f"calls ({rule})"]
+    print(tabulate(rows, headers=headers, tablefmt="github"))
 
 
 if __name__ == "__main__":
