@@ -194,7 +194,7 @@ def timed_call(slots, slot: int, private, calibration: Calibration, **request) -
 
 # An empty request (empty_us) follows the first EMPTY_FIRST calls of a shape and then every
 # EMPTY_EVERY-th. The floor verdict takes the fastest of them (and the calibrated round trip),
-# which needs a few, not one per call: on the H200 one was 0.75 ms, a quarter of a re-checked
+# which needs a few, not one per call: on the H200 one was 0.75 ms, an eighth of a re-checked
 # fp8 call's cost to the evaluation.
 EMPTY_FIRST = 3
 EMPTY_EVERY = 8
