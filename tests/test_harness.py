@@ -916,7 +916,7 @@ def test_every_timed_loop_stops_partway_through_a_shape_on_a_racing_verdict(name
         wobble = itertools.cycle([0.9, 1.0, 1.1])
         ctx = _GpuContext(lambda: us * next(wobble), None, cal, gpu_s=0.0002)
         ctx.settings = TimingSettings(warmup=0, min_reps=3, target_rse=target_rse, max_time_s=0.0)
-        ask = judge._race_within({"name": "inc", "times": {key: incumbent_us}, "noise": 0.002}, [], key, 2, True,
+        ask = judge._ShapeRace({"name": "inc", "times": {key: incumbent_us}, "noise": 0.002}, [], key, 2, True,
                                  "mean_us")
 
         def race(times):
