@@ -143,7 +143,8 @@ def rows_of(runs: list[dict]) -> list[list]:
         if name.startswith("problem"):
             out += parts("problem: ", "    ")
         if name.startswith("checks"):
-            out += parts("checks: ", "    ", ["checks: inputs", "checks: candidate calls", "checks: compare"])
+            out += parts("checks: ", "    ", ["checks: compiles side by side", "checks: inputs",
+                                                 "checks: candidate calls", "checks: compare"])
     out.append(["  result to kgit (pipe, kill, output)", med([r["to_kgit_s"] for r in runs])])
     out.append(["wall: candidate there -> result in kgit", med([r["critical_s"] for r in runs])])
     out.append(["wall: judge spawned -> result in kgit", med([r["spawn_to_result_s"] for r in runs])])

@@ -759,6 +759,8 @@ def _evaluate(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibrati
     if names:
         runner.ask({"op": "targets_start"})
     checked = False
+    if on_gpu:
+        _compile_ahead(task, reference, runner, doc)
     try:
         for shape in task.shapes("tests", on_gpu):
             seeds = (int(shape.get("seed", 0)), checking.mix_seed(shape.get("seed", 0), secret, 7))
@@ -937,19 +939,11 @@ def _dry_shapes(task, reference) -> tuple[list, dict]:
         if key in ran:
             continue
         ran.add(key)
-        sample = portable.meta_input(reference.generate_input, shape)
-        planner = shared.Planner()
-        try:
-            layout = planner.tree(sample) if sample is not None else None
-        except TypeError:  # not a tree of tensors and plain values (shared.Planner)
-            layout = None
+        layout, size, why = _meta_layout(reference, shape)
         if layout is None:
-            skipped[key] = "its inputs cannot be laid out without values (the reference needs them)"
+            skipped[key] = why
             continue
-        if planner.size > DRY_BYTES:
-            skipped[key] = f"inputs of {planner.size >> 20} MiB, more than the dry run's {DRY_BYTES >> 20} MiB"
-            continue
-        shapes.append({"key": key, "layout": layout, "size": planner.size})
+        shapes.append({"key": key, "layout": layout, "size": size})
     return shapes, skipped
 
 
@@ -996,6 +990,42 @@ def _kernel_splits(task, reference, runner, torch, benchmarks, shapes, on_gpu):
         except ValueError as e:
             rows, why = None, f"the runner's kernel rows were malformed: {e}"
         entry["kernels"] = kernelsplit.entry(rows, why or (None if rows else "no kernel rows reported"))
+
+
+def _compile_ahead(task, reference, runner, doc):
+    """Before the checks: the runner compiles the candidate's launches on every test shape side
+    by side (harness/precompile.py), from the shapes' layouts alone. Its report, the candidate's
+    process's, goes into doc["precompile"] as it came, never into the verdict; a runner that
+    does nothing only compiles in its checks, as before."""
+    shapes = []
+    for shape in task.shapes("tests", True):
+        layout, size, _ = _meta_layout(reference, shape)
+        if layout is not None:
+            shapes.append({"layout": layout, "size": size})
+    if not shapes:
+        return
+    with PHASES.span("checks: compiles side by side"):
+        reply = runner.ask({"op": "precompile", "shapes": shapes})
+    report = reply.get("precompile")
+    if isinstance(report, dict):
+        doc["precompile"] = {k: report[k] for k in ("variants", "compiled", "launchers", "seconds", "error")
+                             if isinstance(report.get(k), (int, float, str)) and not isinstance(report.get(k), bool)}
+
+
+def _meta_layout(reference, shape) -> tuple[dict | None, int, str | None]:
+    """(the layout of the shape's inputs, their bytes, why there is none), from the reference's
+    generate_input on the meta device: no storage, no values."""
+    sample = portable.meta_input(reference.generate_input, shape)
+    planner = shared.Planner()
+    try:
+        layout = planner.tree(sample) if sample is not None else None
+    except TypeError:  # not a tree of tensors and plain values (shared.Planner)
+        layout = None
+    if layout is None:
+        return None, 0, "its inputs cannot be laid out without values (the reference needs them)"
+    if planner.size > DRY_BYTES:
+        return None, planner.size, f"inputs of {planner.size >> 20} MiB, more than the dry run's {DRY_BYTES >> 20} MiB"
+    return layout, planner.size, None
 
 
 def _check_shape(task, reference, slots: Slots, shape, seed) -> dict:

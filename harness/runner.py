@@ -25,7 +25,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kgit_harness import channel, confine, jitwarm, kernelsplit, portable, problem, shared, timing, torchflags
+from kgit_harness import (
+    channel,
+    confine,
+    jitwarm,
+    kernelsplit,
+    portable,
+    precompile,
+    problem,
+    shared,
+    timing,
+    torchflags,
+)
 from kgit_harness import targets as build_targets
 from kgit_harness.guards import Guards
 
@@ -401,6 +412,17 @@ class Session:
             return {"op": "done", "splits": None, "why": "no device kernels in the CPU interpreter"}
         splits, self.split = self.split.stop(), None
         return {"op": "done", "splits": [{"kernels": rows, "why": why} for rows, why in splits]}
+
+    def op_precompile(self, message, fds) -> dict:
+        """Before the checks, on a GPU: the candidate's Triton launches on the shapes laid out in
+        `shapes` compiled side by side for this device (harness/precompile.py). A report the
+        judge only records; the checks compile whatever it missed."""
+        if not self.on_gpu or self.candidate is None:
+            return {"op": "done", "precompile": None}
+        torch = self.torch
+        inputs = [shared.view(torch, torch.empty(int(item["size"]), dtype=torch.uint8), item["layout"])
+                  for item in message["shapes"]]
+        return {"op": "done", "precompile": precompile.compile_ahead(self.candidate.kernel, inputs)}
 
     # [build targets] The judge brackets its checks with these: the runner captures
     # the candidate's Triton launches and cross-compiles them (candidate-reported facts).

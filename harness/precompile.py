@@ -1,0 +1,122 @@
+"""The candidate's Triton kernels compiled side by side before the checks first call them.
+
+A new candidate's first calls compile each distinct launch of its kernels (a Triton
+specialization) one after the other: on the H200 the fp8 baseline's three took 0.66, 0.65 and
+0.46 s after kgit's warm-up, and the offline strategist's candidates 3.5-4.6 s of checks an
+attempt. `compile_ahead` runs the candidate once more on every shape, in a forked child that
+cannot reach the GPU: its inputs are CPU tensors laid out as the device's (never filled), the
+devices it names are the CPU (portable.mapped_devices), and every Triton launch is recorded
+instead of run. Each distinct launch is compiled for this device by Triton's own launch path
+(`JITFunction.run(..., warmup=True)`, the driver answering with this process's device and
+target), in a child of its own, into this process's Triton cache; the checks' calls then
+load what is there. The launcher stub is built beside it where the driver allows.
+
+Runner side (untrusted) only: it runs candidate code and writes nothing but the runner's own
+Triton cache, which the candidate could write anyway; what it reports is diagnostic. The
+verdict never depends on it: a launch it did not find, or a key it computed differently, is
+compiled by the real call as before. A dry run's host code sees uninitialised inputs, so a
+candidate that branches on values may be given other variants than it will launch.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kgit_harness import portable, targets
+
+# The longest the runner waits for the compiles before the checks begin (a compile of the
+# fp8 kernel took 0.5-0.7 s on the H200 host); the dry run is killed then, and the checks
+# compile whatever is missing themselves.
+WAIT_S = 10.0
+
+
+def compile_ahead(call, inputs: list, wait_s: float = WAIT_S) -> dict:
+    """Compile the Triton launches `call` makes on each of `inputs` (CPU tensors) for this device,
+    side by side, in forked children; wait for them (at most `wait_s`).
+
+    Returns {"variants": found, "compiled": built, "failed": [why, ...], "seconds": s}, or
+    {"error": why} when the dry run could not start (the candidate's process, so diagnostic)."""
+    from triton.runtime import driver
+
+    started = time.perf_counter()
+    try:
+        device = driver.active.get_current_device()
+        target = driver.active.get_current_target()
+    except Exception as e:  # noqa: BLE001 - no device driver: nothing to compile for
+        return {"error": f"no device target ({type(e).__name__}: {e})"[:300]}
+    deadline = time.monotonic() + wait_s
+    try:
+        child = targets._fork(lambda: _dry_run(call, inputs, device, target, deadline))
+    except OSError as e:
+        return {"error": f"no process for the dry run ({e})"}
+    answer = targets._collect({"dry run": child}, wait_s + 1.0,
+                              late=f"the dry run did not end within {wait_s + 1.0:g} s")["dry run"]
+    answer["seconds"] = round(time.perf_counter() - started, 3)
+    return answer
+
+
+def _dry_run(call, inputs: list, device, target, deadline: float) -> dict:
+    """In the forked child: record the launches of `call` on `inputs` and compile each new one in a
+    grandchild; their answers, or why each failed."""
+    from triton.runtime import driver, jit
+
+    # The device's context belongs to the parent: this process answers from what it was told.
+    active = driver.active
+    active.get_current_device = lambda: device
+    active.get_current_stream = lambda *args, **kwargs: 0
+    active.get_current_target = lambda: target
+    family = target.backend if target.backend in ("cuda", "hip") else "cuda"
+    original = jit.JITFunction.run
+    seen: set = set()
+    children: dict = {}
+
+    def run(self, *args, grid, warmup, **kwargs):
+        key = _variant_key(self, family, args, kwargs)
+        if key not in seen:
+            seen.add(key)
+            children[f"variant {len(children)}"] = targets._fork(
+                lambda: _compile(original, self, args, kwargs, grid))
+        return None  # never launched: nothing here may touch the device
+
+    jit.JITFunction.run = run
+    failed = []
+    for data in inputs:
+        try:
+            with portable.mapped_devices("cpu"):
+                call(data)
+        except BaseException as e:  # noqa: BLE001 - host code that needs what a dry run lacks
+            failed.append(f"{type(e).__name__}: {e}"[:200])
+    answers = targets._collect(children, max(0.0, deadline - time.monotonic()),
+                               late="not compiled within the wait")
+    built = [a for a in answers.values() if a.get("compiled")]
+    failed += [a["crash"] if "crash" in a else a.get("error", "?") for a in answers.values() if not a.get("compiled")]
+    return {"variants": len(children), "compiled": len(built), "failed": failed[:20],
+            "launchers": sum(1 for a in built if a.get("launcher") == "built")}
+
+
+def _variant_key(fn, family: str, args, kwargs):
+    """What tells two launches apart for a compile: the kernel, the specialization its back end
+    family computes from the arguments, and the launch options."""
+    try:
+        _, specialization, _ = targets._binder(fn, family)(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - unbindable: each launch its own variant (a few compiles too many)
+        return (id(fn), object())
+    params = set(targets._signature_of(fn).arg_names)
+    options = sorted((k, repr(v)) for k, v in kwargs.items() if k not in params)
+    return (id(fn), repr(specialization), repr(options))
+
+
+def _compile(original, fn, args, kwargs, grid) -> dict:
+    """In a grandchild: Triton's launch path without the launch (warmup), which compiles into the
+    cache under the key the real call will look up; then the launcher stub, where it can be built."""
+    started = time.perf_counter()
+    kernel = original(fn, *args, grid=grid, warmup=True, **kwargs)
+    launcher = "not built"
+    try:
+        from triton.runtime import driver
+
+        driver.active.launcher_cls(kernel.src, kernel.metadata)
+        launcher = "built"
+    except Exception as e:  # noqa: BLE001 - the real call builds it then
+        launcher = f"not built: {type(e).__name__}"
+    return {"compiled": True, "seconds": round(time.perf_counter() - started, 3), "launcher": launcher}

@@ -1,0 +1,66 @@
+"""Compiling a candidate's launches side by side before its checks (harness/precompile.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kgit_harness import problem
+
+DATA = Path(__file__).parent / "data" / "precompile"
+
+
+def _probe(kernel: Path, cache: Path, *args: str) -> dict:
+    """compile_ahead in a fresh process, with MI300X's target (tests/precompile_probe.py)."""
+    done = subprocess.run([sys.executable, str(Path(__file__).parent / "precompile_probe.py"), str(kernel), str(cache),
+                           *args], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_launches_compiled_ahead_are_what_the_checks_first_call_then_reads(tmp_path):
+    """A dry run in a forked child finds vector_add's one launch on two shapes and compiles it
+    for the device's target (here gfx942, which Triton's AMD back end compiles on the CPU)
+    through Triton's own launch path; the check's call then adds nothing to the cache: it
+    read the entry under the key it computes itself."""
+    cache = tmp_path / "triton-cache"
+    probe = _probe(problem.shipped()["vector_add"] / "kernel.py", cache)
+    ahead = probe["ahead"]
+    assert ahead["variants"] == 1 and ahead["compiled"] == 1 and ahead["failed"] == [], ahead
+    assert ahead["launchers"] == 0  # no device driver here to build the launcher stub with
+    assert probe["cached"] >= 2  # the warm-up's kernel and the candidate's
+    assert probe["new_after_call"] == []
+
+
+def test_a_dry_run_that_cannot_launch_reports_why_and_compiles_nothing(tmp_path):
+    probe = _probe(DATA / "needs_values.py", tmp_path / "cache")
+    ahead = probe["ahead"]
+    assert ahead["variants"] == 0 and ahead["compiled"] == 0
+    assert len(ahead["failed"]) == 2 and all("Error" in why for why in ahead["failed"]), ahead
+
+
+def test_a_dry_run_that_never_returns_is_ended_at_the_wait(tmp_path):
+    probe = _probe(DATA / "stuck.py", tmp_path / "cache", "2")
+    assert probe["ahead"]["crash"] == "the dry run did not end within 3 s", probe
+
+
+@pytest.mark.gpu
+def test_gpu_the_checks_find_the_candidates_kernels_compiled_ahead(kernel_repo, tmp_path):
+    """On a GPU the judge asks for the compiles before the checks and records the runner's report."""
+    import torch
+
+    from kgit import workflow
+    from kgit.evaluation import child
+
+    if not torch.cuda.is_available():
+        pytest.fail("gpu tests need a CUDA or ROCm device (deselect them with -m 'not gpu')")
+    repo, config = workflow.load(kernel_repo)
+    doc = child.evaluate_tree(kernel_repo, config, state_dir=tmp_path)
+    assert doc["status"] == "ok", doc.get("error")
+    report = doc["precompile"]
+    assert report["variants"] >= 1 and report["compiled"] == report["variants"], report
+    assert "checks: compiles side by side" in doc["phases"]["spans"]
