@@ -59,7 +59,7 @@ def test_gpu_the_checks_find_the_candidates_kernels_compiled_ahead(kernel_repo, 
     if not torch.cuda.is_available():
         pytest.fail("gpu tests need a CUDA or ROCm device (deselect them with -m 'not gpu')")
     repo, config = workflow.load(kernel_repo)
-    doc = child.evaluate_tree(kernel_repo, config, state_dir=tmp_path)
+    doc = child.evaluate_tree(kernel_repo, config, state_dir=tmp_path / "state")
     assert doc["status"] == "ok", doc.get("error")
     report = doc["precompile"]
     assert report["variants"] >= 1 and report["compiled"] == report["variants"], report
