@@ -17,6 +17,7 @@ authoritative clock and alone writes the result document to kgit.
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import signal
@@ -997,19 +998,25 @@ def _compile_ahead(task, reference, runner, doc):
     by side (harness/precompile.py), from the shapes' layouts alone. Its report, the candidate's
     process's, goes into doc["precompile"] as it came, never into the verdict; a runner that
     does nothing only compiles in its checks, as before."""
-    shapes = []
-    for shape in task.shapes("tests", True):
-        layout, size, _ = _meta_layout(reference, shape)
-        if layout is not None:
-            shapes.append({"layout": layout, "size": size})
-    if not shapes:
-        return
     with PHASES.span("checks: compiles side by side"):
+        shapes = []
+        for shape in task.shapes("tests", True):
+            layout, size, _ = _meta_layout(reference, shape)
+            if layout is not None:
+                shapes.append({"layout": layout, "size": size})
+        if not shapes:
+            return
         reply = runner.ask({"op": "precompile", "shapes": shapes})
     report = reply.get("precompile")
     if isinstance(report, dict):
-        doc["precompile"] = {k: report[k] for k in ("variants", "compiled", "launchers", "seconds", "error")
-                             if isinstance(report.get(k), (int, float, str)) and not isinstance(report.get(k), bool)}
+        # The candidate's process's numbers and words: only finite counts and seconds, and a
+        # bounded reason, are kept; anything else is left out without a word.
+        kept: dict = {k: float(v) for k in ("variants", "compiled", "launchers", "seconds")
+                      if isinstance(v := report.get(k), (int, float)) and not isinstance(v, bool)
+                      and math.isfinite(v) and v >= 0}
+        if isinstance(report.get("error"), str):
+            kept["error"] = report["error"][:300]
+        doc["precompile"] = kept
 
 
 def _meta_layout(reference, shape) -> tuple[dict | None, int, str | None]:

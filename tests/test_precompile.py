@@ -48,6 +48,32 @@ def test_a_dry_run_that_never_returns_is_ended_at_the_wait(tmp_path):
     assert probe["ahead"]["crash"] == "the dry run did not end within 3 s", probe
 
 
+def test_the_judge_sends_every_test_shapes_layout_and_keeps_only_counts_seconds_and_a_short_reason():
+    """The runner's report is the candidate's process's: the judge keeps finite, non-negative
+    numbers and a reason of at most 300 characters, and nothing else."""
+    from kgit_harness import judge
+
+    folder = problem.shipped()["fp8_blockscale_gemm"]
+    task = problem.load_task(folder)
+    reference = problem.load_module(folder / "reference.py", "_kgit_test_fp8_reference")
+    asked = []
+
+    class Runner:
+        def ask(self, message):
+            asked.append(message)
+            return {"op": "done", "precompile": {"variants": 3, "compiled": float("nan"), "launchers": -1,
+                                                 "seconds": 0.5, "error": "x" * 1000, "verdict": "ok",
+                                                 "failed": ["anything"]}}
+
+    doc: dict = {}
+    judge._compile_ahead(task, reference, Runner(), doc)
+    [message] = asked
+    assert message["op"] == "precompile" and len(message["shapes"]) == len(task.shapes("tests", True))
+    # Laid out on the meta device: a, b, a_scale, b_scale and c of the first test shape (m=n=64, k=128).
+    assert message["shapes"][0]["size"] >= 64 * 128 * 2 + 64 * 64 * 2
+    assert doc["precompile"] == {"variants": 3.0, "seconds": 0.5, "error": "x" * 300}
+
+
 @pytest.mark.gpu
 def test_gpu_the_checks_find_the_candidates_kernels_compiled_ahead(kernel_repo, tmp_path):
     """On a GPU the judge asks for the compiles before the checks and records the runner's report."""
