@@ -17,7 +17,6 @@ authoritative clock and alone writes the result document to kgit.
 from __future__ import annotations
 
 import json
-import math
 import os
 import secrets
 import signal
@@ -1007,16 +1006,9 @@ def _compile_ahead(task, reference, runner, doc):
         if not shapes:
             return
         reply = runner.ask({"op": "precompile", "shapes": shapes})
-    report = reply.get("precompile")
-    if isinstance(report, dict):
-        # The candidate's process's numbers and words: only finite counts and seconds, and a
-        # bounded reason, are kept; anything else is left out without a word.
-        kept: dict = {k: float(v) for k in ("variants", "compiled", "launchers", "seconds")
-                      if isinstance(v := report.get(k), (int, float)) and not isinstance(v, bool)
-                      and math.isfinite(v) and v >= 0}
-        if isinstance(report.get("error"), str):
-            kept["error"] = report["error"][:300]
-        doc["precompile"] = kept
+    report = reported.clean_precompile(reply.get("precompile"))
+    if report is not None:
+        doc["precompile"] = report
 
 
 def _meta_layout(reference, shape) -> tuple[dict | None, int, str | None]:

@@ -101,9 +101,7 @@ def _variant_key(fn, family: str, args, kwargs):
         _, specialization, _ = targets._binder(fn, family)(*args, **kwargs)
     except Exception:  # noqa: BLE001 - unbindable: each launch its own variant (a few compiles too many)
         return (id(fn), object())
-    params = set(targets._signature_of(fn).arg_names)
-    options = sorted((k, repr(v)) for k, v in kwargs.items() if k not in params)
-    return (id(fn), repr(specialization), repr(options))
+    return (id(fn), repr(specialization), repr(sorted(targets.launch_options(fn, kwargs).items())))
 
 
 def _compile(original, fn, args, kwargs, grid) -> dict:

@@ -48,11 +48,7 @@ def decide(incumbent: dict | None, timed: list[dict], total: int, on_gpu: bool, 
     """
     if len(timed) >= total:
         return None
-    verdict = _verdict(incumbent, timed, total, on_gpu, stat)
-    if verdict is None or (later is not None and (later.get("n") or 0) >= 2
-                           and _verdict(incumbent, [*timed[:-1], later], total, on_gpu, stat) is None):
-        return None
-    return verdict
+    return _beyond(incumbent, timed, later, total, on_gpu, stat)
 
 
 def never(times: list[float]) -> None:
@@ -71,10 +67,19 @@ def decide_within(incumbent: dict | None, timed: list[dict], whole: dict, later:
     `whole` the entry of the shape's calls so far and `later` that of their later half (each
     with the statistics of the judge's entries). The verdict says how many calls into the
     shape it came (`calls`)."""
-    verdict = _verdict(incumbent, [*timed, whole], total, on_gpu, stat)
-    if verdict is None or _verdict(incumbent, [*timed, later], total, on_gpu, stat) is None:
+    verdict = _beyond(incumbent, [*timed, whole], later, total, on_gpu, stat)
+    return None if verdict is None else {**verdict, "calls": whole.get("n")}
+
+
+def _beyond(incumbent: dict | None, timed: list[dict], later: dict | None, total: int, on_gpu: bool,
+            stat: str) -> dict | None:
+    """The verdict on `timed`, held to `later` too (the last shape's later half, in its place)
+    where that has a spread (two calls or more)."""
+    verdict = _verdict(incumbent, timed, total, on_gpu, stat)
+    if verdict is None or (later is not None and (later.get("n") or 0) >= 2
+                           and _verdict(incumbent, [*timed[:-1], later], total, on_gpu, stat) is None):
         return None
-    return {**verdict, "calls": whole.get("n")}
+    return verdict
 
 
 def _verdict(incumbent: dict | None, timed: list[dict], total: int, on_gpu: bool, stat: str) -> dict | None:

@@ -229,3 +229,15 @@ def clean_confine(raw) -> dict | None:
     return {key: [line(v, 400) for v in raw.get(key)[:MAX_LIST]] if isinstance(raw.get(key), list) else []
             for key in ("applied", "missing")}
 
+
+
+def clean_precompile(raw) -> dict | None:
+    """The runner's report of its compiles ahead of the checks (harness/precompile.py): counts
+    and seconds, and a reason as one line; informative."""
+    if not isinstance(raw, dict):
+        return None
+    kept: dict[str, Any] = {k: number(raw.get(k)) for k in ("variants", "compiled", "launchers", "seconds")}
+    kept = {k: v for k, v in kept.items() if v is not None}
+    if isinstance(raw.get("error"), str):
+        kept["error"] = line(raw["error"])
+    return kept

@@ -419,9 +419,7 @@ class Session:
         judge only records; the checks compile whatever it missed."""
         if not self.on_gpu or self.candidate is None:
             return {"op": "done", "precompile": None}
-        torch = self.torch
-        inputs = [shared.view(torch, torch.empty(int(item["size"]), dtype=torch.uint8), item["layout"])
-                  for item in message["shapes"]]
+        inputs = [self._laid_out(item) for item in message["shapes"]]
         try:
             report = precompile.compile_ahead(self.candidate.kernel, inputs)
         except Exception as e:  # noqa: BLE001 - a speed-up that failed: the checks compile as before
@@ -458,7 +456,7 @@ class Session:
         facts = getattr(self, "facts", None)
         if facts is None or self.on_gpu:
             return {"op": "done", "targets": None}
-        torch, cand = self.torch, self.candidate
+        cand = self.candidate
         report: dict[str, Any] = {"captured": [], "failed": {}, "skipped": dict(message.get("skipped") or {})}
         budget = _Budget(DRY_BUDGET_S)
         with build_targets.capture(known=getattr(self, "launches", None)) as launches, budget:
@@ -467,7 +465,7 @@ class Session:
                 if budget.expired:
                     report["failed"][key] = f"not run: the dry run's {DRY_BUDGET_S:g} s were spent"
                     continue
-                data = shared.view(torch, torch.empty(int(item["size"]), dtype=torch.uint8), item["layout"])
+                data = self._laid_out(item)
                 try:
                     with build_targets.dry(), budget.call():
                         with cand.guarded():
@@ -487,6 +485,11 @@ class Session:
         self.facts = build_targets.merge(facts, extra, report)
         return {"op": "done", "targets": self.facts}
     # [end build targets]
+
+    def _laid_out(self, item: dict):
+        """CPU tensors in the layout the judge sent (`layout`, `size` bytes), never filled: a dry run's inputs."""
+        torch = self.torch
+        return shared.view(torch, torch.empty(int(item["size"]), dtype=torch.uint8), item["layout"])
 
     @staticmethod
     def _hold_sizes(sizes) -> list[int]:

@@ -165,8 +165,7 @@ def _record(fn, args, kwargs, grid):
     seen: Launches = _state.launches
     seen.total += 1
     name = getattr(fn, "__name__", repr(fn))
-    params = set(_signature_of(fn).arg_names)
-    options = {k: v for k, v in kwargs.items() if k not in params}
+    options = launch_options(fn, kwargs)
     specs, bound = {}, None
     for fam in ("hip", "cuda"):
         bound_args, spec, _ = _binder(fn, fam)(*args, **kwargs)
@@ -179,6 +178,12 @@ def _record(fn, args, kwargs, grid):
         seen._index[key] = variant
         seen.variants.append(variant)
     variant.launches += 1
+
+
+def launch_options(fn, kwargs: dict) -> dict:
+    """The keyword arguments of a launch that are not the kernel's parameters (num_warps, ...)."""
+    params = set(_signature_of(fn).arg_names)
+    return {k: v for k, v in kwargs.items() if k not in params}
 
 
 def _wrap_run(original):
