@@ -114,7 +114,8 @@ def one(repo: Repo, config, env: dict, warm_wait: float | None, beside: str = ""
     reps = sum(int(s.get("n") or 0) for s in doc.get("shapes") or [])
     return {"status": doc["status"], "phases": phases, "critical_s": done - arrived, "reps": reps,
             "spawn_to_result_s": done - pair.spawned_at, "result_mark": _at(phases, ("judge", "result")),
-            "to_kgit_s": (done - pair.spawned_at) - (_at(phases, ("judge", "result")) or 0.0)}
+            "to_kgit_s": (done - pair.spawned_at) - (_at(phases, ("judge", "result")) or 0.0),
+            "precompile": doc.get("precompile")}
 
 
 def rows_of(runs: list[dict]) -> list[list]:
@@ -216,6 +217,10 @@ def main():
             table = [[row[0]] + [t[i][1] for t in tables] for i, row in enumerate(tables[0])]
             print(f"\n{problem} (statuses: {', '.join(statuses)}), seconds; load {os.getloadavg()[0]:.1f} now")
             print(tabulate(table, headers=headers, tablefmt="github"))
+            for name, column in zip(headers[1:], columns):
+                reports = [r["precompile"] for r in column if r["precompile"]]
+                if reports:  # the runner's own account of the compiles ahead (GPU only)
+                    print(f"compiles ahead, {name}: {reports}")
             for spec in args.compare:
                 name, _, kgit = spec.partition("=")
                 walls, evals = compare(kgit, problem, args.fast, args.repeats, Path(tmp))

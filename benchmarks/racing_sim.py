@@ -4,18 +4,26 @@ Runs the judge's racing rule itself (harness/racing.py: `decide` after each shap
 `decide_within` every few calls into one, as the timed loops ask it) over simulated per-call
 times of a problem's benchmark shapes, timed under a protocol's stopping rule, against an
 incumbent whose recorded per-shape times carry their own measurement error. Per true
-slowdown of the candidate it prints the share of runs stopped and the calls timed, with the
-verdict after whole shapes only (racing before issue 27), partway through shapes too, and
-partway with the later half of every shape's calls held to the noise as well (the judge's rule).
-A stop at a slowdown of 1.0 or less is a winner (or a tie) thrown away: that column is what
-racing must keep near zero.
+slowdown of the candidate (its geomean over all shapes) it prints the share of runs stopped
+and the calls timed under four rules: after whole shapes only, allowing for no spread across
+shapes but the timed shapes' own (about racing before issue 27); partway through shapes too,
+with the later half of every shape's calls held to the noise as well, still allowing for no
+spread but their own (about the judge's rule before shapes' spread counted); the same
+allowing for racing.SPREAD (the judge's rule where
+the campaign has no figure yet); and allowing for the candidates' true spread (what
+racing.campaign_spread measures in a campaign). A stop at a slowdown of 1.0 or less is a
+winner (or a tie) thrown away: that column is what racing must keep near zero.
 
-The per-call spread of each shape cycles through --cvs (on the H200 the fp8 shapes' wall-clock
-calls varied by 0.07% to 18%: benchmarks/shape_spread.py); --ramp makes the first
---ramp-calls calls of every shape that much slower (clocks and caches coming up), and
---outliers is the share of calls three times as long. Nothing here touches a GPU.
+Candidates are rarely faster or slower by one factor on every shape: --shape-spread draws
+each candidate's per-shape factors around its geomean (log-normal, that standard deviation of
+the log ratio; 0 for one factor on every shape). The per-call spread of each shape cycles
+through --cvs (on the H200 the fp8 shapes' wall-clock calls varied by 0.07% to 18%:
+benchmarks/shape_spread.py); --ramp makes the first --ramp-calls calls of every shape that
+much slower (clocks and caches coming up), and --outliers is the share of calls three times
+as long. Nothing here touches a GPU.
 
     python benchmarks/racing_sim.py
+    python benchmarks/racing_sim.py --shape-spread 0      # one factor on every shape
     python benchmarks/racing_sim.py --cvs 0.18 0.12 0.07 0.03 0.01 0.002     # the noisy shapes first
 """
 
@@ -66,32 +74,41 @@ def incumbent_times(rng, keys, cvs, protocol, target_rse, min_reps, ramp, ramp_c
     return recorded
 
 
-# The rules compared: after whole shapes only (before issue 27), partway through shapes too,
-# and partway with the later half of a whole shape's calls held to the noise as well (the judge's).
-RULES = ("whole shapes", "partway", "partway, later half")
+# The rules compared: (name, partway with the later half held, the spread across shapes the
+# rule allows for: a number, or "true" for the simulated candidates' own).
+NONE = 1e-9  # racing reads a spread of 0 as none given
+RULES = (("whole shapes, spread 0", False, NONE), ("partway + later half, spread 0", True, NONE),
+         ("partway + later half, SPREAD", True, racing.SPREAD), ("partway + later half, true spread", True, "true"))
 
 
-def race(rng, slower: float, keys, cvs, incumbent, protocol, target_rse, min_reps, ramp, ramp_calls, outliers,
-         rule: str) -> tuple[bool, int]:
-    """(stopped, calls timed) for one candidate `slower` times the incumbent's true time on every shape."""
+def race(rng, factors: list[float], keys, cvs, incumbent, protocol, target_rse, min_reps, ramp, ramp_calls,
+         outliers, partway: bool) -> tuple[bool, int]:
+    """(stopped, calls timed) for one candidate `factors[i]` times the incumbent's true time on shape i."""
     shapes: list[dict] = []
     calls = 0
-    for key, cv in zip(keys, cvs):
+    for key, cv, slower in zip(keys, cvs, factors):
         times: list[float] = []
         for t in shape_times(rng, slower, cv, protocol, target_rse, min_reps, ramp, ramp_calls, outliers,
                              len(keys)):
             times.append(t)
             calls += 1
-            if rule != RULES[0] and racing.due(len(times)):
+            if partway and racing.due(len(times)):
                 later = times[len(times) // 2:]
                 if racing.decide_within(incumbent, shapes, {"key": key, **timing.stats(times)},
                                         {"key": key, **timing.stats(later)}, len(keys), True):
                     return True, calls
         shapes.append({"key": key, **timing.stats(times)})
-        later = {"key": key, **timing.stats(times[len(times) // 2:])} if rule == RULES[2] else None
+        later = {"key": key, **timing.stats(times[len(times) // 2:])} if partway else None
         if racing.decide(incumbent, shapes, len(keys), True, later=later):
             return True, calls
     return False, calls
+
+
+def candidate_factors(rng, slower: float, shapes: int, spread: float) -> list[float]:
+    """Per-shape slowdowns whose geomean is `slower`, log-normally `spread` apart."""
+    logs = [rng.gauss(0.0, spread) for _ in range(shapes)]
+    mean = sum(logs) / shapes
+    return [slower * math.exp(x - mean) for x in logs]
 
 
 def main():
@@ -101,6 +118,8 @@ def main():
     parser.add_argument("--cvs", type=float, nargs="+", default=[0.002, 0.01, 0.03, 0.07, 0.12, 0.18],
                         help="per-call spread of the shapes, cycled")
     parser.add_argument("--slower", type=float, nargs="+", default=[0.9, 0.97, 1.0, 1.03, 1.06, 1.1, 1.2, 1.5, 2.0])
+    parser.add_argument("--shape-spread", type=float, default=0.1,
+                        help="standard deviation across shapes of a candidate's log ratio to the incumbent")
     parser.add_argument("--protocol", default="gpumode-leaderboard-wall")
     parser.add_argument("--target-rse", type=float, default=0.005, help=".kgit.yaml timing.target_rse")
     parser.add_argument("--min-reps", type=int, default=10, help=".kgit.yaml timing.min_reps")
@@ -121,25 +140,27 @@ def main():
     rows = []
     for slower in args.slower:
         row: list = [slower]
-        for rule in RULES:
+        for _, partway, spread in RULES:
             stops, calls = 0, []
             for _ in range(args.runs):
                 incumbent = {"name": "incumbent", "noise": args.noise,
+                             "spread": max(args.shape_spread, NONE) if spread == "true" else spread,
                              "times": incumbent_times(rng, keys, cvs, protocol, args.target_rse, args.min_reps,
                                                       args.ramp, args.ramp_calls, args.outliers)}
-                stopped, used = race(rng, slower, keys, cvs, incumbent, protocol, args.target_rse, args.min_reps,
-                                     args.ramp, args.ramp_calls, args.outliers, rule)
+                factors = candidate_factors(rng, slower, len(keys), args.shape_spread)
+                stopped, used = race(rng, factors, keys, cvs, incumbent, protocol, args.target_rse, args.min_reps,
+                                     args.ramp, args.ramp_calls, args.outliers, partway)
                 stops += stopped
                 calls.append(used)
             row += [f"{stops / args.runs:.1%}", f"{statistics.fmean(calls):.0f}"]
         rows.append(row)
     print(f"{args.runs} simulated candidates per slowdown; {args.shapes} shapes, per-call cv {args.cvs} cycled; "
           f"protocol {args.protocol}, target rse {args.target_rse}, min_reps {args.min_reps}; incumbent noise "
-          f"{args.noise}; first {args.ramp_calls} calls of each shape {args.ramp:.0%} slower; outliers "
+          f"{args.noise}; candidates' shapes {args.shape_spread} apart (log); first {args.ramp_calls} calls of each shape {args.ramp:.0%} slower; outliers "
           f"{args.outliers:.0%} at 3x; {time.monotonic() - started:.0f} s")
     headers = ["true slowdown"]
-    for rule in RULES:
-        headers += [f"stopped ({rule})", f"calls ({rule})"]
+    for name, _, _ in RULES:
+        headers += [f"stopped ({name})", f"calls ({name})"]
     print(tabulate(rows, headers=headers, tablefmt="github"))
 
 

@@ -7,10 +7,18 @@ geomean comparison kgit makes afterwards, restricted to those shapes:
 
     mean(log(candidate / incumbent)) - Z * its standard error > log(1 + MARGIN)
 
-The standard error combines each shape's own spread (std/sqrt(n)/mean) with the
-incumbent's noise, and MARGIN is the run-to-run floor a single measurement cannot
-resolve; both are wide on purpose: stopping a winner costs a real result, letting a
-loser finish costs only seconds. Interpreter timings never race (they are host time).
+where the mean over the shapes timed so far stands for the mean over all of them, the
+figure kgit ranks. Its standard error has two parts. The measurement: each timed shape's
+own spread (std/sqrt(n)/mean) with the incumbent's noise. The shapes not timed yet: a
+candidate is rarely faster or slower by the same factor on every shape (a GEMM's tiles win
+on some sizes and lose on others), so the timed shapes' mean misses the whole one by an
+amount that grows with how far apart one candidate's shapes lie (SPREAD, the standard
+deviation of the log ratios across shapes: the campaign's, from its fully timed attempts,
+as kgit evolve passes it, or the timed shapes' own where that is wider) and with how few
+shapes are timed. Without it, a candidate 7% faster overall was stopped on the H200 after
+twenty calls of its first of 18 shapes. MARGIN is the run-to-run floor a single
+measurement cannot resolve. All are wide on purpose: stopping a winner costs a real result,
+letting a loser finish costs only seconds. Interpreter timings never race (they are host time).
 
 The timed loops also ask `decide_within` partway through a shape, every few calls: the
 shape's calls so far count as one more shape. There, and after a whole shape, the later
@@ -31,6 +39,13 @@ Z = 3.0
 # Slower by less than this is never a stop, whatever the spreads (clocks and thermals move
 # a GPU timing by a few percent from one run to the next).
 MARGIN = 0.05
+# How far apart one candidate's shapes lie (standard deviation across shapes of
+# log(candidate / incumbent)) where the incumbent brings no campaign figure: wide, as the
+# offline strategist's fp8 candidates were (one 7% faster overall, >5% slower on its first
+# shape). `campaign_spread` never goes below SPREAD_FLOOR: timing noise alone puts the
+# shapes of an unchanged kernel about that far apart.
+SPREAD = 0.15
+SPREAD_FLOOR = 0.02
 # Inside a shape: the fewest calls a verdict rests on, and how many calls between two asks.
 WITHIN_MIN_CALLS = 20
 WITHIN_EVERY = 5
@@ -41,7 +56,8 @@ def decide(incumbent: dict | None, timed: list[dict], total: int, on_gpu: bool, 
     """The race verdict after the shapes in `timed`, or None to go on timing.
 
     `incumbent` is {"name": ..., "times": {shape key: us}, "noise": relative standard error
-    of one shape's time or None}. `later`: the entry of the later half of the last shape's
+    of one shape's time or None, "spread": the campaign's spread across shapes (optional,
+    `campaign_spread`)}. `later`: the entry of the later half of the last shape's
     calls, which must be beyond the noise too where it has a spread (two calls or more): as
     inside a shape, slow first calls must not stop a candidate. The verdict says which shapes
     were compared and by how much.
@@ -101,12 +117,45 @@ def _verdict(incumbent: dict | None, timed: list[dict], total: int, on_gpu: bool
     if not logs:
         return None
     k = len(logs)
-    mean, error = sum(logs) / k, math.sqrt(variance) / k
+    mean = sum(logs) / k
+    spread = _spread(incumbent, logs)
+    # The whole mean is (k * timed + (total - k) * untimed) / total; the untimed shapes' mean
+    # differs from the timed ones' by SPREAD * sqrt(1/k + 1/(total - k)).
+    untimed = max(total - k, 0)
+    shapes_error = (untimed / total) * spread * math.sqrt(1 / k + 1 / untimed) if untimed and total else 0.0
+    error = math.sqrt(variance / (k * k) + shapes_error * shapes_error)
     if mean - Z * error <= math.log(1 + MARGIN):
         return None
     return {"incumbent": incumbent.get("name") or "the incumbent", "timed": len(timed), "total": total,
             "compared": keys, "slower": round(math.exp(mean), 4), "bound": round(math.exp(mean - Z * error), 4),
-            "z": Z, "margin": MARGIN}
+            "z": Z, "margin": MARGIN, "spread": round(spread, 4)}
+
+
+def _spread(incumbent: dict, logs: list[float]) -> float:
+    """The spread across shapes the verdict allows for: the incumbent's (the campaign's), or
+    SPREAD; the timed shapes' own sample spread where that is wider."""
+    given = incumbent.get("spread")
+    spread = float(given) if _positive(given) else SPREAD
+    if len(logs) >= 2:
+        mean = sum(logs) / len(logs)
+        spread = max(spread, math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)))
+    return spread
+
+
+def campaign_spread(ratios: list[list[float]]) -> float | None:
+    """The spread across shapes (`SPREAD`'s kind) that a campaign's fully timed attempts show:
+    `ratios` holds, per attempt, its per-shape time over its base's on the same shapes. The
+    second largest of the attempts' spreads (the largest alone could be one odd attempt's),
+    at least SPREAD_FLOOR; None with fewer than three attempts of three shapes or more."""
+    spreads = []
+    for ratio in ratios:
+        logs = [math.log(r) for r in ratio if _positive(r)]
+        if len(logs) >= 3:
+            mean = sum(logs) / len(logs)
+            spreads.append(math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)))
+    if len(spreads) < 3:
+        return None
+    return max(sorted(spreads)[-2], SPREAD_FLOOR)
 
 
 def _relative_error(shape: dict, stat: str) -> float | None:

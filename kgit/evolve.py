@@ -40,6 +40,7 @@ from kgit.scientist import write as write_mod
 from kgit.scientist.answers import Selection
 from kgit.scientist.ledger import BudgetReached, Ledger
 from kgit.scientist.llm import Client, Reply
+from kgit_harness import racing
 from kgit_harness.result import STATUSES
 
 ERROR_CHARS = 3000
@@ -477,15 +478,20 @@ class Run:
             measured_on = self.measured_on
         if measured_on is None or figures.is_interpreter(None, measured_on[0]):
             return None
-        attempt = next((a for a in self.repo.read() if a.sha == base), None)
+        attempts = self.repo.read()
+        attempt = next((a for a in attempts if a.sha == base), None)
         found = measure.comparable(attempt, *measured_on) if attempt is not None else None
         if not found or found.status not in (None, "ok") or not found.times:
             return None
         noise = figures.measurement_noise(attempt, found)
         # The stored noise is the geomean's (per-shape errors in quadrature / k); the race
         # compares shape by shape, so it gets the per-shape error that noise implies.
-        return {"name": base[:10], "times": dict(found.times),
+        race = {"name": base[:10], "times": dict(found.times),
                 "noise": None if noise is None else noise * math.sqrt(len(found.times))}
+        spread = racing.campaign_spread(_shape_ratios(attempts, measured_on))
+        if spread is not None:
+            race["spread"] = spread
+        return race
 
     def _commit(self, state, selection, plan, reference, tree, result, notes, replies, reused) -> str:
         model = self.client.model("write")
@@ -548,6 +554,23 @@ class Run:
                 self.known[a.tree] = (a.sha, _result_from(a))
             except ValueError:  # a hand-edited commit: "ok" with no geomean is no result to repeat
                 continue
+
+
+def _shape_ratios(attempts: list[Attempt], measured_on: tuple) -> list[list[float]]:
+    """Per fully timed attempt of the archive, its time over its base's on each shape both timed,
+    on the device, harness and evaluator `measured_on`: how far apart one candidate's shapes
+    lie, for racing (racing.campaign_spread)."""
+    by_sha = {a.sha: a for a in attempts}
+    ratios = []
+    for attempt in attempts:
+        base = by_sha.get(attempt.parents[0]) if attempt.parents else None
+        if base is None:
+            continue
+        mine, theirs = measure.comparable(attempt, *measured_on), measure.comparable(base, *measured_on)
+        if not mine or not theirs or mine.status not in (None, "ok") or theirs.status not in (None, "ok"):
+            continue
+        ratios.append([mine.times[k] / theirs.times[k] for k in mine.times if theirs.times.get(k)])
+    return ratios
 
 
 def _base_suffix(attempts, base: str) -> str:

@@ -8,6 +8,8 @@ becomes `kgit best`. The judge's own stop is tested end to end on a GPU (marked 
 
 from __future__ import annotations
 
+import math
+
 import fake_llm
 import pytest
 from conftest import fast_config_text, git
@@ -28,7 +30,9 @@ def shape(key, mean, rel_std=0.01, n=100):
     return {"key": key, "mean_us": mean, "std_us": rel_std * mean, "n": n}
 
 
-INCUMBENT = {"name": "abc1234567", "times": dict.fromkeys(KEYS, 100.0), "noise": 0.002}
+# A campaign whose candidates are about equally faster or slower on every shape.
+INCUMBENT = {"name": "abc1234567", "times": dict.fromkeys(KEYS, 100.0), "noise": 0.002,
+             "spread": racing.SPREAD_FLOOR}
 
 
 # -- the rule ---------------------------------------------------------------------------
@@ -55,6 +59,47 @@ def test_faster_or_mixed_goes_on():
     # Slower on one shape, as much faster on the other: the geomean over both is even.
     mixed = [shape(KEYS[0], 150.0), shape(KEYS[1], 100.0 / 1.5)]
     assert racing.decide(INCUMBENT, mixed, total=3, on_gpu=True) is None
+
+
+def test_a_candidate_slower_only_on_its_first_shapes_is_not_stopped_where_shapes_lie_apart():
+    """The timed shapes' mean stands for all of them only as far as one candidate's shapes agree.
+    On the H200 a candidate 7% faster overall was stopped twenty calls into its first of 18
+    shapes, where it was slower: without a campaign figure the rule allows for shapes as far
+    apart as racing.SPREAD, and only a far slower first shape stops."""
+    keys = [f"m={i}" for i in range(18)]
+    unknown = {"name": "base", "times": dict.fromkeys(keys, 100.0), "noise": 0.002}
+    first = [shape(keys[0], 112.0)]
+    assert racing.decide(unknown, first, total=18, on_gpu=True) is None
+    # A campaign whose shapes agree (racing.campaign_spread) lets the same evidence stop it.
+    assert racing.decide({**unknown, "spread": racing.SPREAD_FLOOR}, first, total=18, on_gpu=True) is not None
+    verdict = racing.decide(unknown, [shape(keys[0], 200.0)], total=18, on_gpu=True)
+    assert verdict is not None and verdict["spread"] == racing.SPREAD
+    # The more shapes are timed, the less the untimed ones can change: 12% on nine of 18 stops.
+    assert racing.decide(unknown, [shape(k, 112.0) for k in keys[:3]], total=18, on_gpu=True) is None
+    assert racing.decide(unknown, [shape(k, 125.0) for k in keys[:9]], total=18, on_gpu=True) is not None
+
+
+def test_shapes_that_disagree_widen_the_verdict_whatever_the_campaign_says():
+    # 30% slower on one shape, 10% faster on the next: 8% slower on the mean, past the margin,
+    # but two shapes this far apart say little about the third.
+    apart = [shape(KEYS[0], 130.0), shape(KEYS[1], 90.0)]
+    assert racing.decide(INCUMBENT, apart, total=3, on_gpu=True) is None
+    agree = [shape(KEYS[0], 109.0), shape(KEYS[1], 108.0)]
+    assert racing.decide(INCUMBENT, agree, total=3, on_gpu=True) is not None
+
+
+def test_the_campaign_spread_is_the_second_widest_of_its_fully_timed_attempts():
+    assert racing.campaign_spread([[1.0, 1.1, 0.9]] * 2) is None  # two attempts: too few
+    assert racing.campaign_spread([[1.0, 1.1]] * 5) is None  # two shapes each: too few
+    tight = [1.0, 1.001, 0.999]
+    assert racing.campaign_spread([tight] * 3) == racing.SPREAD_FLOOR
+    wide, wider, widest = [1.0, 1.2, 0.8], [1.0, 1.4, 0.6], [1.0, 3.0, 0.3]
+    spread = racing.campaign_spread([tight, wide, widest, wider])
+    logs = [0.0, math.log(1.4), math.log(0.6)]
+    mean = sum(logs) / 3
+    assert spread == pytest.approx(math.sqrt(sum((x - mean) ** 2 for x in logs) / 2))
+    # Times of zero or less are not ratios.
+    assert racing.campaign_spread([[0.0, -1.0, 1.0]] * 3) is None
 
 
 def test_interpreter_timings_never_race():
@@ -202,11 +247,12 @@ class RacingEvaluator:
                               geomean_us=mean, eval_s=1.0)
 
 
-def run_variants(kernel_repo, evaluator_means, **keys):
-    repo, config = remote_gpu_repo(kernel_repo, pick=2, attempts=1, **keys)
+def run_variants(kernel_repo, evaluator_means, pick=2, **keys):
+    repo, config = remote_gpu_repo(kernel_repo, pick=pick, attempts=1, **keys)
     evaluator = RacingEvaluator(kernel_repo, evaluator_means)
     edits = [fake_llm.search_replace("kernel.py", SLOW_BLOCK, f"{SLOW_BLOCK}\n# variant {k}") for k in evaluator_means]
-    fake = fake_llm.FakeLLM([("design", fake_llm.design(["Plan A", "Plan B"], chosen=[0, 1])),
+    plans = [f"Plan {k}" for k in evaluator_means]
+    fake = fake_llm.FakeLLM([("design", fake_llm.design(plans, chosen=list(range(len(plans))))),
                              *[("write", e) for e in edits]])
     summary = evolve.evolve(repo, config, client=fake, evaluate=evaluator)
     return repo, summary, evaluator
@@ -232,6 +278,17 @@ def test_evolve_races_against_the_base_and_a_stopped_attempt_is_never_best(kerne
     assert not attempt.ok and attempt.measurements() == []
     assert figures.best(attempts).sha == workflow.best(attempts).sha == summary.rows[0].sha
     assert stopped not in git(kernel_repo, "log", "--all", "--grep", "speedup", "--format=%H")
+
+
+def test_evolve_races_with_the_spread_its_fully_timed_attempts_show(kernel_repo):
+    """Until three attempts are timed in full against their base, the race allows for shapes as
+    far apart as racing.SPREAD; then for the campaign's own spread (here every attempt is
+    faster or slower by one factor on every shape, so the floor)."""
+    repo, summary, evaluator = run_variants(kernel_repo, {"A": 95.0, "B": 96.0, "C": 97.0, "D": 300.0},
+                                            pick=4)
+    assert [r.status for r in summary.rows] == ["ok", "ok", "ok", "stopped"]
+    assert all("spread" not in race for race in evaluator.races_seen[1:3])
+    assert evaluator.races_seen[3]["spread"] == racing.SPREAD_FLOOR
 
 
 def test_a_stopped_attempt_with_tiny_times_is_never_best(kernel_repo):
