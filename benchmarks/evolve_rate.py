@@ -16,6 +16,7 @@ let through, had it run them to the end.
 
     python benchmarks/evolve_rate.py --problem vector_add -n 10 --fast          # CPU
     python benchmarks/evolve_rate.py --problem fp8_blockscale_gemm -n 6 --warm on --rerun-stopped 4   # H200
+    python benchmarks/evolve_rate.py --problem fp8_blockscale_gemm -n 6 --warm on --spares 3   # more spares
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from bench_repo import make_repo
 from tabulate import tabulate
 
 from kgit import evolve, workflow
-from kgit.evaluation import child
+from kgit.evaluation import backends, child
 from kgit_harness import racing
 
 # Stages of an evaluation by the judge's marks (as eval_breakdown.py names them), in seconds.
@@ -148,9 +149,13 @@ def main():
     parser.add_argument("--fast", action="store_true", help="short timing settings (as in the tests)")
     parser.add_argument("--progress", action="store_true", help="print evolve's lines with the seconds since the start")
     parser.add_argument("--protocol", help="time under this timing protocol instead of the problem's own")
+    parser.add_argument("--spares", type=int, metavar="N",
+                        help="warm pairs kept ahead per GPU slot instead of kgit's (backends.SPARES)")
     parser.add_argument("--rerun-stopped", type=int, default=0, metavar="K",
                         help="evaluate up to K stopped attempts of the last run again in full")
     args = parser.parse_args()
+    if args.spares is not None:
+        backends.SPARES["gpu"] = args.spares
     t0 = time.monotonic()
     progress = (lambda line: print(f"{time.monotonic() - t0:7.1f}s {line}", flush=True)) if args.progress else None
     settings = {"on": [True], "off": [False], "both": [False, True]}[args.warm]
@@ -172,6 +177,7 @@ def main():
             if args.rerun_stopped:
                 rerun = rerun_stopped(Path(tmp) / f"repo-{warm}", args.rerun_stopped)
     print(f"problem {args.problem}, evolve -n {args.iterations} offline, jobs {args.jobs}, "
+          f"{backends.SPARES['gpu']} warm pairs ahead per GPU slot, "
           f"timing {'fast' if args.fast else 'default'}, protocol {args.protocol or 'its own'}, "
           f"device {device}")
     print(tabulate(rows, headers=["warm", "attempts", "wall s", "s / attempt", "statuses", "best geomean us",

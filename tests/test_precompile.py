@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from kgit_harness import problem
+from kgit_harness import checking, problem, shared
 
 DATA = Path(__file__).parent / "data" / "precompile"
 
@@ -66,12 +67,48 @@ def test_the_judge_sends_every_test_shapes_layout_and_keeps_only_counts_seconds_
                                                  "failed": ["anything"]}}
 
     doc: dict = {}
-    judge._compile_ahead(task, reference, Runner(), doc)
+    checks = [(shape, (int(shape.get("seed", 0)), 99)) for shape in task.shapes("tests", True)]
+    made = judge._compile_ahead(reference, Runner(), doc, checks)
     [message] = asked
-    assert message["op"] == "precompile" and len(message["shapes"]) == len(task.shapes("tests", True))
-    # Laid out on the meta device: a, b, a_scale, b_scale and c of the first test shape (m=n=64, k=128).
-    assert message["shapes"][0]["size"] >= 64 * 128 * 2 + 64 * 64 * 2
+    assert message["op"] == "precompile" and len(message["shapes"]) == len(checks)
+    # Laid out from the checks' first inputs, which the judge keeps for them: a, b, a_scale,
+    # b_scale and c of the first test shape (m=n=64, k=128), as the checks' arena lays them out.
+    assert sorted(made) == list(range(len(checks)))
+    first = made[0]
+    assert [tuple(t.shape) for t in first] == [(64, 128), (64, 128), (64, 1), (1, 1), (64, 64)]
+    planner = shared.Planner()
+    assert message["shapes"][0] == {"layout": planner.tree(first), "size": planner.size}
     assert doc["precompile"] == {"variants": 3.0, "seconds": 0.5, "error": "x" * 297 + "..."}
+    # The inputs are the published seed's, as the checks' own first input is.
+    again = checking.make_input(reference, checks[0][0], checks[0][1][0])
+    assert all(torch.equal(x.float(), y.float()) for x, y in zip(first[:4], again[:4]))
+
+
+def test_only_the_first_test_inputs_that_fit_the_dry_runs_bytes_are_made_ahead(monkeypatch):
+    from kgit_harness import judge
+
+    folder = problem.shipped()["fp8_blockscale_gemm"]
+    task = problem.load_task(folder)
+    reference = problem.load_module(folder / "reference.py", "_kgit_test_fp8_reference")
+    checks = [(shape, (int(shape.get("seed", 0)), 99)) for shape in task.shapes("tests", True)]
+    sizes = []
+    for shape, _ in checks[:2]:
+        planner = shared.Planner()
+        planner.tree(checking.make_input(reference, shape, 0))
+        sizes.append(planner.size)
+    monkeypatch.setattr(judge, "DRY_BYTES", sum(sizes))
+    asked = []
+
+    class Runner:
+        def ask(self, message):
+            asked.append(message)
+            return {"op": "done", "precompile": None}
+
+    doc: dict = {}
+    made = judge._compile_ahead(reference, Runner(), doc, checks)
+    assert sorted(made) == [0, 1] and len(asked[0]["shapes"]) == 2 and "precompile" not in doc
+    monkeypatch.setattr(judge, "DRY_BYTES", sizes[0] - 1)
+    assert judge._compile_ahead(reference, Runner(), doc, checks) == {} and len(asked) == 1
 
 
 @pytest.mark.gpu
