@@ -14,12 +14,14 @@
 #                default ../shared/upstream/gpumode), the judge's per-call costs, the plot
 #   breakdown    one evaluation stage by stage, cold and warm: vector_add and fp8
 #   evolve-rate  seconds per fp8 attempt in an offline `kgit evolve -n 6`, and 4 stopped
-#                attempts run again in full (what racing threw away)
+#                attempts run again in full (what racing threw away); then -n 6 with three
+#                warm pairs ahead per slot instead of two (--spares 3)
 #   adaptive     the breakdown and the evolve rate of fp8 under `kgit-adaptive` (the protocol
 #                the cost issue's 10.9 s was measured under), -n 3 to keep it short
 #   fidelity     kgit's figures against plain timing loops, and their repeatability
 #   costs-detail  the fp8 baseline's first Triton calls in a fresh cache, cold and after kgit's
-#                warm-up (jit_costs.py), and each shape's spread of one call under its protocol
+#                warm-up (jit_costs.py), with and without its launches compiled ahead
+#                (compile_ahead.py), and each shape's spread of one call under its protocol
 #                (shape_spread.py): where the checks' and the timed loop's seconds come from
 #   campaign     the shipped campaign's baseline and experiment 47 re-measured under the fp8
 #                problem's protocol (examples/fp8-h200/remeasure.sh 0 47)
@@ -63,7 +65,9 @@ for step in "${steps[@]}"; do
                 --repeats 2 --warm-wait 8 ;;
         evolve-rate)
             run evolve-rate python benchmarks/evolve_rate.py --problem fp8_blockscale_gemm -n 6 --warm on \
-                --rerun-stopped 4 ;;
+                --rerun-stopped 4
+            run evolve-rate-spares3 python benchmarks/evolve_rate.py --problem fp8_blockscale_gemm -n 6 \
+                --warm on --spares 3 ;;
         adaptive)
             run breakdown-adaptive python benchmarks/eval_breakdown.py --problems fp8_blockscale_gemm \
                 --repeats 1 --warm-wait 8 --protocol kgit-adaptive
@@ -73,6 +77,7 @@ for step in "${steps[@]}"; do
         costs-detail)
             run jit-costs-cold python benchmarks/jit_costs.py --problem fp8_blockscale_gemm
             run jit-costs-warm python benchmarks/jit_costs.py --problem fp8_blockscale_gemm --warm
+            run compile-ahead python benchmarks/compile_ahead.py --problem fp8_blockscale_gemm
             run shape-spread python benchmarks/shape_spread.py --problem fp8_blockscale_gemm --runs 2 ;;
         process-state) run process-state python benchmarks/process_state.py ;;
         profiler-warmup) run profiler-warmup python benchmarks/profiler_warmup.py ;;
