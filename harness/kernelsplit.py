@@ -13,8 +13,10 @@ the CPU interpreter, where there are no device kernels to split.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
+import sys
 
 SOURCE = "candidate-reported"  # the label every split carries: the runner made it
 MAX_ROWS = 12  # kernels kept per shape; the rest are summed into one OTHER row
@@ -147,18 +149,47 @@ def warm_up(torch):
 
     CPU activity only: a session with CUDA activity leaves CUPTI's callbacks on every later
     launch, the timed ones included (H200, two runs: a vector_add of 1 to 16M elements read
-    2-5 us more by events and 5-7 us more on the host after it). The CPU session loads what
-    costs (3.8 s; the split's CUDA session after it took 0.00 s, 4.3 s without it), and in
+    2-5 us more by events and 5-7 us more on the host after it). The CPU session loaded what
+    cost (3.8 s; the split's CUDA session after it took 0.00 s, 4.3 s without it), and in
     the one run of benchmarks/profiler_warmup.py's way of doing it the vector_add read 24.5 us
-    by events and 32.3 on the host after it, against 27.6 and 35.7 after the CUDA session."""
+    by events and 32.3 on the host after it, against 27.6 and 35.7 after the CUDA session.
+    Most of those seconds were torch importing inductor for the profiler's start, which
+    `inductor_left_alone` now spares both sessions."""
     try:
         from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CPU]):
+        with inductor_left_alone(torch), profile(activities=[ProfilerActivity.CPU]):
             # A host op: the warm-up runs before the runner has a device context (runner.main).
             torch.zeros(1).add_(1)
     except Exception:  # noqa: BLE001 - a profiler that will not start is the split's to report
         pass
+
+
+@contextlib.contextmanager
+def inductor_left_alone(torch):
+    """While a profiler starts: `hasattr(torch, "_inductor")` is false where nothing imported it.
+
+    torch.profiler's start asks that question to learn whether inductor's CUDA graphs are
+    on, and torch answers it by importing inductor, dynamo and sympy: 3.5-5.2 s of a CPU
+    session's 5.2 s on the development machine, and what made a warm pair's "profiler
+    loaded" 5.4-6.2 s on the H200 host. Without inductor imported, nothing uses its CUDA
+    graphs, and the profiler's own default (none) is the answer; with it imported, torch
+    answers as before."""
+    lazy = torch.__dict__.get("__getattr__")
+    if "torch._inductor" in sys.modules or lazy is None:
+        yield
+        return
+
+    def answer(name):
+        if name == "_inductor":
+            raise AttributeError(name)
+        return lazy(name)
+
+    torch.__getattr__ = answer
+    try:
+        yield
+    finally:
+        torch.__getattr__ = lazy
 
 
 class Session:
@@ -181,7 +212,8 @@ class Session:
         self.synchronize()
         try:
             prof = profile(activities=self.activities or [ProfilerActivity.CUDA])
-            prof.__enter__()
+            with inductor_left_alone(self.torch):
+                prof.__enter__()
         except Exception as e:  # noqa: BLE001 - no profiler here is a missing figure, not a failed kernel
             self.why = f"torch.profiler did not start: {type(e).__name__}: {e}"[:300]
         else:

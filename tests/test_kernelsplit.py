@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import math
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -142,6 +144,25 @@ def test_the_profiler_wrapper_on_a_machine_without_device_kernels():
         kernelsplit.profile_call(torch, boom, lambda: None, cpu)
     # Stopped: another profiler starts and records (torch refuses to run two at once).
     assert kernelsplit.profile_call(torch, lambda: torch.ones(4) + 1, lambda: None, cpu)[1].endswith("no device kernels")
+
+
+def test_a_profiler_start_leaves_inductor_unimported_and_torch_as_it_was():
+    """torch.profiler's start asks hasattr(torch, "_inductor"), which imports inductor, dynamo
+    and sympy (seconds of a warm pair's start-up) where nothing had: kgit's sessions answer no
+    without the import, and give torch its own lookup back."""
+    code = (
+        "import sys, torch\n"
+        "from kgit_harness import kernelsplit\n"
+        "lookup = torch.__dict__['__getattr__']\n"
+        "kernelsplit.warm_up(torch)\n"
+        "s = kernelsplit.Session(torch, lambda: None, [torch.profiler.ProfilerActivity.CPU]).start()\n"
+        "s.call(lambda: torch.ones(4).sum())\n"
+        "s.stop()\n"
+        "print(s.prof is not None, 'torch._inductor' in sys.modules, 'torch._dynamo' in sys.modules,\n"
+        "      torch.__dict__['__getattr__'] is lookup)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-4:] == ["True", "False", "False", "True"], done.stdout
 
 
 def test_one_session_tells_each_calls_kernels_apart_by_the_marker_kernels():
