@@ -111,6 +111,36 @@ def test_only_the_first_test_inputs_that_fit_the_dry_runs_bytes_are_made_ahead(m
     assert judge._compile_ahead(reference, Runner(), doc, checks) == {} and len(asked) == 1
 
 
+def test_an_input_that_fails_to_be_made_ahead_is_left_to_its_check():
+    """Out of memory with the inputs held, or the problem's own failure: the inputs made before it
+    go ahead, and the check makes that input again itself, meeting the failure as before."""
+    from kgit_harness import judge
+
+    folder = problem.shipped()["fp8_blockscale_gemm"]
+    task = problem.load_task(folder)
+    reference = problem.load_module(folder / "reference.py", "_kgit_test_fp8_reference")
+    checks = [(shape, (int(shape.get("seed", 0)), 99)) for shape in task.shapes("tests", True)]
+
+    class Failing:
+        calls = 0
+
+        def generate_input(self, **shape):
+            Failing.calls += 1
+            if Failing.calls == 3:
+                raise torch.OutOfMemoryError("CUDA out of memory")
+            return reference.generate_input(**shape)
+
+    asked = []
+
+    class Runner:
+        def ask(self, message):
+            asked.append(message)
+            return {"op": "done", "precompile": None}
+
+    made = judge._compile_ahead(Failing(), Runner(), {}, checks)
+    assert sorted(made) == [0, 1] and len(asked[0]["shapes"]) == 2 and Failing.calls == 3
+
+
 @pytest.mark.gpu
 def test_gpu_the_checks_find_the_candidates_kernels_compiled_ahead(kernel_repo, tmp_path):
     """On a GPU the judge asks for the compiles before the checks and records the runner's report."""
