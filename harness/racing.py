@@ -33,6 +33,7 @@ before its verdict.
 from __future__ import annotations
 
 import math
+import statistics
 
 # Standard errors the candidate must be beyond before it stops: a false stop needs a 3-sigma event.
 Z = 3.0
@@ -122,7 +123,7 @@ def _verdict(incumbent: dict | None, timed: list[dict], total: int, on_gpu: bool
     # The whole mean is (k * timed + (total - k) * untimed) / total; the untimed shapes' mean
     # differs from the timed ones' by SPREAD * sqrt(1/k + 1/(total - k)).
     untimed = max(total - k, 0)
-    shapes_error = (untimed / total) * spread * math.sqrt(1 / k + 1 / untimed) if untimed and total else 0.0
+    shapes_error = (untimed / total) * spread * math.sqrt(1 / k + 1 / untimed) if untimed else 0.0
     error = math.sqrt(variance / (k * k) + shapes_error * shapes_error)
     if mean - Z * error <= math.log(1 + MARGIN):
         return None
@@ -137,8 +138,7 @@ def _spread(incumbent: dict, logs: list[float]) -> float:
     given = incumbent.get("spread")
     spread = float(given) if _positive(given) else SPREAD
     if len(logs) >= 2:
-        mean = sum(logs) / len(logs)
-        spread = max(spread, math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)))
+        spread = max(spread, statistics.stdev(logs))
     return spread
 
 
@@ -151,8 +151,7 @@ def campaign_spread(ratios: list[list[float]]) -> float | None:
     for ratio in ratios:
         logs = [math.log(r) for r in ratio if _positive(r)]
         if len(logs) >= 3:
-            mean = sum(logs) / len(logs)
-            spreads.append(math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)))
+            spreads.append(statistics.stdev(logs))
     if len(spreads) < 3:
         return None
     return max(sorted(spreads)[-2], SPREAD_FLOOR)
