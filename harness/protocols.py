@@ -70,14 +70,19 @@ class Protocol:
         shapes then ran their 100 calls, each re-checked, for an evaluation of 11 s), kgit's
         need stops it, after at least `min_reps` calls, since a standard error estimated from
         3 calls says little. That need is the ranking figure's: the geometric mean over the
-        problem's `shapes`, whose relative standard error is a shape's over sqrt(shapes). Each
-        shape stops where the geomean is within half of `target_rse` (two evaluations of one
-        kernel then agree to about 0.4 of it): at target_rse x sqrt(shapes) / 2, never tighter
-        than `target_rse` and never looser than SHAPE_RSE_MAX (18 fp8 shapes: 1.06%). A target
+        problem's `shapes`, whose relative standard error is a shape's over sqrt(shapes), and
+        what kgit does with it is compare two of them. Each shape stops where the difference of
+        two evaluations' geomeans has a standard error of `target_rse` (the geomean's own is
+        target_rse / sqrt(2); two evaluations of one kernel then differ by 0.8 x target_rse on
+        average): at target_rse x sqrt(shapes / 2), never tighter than `target_rse` and never
+        looser than SHAPE_RSE_MAX (18 fp8 shapes: 1.5%). Tighter buys no figure kgit uses: one
+        GPU's timings move by more between runs (racing.MARGIN), while on the H200 the
+        launch-bound fp8 shapes, whose calls vary by 5-15% under the wall clock, took 30-90
+        re-checked calls each at the 1.06% of a geomean within half of `target_rse`. A target
         at or below the protocol's gives its own rule."""
         if self.target_rse is None or target_rse <= self.target_rse:
             return self.target_rse, self.min_calls
-        per_shape = min(max(target_rse, target_rse * math.sqrt(max(shapes, 1)) / 2), SHAPE_RSE_MAX)
+        per_shape = min(max(target_rse, target_rse * math.sqrt(max(shapes, 1) / 2)), SHAPE_RSE_MAX)
         return per_shape, max(self.min_calls, min_reps)
 
 
