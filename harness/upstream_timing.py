@@ -10,8 +10,9 @@ its own clock (timing.settle).
 - fresh (gpumode-leaderboard-wall, gpumode-leaderboard-events): every timed call gets its
   own slot of the shape's arena, a slot never handed out before in this evaluation, so no
   call sees a tensor object or a storage address it has seen before, and new values from a
-  new seed; every output is checked. The arena holds the protocol's most calls where memory
-  allows, fewer (said in the shape's `note`) where it does not.
+  new seed; every output is checked. The shape's arenas are made as its calls need them, up to
+  the protocol's most calls where memory allows, fewer (said in the shape's `note`) where it
+  does not.
 - batch (gpumode-batch): `batch` distinct tuples made once; each timed sample calls them
   all back to back between one pair of events after an L2 flush; every output of every
   sample is checked (each sample's outputs poisoned first, which upstream does not do).
@@ -27,6 +28,7 @@ import math
 import random
 import statistics
 import time
+from typing import Any
 
 from kgit_harness import checking, racing, timing
 from kgit_harness.phases import PHASES
@@ -36,6 +38,8 @@ from kgit_harness.phases import PHASES
 FRESH_BYTES = {True: 16 << 30, False: 1 << 30}
 # Flushed, event-timed calls after a GPU shape's timing, for its device time (`device_us`).
 DEVICE_CALLS = 5
+# Timed slots of one arena of fresh inputs (_FreshArenas): a shape needing more gets another.
+FRESH_CHUNK = 32
 # Fresh calls after which the judge samples its allocator's free segments again (_hold), each
 # given to the runner with the empty request that follows it (timing.empty_due).
 HOLD_SAMPLES = timing.EMPTY_FIRST
@@ -77,10 +81,11 @@ def _seeder(ctx, shape):
     return lambda i: checking.mix_seed(base, ctx.secret, i)
 
 
-def _capacity(ctx, first, wanted: int, least: int) -> int:
-    """Slots of `first`'s layout an arena may hold: `wanted`, or as many as memory allows."""
+def _capacity(ctx, first, wanted: int, least: int, budget: int | None = None) -> int:
+    """Slots of `first`'s layout an arena may hold: `wanted`, or as many as memory (or `budget`
+    bytes, where given) allows."""
     size = max(ctx.slot_bytes(first), 1)
-    fits = _budget(ctx) // size
+    fits = (_budget(ctx) if budget is None else min(budget, _budget(ctx))) // size
     if fits < least:
         raise NoRoom(f"needs {math.ceil(least * size / (1 << 30) * 4)} GiB of free "
                      f"{'GPU ' if ctx.on_gpu else ''}memory for the timing's fresh inputs ({least} calls of "
@@ -98,6 +103,41 @@ def fresh_slots(capacity: int, wanted: int, device: int, least: int) -> tuple[in
     if spare - calls < device and spare - device >= least:
         calls = spare - device
     return calls, list(range(1 + calls, 1 + min(spare, calls + device)))
+
+
+class _FreshArenas:
+    """A shape's arenas under a fresh protocol, made as its calls need them.
+
+    Most shapes stop long before the protocol's most calls (on the H200 the fp8 shapes took
+    10-40 of 100), and an arena costs by its slots, in the judge and in the runner that maps
+    it: one of FRESH_CHUNK timed slots comes first, the next when those are used. Every arena
+    stays alive until the shape ends (`retire`), so no two slots of the shape share an
+    address, and together they stay within the memory the first was allowed (_budget); the
+    device figure takes the last arena's `device` slots."""
+
+    def __init__(self, ctx, first, device: int):
+        self.ctx, self.first, self.device_wanted = ctx, first, device
+        self.budget = _budget(ctx)
+        self.made: list = []
+        self.slots: Any = None  # the current arena (judge.Slots)
+        self.timed: list[int] = []  # the current arena's timed slots no call was handed yet
+        self.device: list[int] = []
+
+    def grow(self, calls: int, least: int):
+        """A new arena for up to `calls` timed calls and the device figure, at least `least` of them
+        (NoRoom where not even those fit)."""
+        capacity = _capacity(self.ctx, self.first, 1 + calls + self.device_wanted, 1 + least, self.budget)
+        fit, self.device = fresh_slots(capacity, calls, self.device_wanted, least)
+        with PHASES.span("timing: arenas"):
+            self.slots = self.ctx.new_slots(self.first, capacity)
+        self.budget -= capacity * max(self.ctx.slot_bytes(self.first), 1)
+        self.made.append(self.slots)
+        self.timed = list(range(1, 1 + fit))
+
+    def retire(self):
+        for slots in self.made:
+            self.ctx.retire(slots)
+        self.made = []
 
 
 def _stop(protocol, ctx, times: list, spent: float) -> bool:
@@ -225,10 +265,9 @@ def _fresh(protocol, ctx, shape, first_shape, race) -> dict:
     # Slot 0 serves the first check, the warm-up and the round trips; every timed call, and each
     # of the device figure's, gets a slot of its own that no call was handed before.
     least = min(protocol.min_calls, wanted)
-    capacity = _capacity(ctx, first, 1 + wanted + device, 1 + least)
-    calls, device_slots = fresh_slots(capacity, wanted, device, least)
-    with PHASES.span("timing: arenas"):
-        slots = ctx.new_slots(first, capacity)
+    arenas = _FreshArenas(ctx, first, device)
+    arenas.grow(min(wanted, FRESH_CHUNK), least)
+    slots = arenas.slots
     try:
         with PHASES.span("timing: first check, warm-up, round trips"):
             error = _first_check(ctx, slots, 0, first)
@@ -248,16 +287,25 @@ def _fresh(protocol, ctx, shape, first_shape, race) -> dict:
         call_us: list[float] = []
         empties: list[float] = []
         started = time.perf_counter()
-        for i in range(calls):
+        note = None
+        for i in range(wanted):
+            if not arenas.timed:
+                try:
+                    arenas.grow(min(wanted - i, FRESH_CHUNK), 1)
+                except NoRoom:
+                    note = f"{i} fresh calls fit in the memory a shape may take; the protocol allows {wanted}"
+                    break
+                slots = arenas.slots
+            slot = arenas.timed.pop(0)
             with PHASES.span("timing: inputs"):
                 private = checking.make_input(ctx.reference, shape, seed(1 + i))
             with PHASES.span("timing: calls"):
-                timed = timing.timed_call(slots, 1 + i, private, ctx.calibration, clock=protocol.clock,
+                timed = timing.timed_call(slots, slot, private, ctx.calibration, clock=protocol.clock,
                                           flush=protocol.flush, hold=hold)
             if timed.reply["output"]:
                 return {"error": f"timed call {i}: {timed.reply['output']}", **timing.stats(times or [0.0])}
             with PHASES.span("timing: re-checks"):
-                why = _check(ctx, private, slots.data(1 + i), timed.out)
+                why = _check(ctx, private, slots.data(slot), timed.out)
             if why:
                 return {"error": f"timed call {i} gave a wrong result: {why}", **timing.stats(times or [0.0])}
             judge_us = max(timed.call_us - round_trip, timed.call_us / 100)
@@ -280,14 +328,14 @@ def _fresh(protocol, ctx, shape, first_shape, race) -> dict:
         error = _events_bound(protocol, ctx, shape, seed, first, timed.out, stats)
         if error:
             return {"error": error, **stats}
-        if calls < wanted and len(times) == calls:
-            stats["note"] = (f"{calls} fresh calls fit in the memory a shape may take; the protocol allows {wanted}")
+        if note:
+            stats["note"] = note
         with PHASES.span("timing: device figure"):
-            stats["device_us"] = _device_time(ctx, slots, device_slots,
+            stats["device_us"] = _device_time(ctx, slots, arenas.device,
                                               lambda: checking.make_input(ctx.reference, shape, seed(10_000)))
         return stats
     finally:
-        ctx.retire(slots)
+        arenas.retire()
 
 
 def _batch(protocol, ctx, shape, first_shape, race) -> dict:

@@ -951,8 +951,10 @@ def test_the_device_figure_checks_its_first_output_and_any_later_one_that_differ
 
     cal = timing.Calibration(ping_us=100.0, copy_fixed_us=50.0, copy_us_per_byte=0.0)
     ctx = _GpuContext(None, None, cal, gpu_s=0.0002)
-    # Slot 0 takes the first check, the next max_calls the timed calls, the ones after the device figure's.
+    # Slot 0 takes the first check, the next max_calls the timed calls, the ones after the device
+    # figure's: one arena for all of them.
     first_device_slot = 1 + protocols.get("gpumode-leaderboard-wall").max_calls
+    monkeypatch.setattr(upstream_timing, "FRESH_CHUNK", first_device_slot)
 
     class Drifting(_ReportingSlots):
         def _launch(self, slot):

@@ -71,6 +71,71 @@ def test_under_a_fresh_protocol_no_call_is_handed_an_object_or_address_twice(tmp
 
 
 @pytest.mark.slow
+def test_a_shape_whose_calls_outrun_one_arena_gets_another_at_new_addresses(tmp_path, capfd, monkeypatch):
+    # Arenas are made as the calls need them (upstream_timing._FreshArenas): two timed slots
+    # each here, so every shape's ten calls span five arenas, all alive until the shape ends.
+    monkeypatch.setattr(upstream_timing, "FRESH_CHUNK", 2)
+    grow = upstream_timing._FreshArenas.grow
+
+    def counted(self, calls, least):  # in the judge, a fork of this process: said on its stdout
+        print("KGIT-ARENA", calls, flush=True)
+        return grow(self, calls, least)
+
+    monkeypatch.setattr(upstream_timing._FreshArenas, "grow", counted)
+    doc = run_harness(tmp_path, problem="vector_add", code=_probe_code(), protocol="gpumode-leaderboard-wall",
+                      computed_names=False, timing={"target_rse": 0.5, "max_time_s": 0.0, "min_reps": 10, "warmup": 0})
+    assert doc["status"] == "ok", doc.get("error")
+    assert all(s["n"] == 10 and s["rechecked"] == 10 and "note" not in s for s in doc["shapes"])
+    out = capfd.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith("KGIT-ARENA")] == ["KGIT-ARENA 2"] * 5 * len(
+        doc["shapes"])
+    calls = _seen(out, sizes=True)
+    for shape in doc["shapes"]:
+        # The shape's first check and its ten timed calls: eleven addresses, none handed out twice.
+        mine = [call for size, call in calls if size == shape["shape"]["size"]]
+        addresses = [call[-2:] for call in mine[-11:]]
+        assert len(set(addresses)) == 11, (shape["key"], addresses)
+
+
+def test_a_shapes_arenas_all_stay_alive_until_the_shape_ends():
+    # A GPU allocator hands a freed arena's addresses to the next one: were the first arena let
+    # go when the second is made, the third could lie where it did, and a kernel keeping a graph
+    # per input address would replay it there.
+    from types import SimpleNamespace
+
+    events = []
+    ctx = SimpleNamespace(on_gpu=True, free_bytes=lambda: 1 << 40, slot_bytes=lambda first: 1 << 20,
+                          new_slots=lambda first, count: events.append(("made", count)) or f"arena {len(events)}",
+                          retire=lambda slots: events.append(("retired", slots)))
+    arenas = upstream_timing._FreshArenas(ctx, object(), device=5)
+    arenas.grow(32, 3)
+    assert arenas.timed == list(range(1, 33)) and arenas.device == list(range(33, 38))
+    arenas.grow(7, 1)
+    assert arenas.timed == list(range(1, 8)) and arenas.device == list(range(8, 13))
+    assert events == [("made", 38), ("made", 13)]
+    arenas.retire()
+    assert events[2:] == [("retired", "arena 1"), ("retired", "arena 2")]
+    # Short of memory even for one more call: NoRoom, which the loop turns into the shape's note.
+    ctx.free_bytes = lambda: 4 << 20
+    with pytest.raises(upstream_timing.NoRoom):
+        arenas.grow(32, 1)
+
+
+def test_a_shapes_arenas_together_stay_within_the_memory_one_shape_may_take():
+    from types import SimpleNamespace
+
+    ctx = SimpleNamespace(on_gpu=True, free_bytes=lambda: 1 << 40, slot_bytes=lambda first: 1 << 30,
+                          new_slots=lambda first, count: count, retire=lambda slots: None)
+    arenas = upstream_timing._FreshArenas(ctx, object(), device=5)
+    arenas.grow(8, 3)  # 14 of the 16 GiB a GPU shape may take
+    assert arenas.slots == 14 and len(arenas.timed) == 8
+    arenas.grow(8, 1)  # the 2 GiB left: one timed call and no device figure
+    assert arenas.slots == 2 and arenas.timed == [1] and arenas.device == []
+    with pytest.raises(upstream_timing.NoRoom):
+        arenas.grow(8, 1)
+
+
+@pytest.mark.slow
 def test_under_kgits_own_protocol_the_timed_calls_reuse_their_buffers(tmp_path, capfd):
     # The control: kgit-adaptive refills the same slot with new values, as documented.
     doc = run_harness(tmp_path, problem="vector_add", code=_probe_code(), protocol="kgit-adaptive")
