@@ -477,7 +477,7 @@ def start(spec: StartSpec, ahead: bool = False) -> tuple[Runner, object, bool]:
             # Off the critical path only when warm: cold, it costs what the runner's own
             # start-up does not cover (the shipped problems do not need it). torch._dynamo,
             # which a needs-check dry run on meta tensors may import, is not imported ahead:
-            # the judge keeps each problem's input sizes (needs.Sizes), so only a problem's
+            # the judge keeps each problem's input sizes (needs.Record), so only a problem's
             # first evaluation on a machine runs that dry run, and with triton it took 3.3-3.9 s
             # of every warm judge's start on the H200 (triton alone: 0.2-0.3 s in the runner),
             # the longest part of a spare's.
@@ -560,7 +560,7 @@ def run_started(spec: Spec, runner: Runner, torch, on_gpu: bool) -> dict:
             with PHASES.span("problem: reference import"):
                 reference = _load_reference(Path(spec.problem_dir) / "reference.py")
             with PHASES.span("problem: needs check (the reference on a test input)"):
-                settings = needs.check(task, reference, on_gpu, torch, _input_sizes(spec, on_gpu, torch))
+                settings, reference_ran = needs.check(task, reference, on_gpu, torch, _record(spec, on_gpu, torch))
         except needs.Unsupported as e:
             raise Verdict("unsupported", _excerpt(e.__cause__ or e), reason=str(e)) from None
         except Exception as e:  # noqa: BLE001 - the reference failed to import or to make an input
@@ -580,7 +580,7 @@ def run_started(spec: Spec, runner: Runner, torch, on_gpu: bool) -> dict:
         runner.ask({"op": "load", "files": task.files, "forbidden": task.forbidden, "output": task.output,
                     "helpers": _helpers(spec, task), "torch_settings": settings})
         PHASES.mark("candidate imported")
-        doc.update(_evaluate(spec, task, reference, runner, on_gpu, torch, doc, calibration))
+        doc.update(_evaluate(spec, task, reference, runner, on_gpu, torch, doc, calibration, reference_ran))
         PHASES.mark("timed")
     except Verdict as v:
         # Every rejection names its rule; one without is a harness bug, said as such.
@@ -668,11 +668,12 @@ def _targets_collect(runner, wait: bool = True) -> dict | None:
     return facts
 
 
-def _input_sizes(spec: Spec, on_gpu, torch) -> needs.Sizes:
-    """The problem's recorded input sizes, beside the build-facts cache (both the judge's alone)."""
+def _record(spec: Spec, on_gpu, torch) -> needs.Record:
+    """What earlier evaluations learnt of the problem here (needs.Record), beside the build-facts
+    cache (both the judge's alone)."""
     facts = spec.targets_cache
-    folder = str(Path(facts).parent / "input-sizes") if facts else None
-    return needs.Sizes(folder, needs.problem_digest(Path(spec.problem_dir), torch, on_gpu) if folder else "")
+    folder = str(Path(facts).parent / "problem-records") if facts else None
+    return needs.Record(folder, needs.problem_digest(Path(spec.problem_dir), torch, on_gpu) if folder else "")
 
 
 def _helpers_folder(spec: StartSpec) -> Path:
@@ -744,7 +745,7 @@ def _static_policy(sources: dict[str, str], task, computed_names: bool = False) 
     return None
 
 
-def _evaluate(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibration) -> dict:
+def _evaluate(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibration, reference_ran: bool = True) -> dict:
     secret = spec.secret_seed
     tests = []
     # [build targets] The runner captures the checks' launches and cross-compiles them
@@ -766,7 +767,7 @@ def _evaluate(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibrati
     made: dict = {}
     try:
         if on_gpu:
-            made = _compile_ahead(reference, runner, doc, checks)
+            made = _compile_ahead(task, reference, runner, doc, checks, warm=not reference_ran)
         for i, (shape, seeds) in enumerate(checks):
             sample = made.pop(i) if i in made else checking.make_input(reference, shape, seeds[0])
             slots = Slots(torch, runner, task, reference, sample, 1, on_gpu)
@@ -995,10 +996,13 @@ def _kernel_splits(task, reference, runner, torch, benchmarks, shapes, on_gpu):
         entry["kernels"] = kernelsplit.entry(rows, why or (None if rows else "no kernel rows reported"))
 
 
-def _compile_ahead(reference, runner, doc, checks: list) -> dict:
+def _compile_ahead(task, reference, runner, doc, checks: list, warm: bool = False) -> dict:
     """Before the checks: the runner compiles the candidate's launches on every test shape side
     by side (harness/precompile.py), from the layouts of the checks' first inputs, made now
     and returned for the checks ({index in `checks`: input}) while they fit in DRY_BYTES.
+    Meanwhile, with `warm` (the needs check knew the reference from its record and did not
+    run it), the judge runs the reference and its check on the first input
+    (needs.warm_reference), on the GPU the runner's compiles do not use.
     Laid out from real inputs, not the meta device: they are the layouts the checks' calls
     see, and on the H200 the meta device's first use (torch's symbolic shapes) cost the
     judge more than the compiles saved. The runner's report, the candidate's process's, goes
@@ -1024,7 +1028,11 @@ def _compile_ahead(reference, runner, doc, checks: list) -> dict:
             shapes.append({"layout": layout, "size": planner.size})
     if shapes:
         with PHASES.span("checks: compiles side by side"):
-            reply = runner.ask({"op": "precompile", "shapes": shapes})
+            runner.send({"op": "precompile", "shapes": shapes})
+            if warm:
+                with PHASES.span("checks: reference warmed meanwhile"):
+                    needs.warm_reference(task, reference, made[0])
+            reply = runner.answer()
         report = reported.clean_precompile(reply.get("precompile"))
         if report is not None:
             doc["precompile"] = report

@@ -18,7 +18,7 @@ import resource
 import traceback
 from pathlib import Path
 
-from kgit_harness import factcache, portable, problem, torchflags
+from kgit_harness import checking, factcache, portable, problem, torchflags
 
 # Copies of a shape's inputs alive at once while it is checked and timed: the input,
 # its pristine clone, and the re-check's regenerated inputs.
@@ -32,32 +32,41 @@ class Unsupported(Exception):
     """The problem cannot run here; the message is the reason (`needs ...`)."""
 
 
-def check(task, reference, on_gpu: bool, torch, sizes: Sizes | None = None) -> dict:
+def check(task, reference, on_gpu: bool, torch, record: Record | None = None) -> tuple[dict, bool]:
     """Raise Unsupported if this machine lacks what the problem needs.
 
-    `sizes` keeps the inputs' sizes of this problem from an earlier evaluation: the dry
-    run that measures them imports torch._dynamo on its first arithmetic on a meta tensor,
-    2-3 s of the judge's start that no candidate changes.
+    `record` keeps what an earlier evaluation of this problem learnt here: its inputs' sizes
+    (the dry run that measures them imports torch._dynamo on its first arithmetic on a meta
+    tensor, 2-3 s of the judge's start that no candidate changes) and, per device, that the
+    reference ran on its own input and under which settings (0.19 s of every fp8 evaluation
+    on the H200, before the candidate could be imported). What the machine has now (the
+    task's `requires`, the memory each shape's inputs need) is asked every time.
 
-    Returns the torch backend settings the reference's ref_kernel ran under
-    (harness/torchflags.py), for the runner to apply before it imports the candidate.
+    Returns (the torch backend settings the reference's ref_kernel ran under
+    (harness/torchflags.py), for the runner to apply before it imports the candidate;
+    whether the reference ran now, rather than being known from the record).
     """
     missing = required(task.requires, on_gpu, torch)
     if missing:
         raise Unsupported(missing)
     available = _available_bytes(on_gpu, torch)
-    sizes = sizes or Sizes(None, "")
+    record = record or Record(None, "")
     for kind in ("tests", "benchmarks"):
         for shape in task.shapes(kind, on_gpu):
-            size = sizes.measure(f"{kind} {problem.shape_key(shape)}",
-                                 lambda: portable.input_bytes(reference.generate_input, shape))
+            size = record.measure(f"{kind} {problem.shape_key(shape)}",
+                                  lambda: portable.input_bytes(reference.generate_input, shape))
             if size is not None and available is not None and size * HELD_COPIES > available:
                 raise Unsupported(
                     f"needs {_gb(size * HELD_COPIES)} of {'GPU ' if on_gpu else ''}memory for the {kind[:-1]} "
                     f"shape {problem.shape_key(shape)} ({HELD_COPIES} copies of its {_gb(size)} of inputs), "
                     f"{_gb(available)} available; give that shape a smaller `cpu:` entry in task.yml or run "
                     "on a larger machine")
-    sizes.save()
+    device = torch.cuda.get_device_name() if on_gpu else "cpu"
+    known = record.ran.get(device)
+    if known is not None:
+        record.save()
+        return dict(known), False
+    record.save()
     first = task.shapes("tests", on_gpu)[0]
     try:
         data = reference.generate_input(**first)
@@ -74,28 +83,49 @@ def check(task, reference, on_gpu: bool, torch, sizes: Sizes | None = None) -> d
             check(data, expected)
     except Exception as e:  # noqa: BLE001 - the problem's own failure, classified below
         raise Unsupported(reason(e, on_gpu)) from e
-    return settings
+    record.ran[device] = dict(settings)
+    record.changed = True
+    record.save()
+    return settings, True
 
 
-class Sizes:
-    """The judge's record of a problem's input sizes, one JSON file per problem digest.
+def warm_reference(task, reference, sample) -> None:
+    """The reference and its check on clones of `sample` (one of the checks' inputs), where
+    `check` did not run them: the device's first use of their kernels, paid here rather than by
+    the checks, while the runner compiles the candidate (judge._compile_ahead). Nothing
+    depends on it: a reference that fails here fails the checks too, which say so."""
+    try:
+        expected = reference.ref_kernel(checking.clone(sample))
+        checking.compare(task, reference, checking.clone(sample), expected)
+    except Exception:  # noqa: BLE001 - the checks meet and classify the same failure
+        pass
+
+
+class Record:
+    """The judge's record of a problem on this machine, one JSON file per problem digest: its
+    inputs' sizes, and for each device the torch settings the reference ran under when it
+    last ran on its own input there.
 
     Only the judge reads and writes it (in the kernel repository's .git/kgit, hidden from
     the runner, beside the build-facts cache), and the digest covers the problem's files
-    and the torch version: the sizes come from the problem's own code, never a candidate's.
-    Written to a temporary name and renamed; an unreadable file is measured again.
+    and the torch version: what it holds comes from the problem's own code, never a
+    candidate's. Written to a temporary name and renamed; an unreadable file is measured again.
     """
 
     def __init__(self, folder: str | None, digest: str):
         self.path = Path(folder) / f"{digest}.json" if folder and digest else None
-        self.known, self.changed = {}, False
+        self.known: dict = {}
+        self.ran: dict = {}
+        self.changed = False
         if self.path is not None:
             try:
                 found = json.loads(self.path.read_text(encoding="utf-8"))
-                if isinstance(found, dict) and all(isinstance(v, int) or v is None for v in found.values()):
-                    self.known = found
             except (OSError, ValueError):
-                pass
+                found = None
+            if (isinstance(found, dict) and isinstance(found.get("sizes"), dict) and isinstance(found.get("ran"), dict)
+                    and all(isinstance(v, int) or v is None for v in found["sizes"].values())
+                    and all(isinstance(v, dict) and set(v) <= set(torchflags.NAMES) for v in found["ran"].values())):
+                self.known, self.ran = found["sizes"], found["ran"]
 
     def measure(self, key: str, size):
         if key not in self.known:
@@ -104,12 +134,13 @@ class Sizes:
 
     def save(self):
         if self.path is not None and self.changed:
-            factcache.write_atomic(self.path, json.dumps(self.known))
+            factcache.write_atomic(self.path, json.dumps({"sizes": self.known, "ran": self.ran}))
+            self.changed = False
 
 
 def problem_digest(problem_dir: Path, torch, on_gpu: bool) -> str:
-    """A digest of what a problem's input sizes depend on: its files, torch, the device kind."""
-    h = hashlib.sha256(f"sizes/1\0{torch.__version__}\0{on_gpu}\0".encode())
+    """A digest of what a problem's record depends on: its files, torch, the device kind."""
+    h = hashlib.sha256(f"record/1\0{torch.__version__}\0{on_gpu}\0".encode())
     for path in factcache.problem_files(problem_dir):
         data = path.read_bytes()
         h.update(f"{path.relative_to(problem_dir).as_posix()}\0{len(data)}\0".encode())

@@ -1,12 +1,14 @@
-"""The judge's record of a problem's input sizes: measured once per problem and torch version."""
+"""The judge's record of a problem (needs.Record): its input sizes measured once per problem and torch
+version, and the reference's own run once per device."""
 
+import json
 import shutil
 import subprocess
 import sys
 
 import torch
 
-from kgit_harness import needs, portable, problem
+from kgit_harness import needs, portable, problem, torchflags
 
 
 def _counting(monkeypatch):
@@ -27,10 +29,10 @@ def test_a_problems_input_sizes_are_measured_once_and_again_when_it_changes(tmp_
     task = problem.load_task(folder)
     reference = problem.load_module(folder / "reference.py", "sizes_softmax_reference")
     calls = _counting(monkeypatch)
-    store = tmp_path / "input-sizes"
+    store = tmp_path / "problem-records"
 
     def check():
-        needs.check(task, reference, False, torch, needs.Sizes(str(store), needs.problem_digest(folder, torch, False)))
+        needs.check(task, reference, False, torch, needs.Record(str(store), needs.problem_digest(folder, torch, False)))
 
     check()
     shapes = len(task.shapes("tests", False)) + len(task.shapes("benchmarks", False))
@@ -46,9 +48,9 @@ def test_a_shape_too_large_is_refused_from_the_record_too(tmp_path, monkeypatch)
     folder = problem.shipped()["vector_add"]
     task = problem.load_task(folder)
     reference = problem.load_module(folder / "reference.py", "sizes_vector_add_reference")
-    sizes = needs.Sizes(str(tmp_path), needs.problem_digest(folder, torch, False))
+    sizes = needs.Record(str(tmp_path), needs.problem_digest(folder, torch, False))
     needs.check(task, reference, False, torch, sizes)
-    recorded = needs.Sizes(str(tmp_path), needs.problem_digest(folder, torch, False))
+    recorded = needs.Record(str(tmp_path), needs.problem_digest(folder, torch, False))
     assert recorded.known and all(v > 0 for v in recorded.known.values())
     monkeypatch.setattr(needs, "_available_bytes", lambda on_gpu, torch: 1)
     try:
@@ -57,6 +59,78 @@ def test_a_shape_too_large_is_refused_from_the_record_too(tmp_path, monkeypatch)
         assert "needs" in str(e) and "memory" in str(e)
     else:
         raise AssertionError("a recorded size larger than the memory was not refused")
+
+
+def test_the_reference_runs_on_its_own_input_once_per_problem_and_device(tmp_path, monkeypatch):
+    folder = tmp_path / "problem"
+    shutil.copytree(problem.shipped()["vector_add"], folder)
+    task = problem.load_task(folder)
+    reference = problem.load_module(folder / "reference.py", "record_vector_add_reference")
+    ran = []
+    real = reference.ref_kernel
+    monkeypatch.setattr(reference, "ref_kernel", lambda data: ran.append(1) or real(data))
+
+    def check():
+        return needs.check(task, reference, False, torch, needs.Record(str(tmp_path / "records"),
+                                                                       needs.problem_digest(folder, torch, False)))
+
+    settings, now = check()
+    assert now and len(ran) == 1 and set(settings) <= set(torchflags.NAMES)
+    again, now = check()
+    assert not now and len(ran) == 1 and again == settings  # the record's, not a second run
+    # Another device is another record entry; a changed problem another record.
+    path = next((tmp_path / "records").iterdir())
+    doc = json.loads(path.read_text())
+    assert list(doc["ran"]) == ["cpu"]
+    doc["ran"] = {"NVIDIA H200": doc["ran"]["cpu"]}
+    path.write_text(json.dumps(doc))
+    assert check()[1] and len(ran) == 2
+    (folder / "reference.py").write_text((folder / "reference.py").read_text() + "\n# changed\n")
+    assert check()[1] and len(ran) == 3
+    # A record the judge cannot trust (a setting torch does not have) is not used: the reference runs.
+    for path in (tmp_path / "records").iterdir():
+        doc = json.loads(path.read_text())
+        doc["ran"]["cpu"]["not_a_setting"] = True
+        path.write_text(json.dumps(doc))
+    assert check()[1] and len(ran) == 4
+    # A reference that cannot run is the machine's lack every time: nothing of it is recorded.
+    monkeypatch.setattr(reference, "ref_kernel", lambda data: 1 / 0)
+    store = tmp_path / "fresh"
+    for _ in range(2):
+        try:
+            needs.check(task, reference, False, torch, needs.Record(str(store), needs.problem_digest(folder, torch, False)))
+        except needs.Unsupported as e:
+            assert "ZeroDivisionError" in str(e)
+        else:
+            raise AssertionError("a failing reference was not unsupported")
+    assert all(not json.loads(p.read_text())["ran"] for p in store.iterdir())
+
+
+def _bytes(tensor):
+    # reshape, not contiguous(): a last dimension of size 1 counts as contiguous at any stride
+    return tensor.reshape(-1).view(torch.uint8)
+
+
+def test_the_reference_is_warmed_on_clones_and_its_failure_left_to_the_checks():
+    folder = problem.shipped()["fp8_blockscale_gemm"]
+    task = problem.load_task(folder)
+    reference = problem.load_module(folder / "reference.py", "warm_fp8_reference")
+    sample = reference.generate_input(**task.shapes("tests", False)[0])
+    before = [t.clone() for t in sample]
+    seen = []
+    real_check = reference.check_implementation
+
+    def check(data, output):
+        seen.append(real_check(data, output))
+        return seen[-1]
+
+    reference.check_implementation = check
+    needs.warm_reference(task, reference, sample)
+    assert seen and seen[0][0], seen  # the reference's own output passes its check
+    # ref_kernel fills the preallocated output of its input: here a clone's, not the sample's.
+    assert all(torch.equal(_bytes(a), _bytes(b)) for a, b in zip(before, sample))  # bit for bit: the output buffer is uninitialised
+    reference.check_implementation = lambda data, output: 1 / 0
+    needs.warm_reference(task, reference, sample)  # no raise: the checks meet it and say so
 
 
 def test_sizing_a_generator_driven_input_stays_off_torchs_python_refs():

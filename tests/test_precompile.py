@@ -49,6 +49,19 @@ def test_a_dry_run_that_never_returns_is_ended_at_the_wait(tmp_path):
     assert probe["ahead"]["crash"] == "the dry run did not end within 3 s", probe
 
 
+class _Runner:
+    """The judge's side of a runner that answers a precompile request with `report`."""
+
+    def __init__(self, asked: list, report: dict | None = None):
+        self.asked, self.report = asked, report
+
+    def send(self, message):
+        self.asked.append(message)
+
+    def answer(self):
+        return {"op": "done", "precompile": self.report}
+
+
 def test_the_judge_sends_every_test_shapes_layout_and_keeps_only_counts_seconds_and_a_short_reason():
     """The runner's report is the candidate's process's: the judge keeps finite, non-negative
     numbers and a reason of at most 300 characters, and nothing else (reported.clean_precompile)."""
@@ -57,18 +70,12 @@ def test_the_judge_sends_every_test_shapes_layout_and_keeps_only_counts_seconds_
     folder = problem.shipped()["fp8_blockscale_gemm"]
     task = problem.load_task(folder)
     reference = problem.load_module(folder / "reference.py", "_kgit_test_fp8_reference")
-    asked = []
-
-    class Runner:
-        def ask(self, message):
-            asked.append(message)
-            return {"op": "done", "precompile": {"variants": 3, "compiled": float("nan"), "launchers": -1,
-                                                 "seconds": 0.5, "error": "x" * 1000, "verdict": "ok",
-                                                 "failed": ["anything"]}}
-
+    asked: list = []
+    report = {"variants": 3, "compiled": float("nan"), "launchers": -1, "seconds": 0.5, "error": "x" * 1000,
+              "verdict": "ok", "failed": ["anything"]}
     doc: dict = {}
     checks = [(shape, (int(shape.get("seed", 0)), 99)) for shape in task.shapes("tests", True)]
-    made = judge._compile_ahead(reference, Runner(), doc, checks)
+    made = judge._compile_ahead(task, reference, _Runner(asked, report), doc, checks)
     [message] = asked
     assert message["op"] == "precompile" and len(message["shapes"]) == len(checks)
     # Laid out from the checks' first inputs, which the judge keeps for them: a, b, a_scale,
@@ -97,18 +104,12 @@ def test_only_the_first_test_inputs_that_fit_the_dry_runs_bytes_are_made_ahead(m
         planner.tree(checking.make_input(reference, shape, 0))
         sizes.append(planner.size)
     monkeypatch.setattr(judge, "DRY_BYTES", sum(sizes))
-    asked = []
-
-    class Runner:
-        def ask(self, message):
-            asked.append(message)
-            return {"op": "done", "precompile": None}
-
+    asked: list = []
     doc: dict = {}
-    made = judge._compile_ahead(reference, Runner(), doc, checks)
+    made = judge._compile_ahead(task, reference, _Runner(asked), doc, checks)
     assert sorted(made) == [0, 1] and len(asked[0]["shapes"]) == 2 and "precompile" not in doc
     monkeypatch.setattr(judge, "DRY_BYTES", sizes[0] - 1)
-    assert judge._compile_ahead(reference, Runner(), doc, checks) == {} and len(asked) == 1
+    assert judge._compile_ahead(task, reference, _Runner(asked), doc, checks) == {} and len(asked) == 1
 
 
 def test_an_input_that_fails_to_be_made_ahead_is_left_to_its_check():
@@ -130,15 +131,35 @@ def test_an_input_that_fails_to_be_made_ahead_is_left_to_its_check():
                 raise torch.OutOfMemoryError("CUDA out of memory")
             return reference.generate_input(**shape)
 
-    asked = []
-
-    class Runner:
-        def ask(self, message):
-            asked.append(message)
-            return {"op": "done", "precompile": None}
-
-    made = judge._compile_ahead(Failing(), Runner(), {}, checks)
+    asked: list = []
+    made = judge._compile_ahead(task, Failing(), _Runner(asked), {}, checks)
     assert sorted(made) == [0, 1] and len(asked[0]["shapes"]) == 2 and Failing.calls == 3
+
+
+def test_a_reference_known_from_its_record_is_warmed_while_the_runner_compiles():
+    """needs.check skips the reference's own run when the judge's record has this device: its
+    first kernels then run on the GPU between the request and the runner's answer."""
+    from kgit_harness import judge
+
+    folder = problem.shipped()["fp8_blockscale_gemm"]
+    task = problem.load_task(folder)
+    reference = problem.load_module(folder / "reference.py", "_kgit_test_fp8_reference_warm")
+    checks = [(shape, (int(shape.get("seed", 0)), 99)) for shape in task.shapes("tests", True)]
+    events: list = []
+    ref_kernel = reference.ref_kernel
+    reference.ref_kernel = lambda data: events.append("reference") or ref_kernel(data)
+
+    class Runner(_Runner):
+        def answer(self):
+            events.append("answer")
+            return super().answer()
+
+    made = judge._compile_ahead(task, reference, Runner(events), {}, checks, warm=True)
+    assert [e if isinstance(e, str) else e["op"] for e in events] == ["precompile", "reference", "answer"]
+    assert made  # the checks' inputs, the reference's warm-up on clones of the first
+    events.clear()
+    judge._compile_ahead(task, reference, Runner(events), {}, checks, warm=False)
+    assert "reference" not in events
 
 
 @pytest.mark.gpu
