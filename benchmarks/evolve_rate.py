@@ -67,6 +67,13 @@ class StartupWaits:
                     wait += max(0.0, judge["candidate arrived"] - sent)
                 self.waits.append(wait)
                 stages["waited for start-up"] = wait
+            # Where an attempt's timed loop went: its timed calls (every shape), and the judge's
+            # spans inside the loop (more calls, or dearer ones?).
+            stages["timed calls"] = sum(int(s.get("n") or 0) for s in doc.get("shapes") or [])
+            stages["calls by shape"] = [int(s.get("n") or 0) for s in doc.get("shapes") or []]
+            stages["retimed shapes"] = sum(1 for s in doc.get("shapes") or [] if s.get("retimed"))
+            stages.update({k: v for k, v in (phases.get("spans") or {}).items()
+                           if k.startswith(("timing: ", "checks: ", "problem: "))})
             built = doc.get("targets")
             if isinstance(built, dict) and isinstance(built.get("waited_s"), (int, float)):
                 stages["waited for target builds"] = built["waited_s"]
@@ -122,6 +129,29 @@ def by_status(evaluations: list[tuple[str, float, str, dict]]) -> list[list]:
     return rows
 
 
+def spans_by_status(evaluations: list[tuple[str, float, str, dict]], prefixes: tuple[str, ...],
+                    counts: tuple[str, ...] = ()) -> tuple[list[str], list[list]]:
+    """(headers, rows): each status's mean of each of `counts` and mean seconds in each of the
+    judge's spans named with one of `prefixes`, per evaluation."""
+    names = sorted({k for e in evaluations for k in e[3] if k.startswith(prefixes)})
+    rows = []
+    for status in sorted({e[0] for e in evaluations}):
+        mine = [e[3] for e in evaluations if e[0] == status]
+        rows.append([status, *(f"{sum(m.get(k, 0) for m in mine) / len(mine):.2f}" for k in counts),
+                     *(f"{sum(m.get(k, 0.0) for m in mine) / len(mine):.2f}" for k in names)])
+    return ["status", *counts, *(k + " s" for k in names)], rows
+
+
+def calls_by_shape(evaluations: list[tuple[str, float, str, dict]]) -> str:
+    """The `ok` evaluations' mean timed calls on each benchmark shape, in timing order."""
+    counts = [e[3]["calls by shape"] for e in evaluations if e[0] == "ok" and e[3].get("calls by shape")]
+    if not counts:
+        return "-"
+    width = max(len(c) for c in counts)
+    means = [sum(c[i] for c in counts if i < len(c)) / sum(1 for c in counts if i < len(c)) for i in range(width)]
+    return ", ".join(f"{m:.0f}" for m in means)
+
+
 def rerun_stopped(root: Path, count: int) -> list[list]:
     """Rows for up to `count` stopped attempts, each evaluated again in full beside the attempt
     its race named (Kgit-Stopped: "... x the time of <sha prefix>")."""
@@ -174,6 +204,9 @@ def main():
                          f"{sum(r['waits']):.1f} ({sum(w > 0.05 for w in r['waits'])} of {len(r['waits'])})"])
             device = r["device"]
             statuses = by_status(r["evaluations"])
+            span_headers, spans = spans_by_status(r["evaluations"], ("timing: ",), ("timed calls", "retimed shapes"))
+            check_headers, checks = spans_by_status(r["evaluations"], ("problem: ", "checks: "))
+            per_shape = calls_by_shape(r["evaluations"])
             if args.rerun_stopped:
                 rerun = rerun_stopped(Path(tmp) / f"repo-{warm}", args.rerun_stopped)
     print(f"problem {args.problem}, evolve -n {args.iterations} offline, jobs {args.jobs}, "
@@ -186,6 +219,13 @@ def main():
     print(tabulate(statuses, headers=["status", "evaluations", "mean s", "least s", "most s",
                                       *(f"of it {name} s" for name in STAGE_NAMES), "where racing stopped"],
                    tablefmt="github"))
+    print("\nthe timed loop of each evaluation of the last run by its status (means per evaluation: timed "
+          "calls over every shape, shapes timed twice for disagreeing with the judge's clock, then the judge's "
+          "spans)")
+    print(tabulate(spans, headers=span_headers, tablefmt="github"))
+    print(f"ok evaluations' mean timed calls per benchmark shape, in timing order: {per_shape}")
+    print("\nbefore the timed loop, by status (means per evaluation of the judge's spans)")
+    print(tabulate(checks, headers=check_headers, tablefmt="github"))
     if args.rerun_stopped:
         print(f"\nstopped attempts evaluated again in full ({len(rerun)}; 'through': faster than the "
               "attempt it was raced against, which racing threw away)")
