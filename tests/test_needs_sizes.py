@@ -127,8 +127,9 @@ def test_the_reference_is_warmed_on_clones_and_its_failure_left_to_the_checks():
     reference.check_implementation = check
     needs.warm_reference(task, reference, sample)
     assert seen and seen[0][0], seen  # the reference's own output passes its check
-    # ref_kernel fills the preallocated output of its input: here a clone's, not the sample's.
-    assert all(torch.equal(_bytes(a), _bytes(b)) for a, b in zip(before, sample))  # bit for bit: the output buffer is uninitialised
+    # ref_kernel fills the preallocated output of its input: here a clone's, not the sample's. Bit
+    # for bit, since that output buffer is uninitialised.
+    assert all(torch.equal(_bytes(a), _bytes(b)) for a, b in zip(before, sample))
     reference.check_implementation = lambda data, output: 1 / 0
     needs.warm_reference(task, reference, sample)  # no raise: the checks meet it and say so
 
