@@ -37,6 +37,8 @@ from kgit_harness import racing
 # Stages of an evaluation by the judge's marks (as eval_breakdown.py names them), in seconds.
 STAGES = {"checks (calls incl. JIT)": ("candidate imported", "checked"), "timed loop": ("checked", "timed")}
 STAGE_NAMES = ["waited for start-up", *STAGES, "waited for target builds"]
+PRECOMPILE = {"seconds": "runner's total", "fork_s": "fork", "dry_s": "dry calls", "slowest_compile_s": "slowest compile",
+              "slowest_launcher_s": "slowest launcher"}
 
 
 class StartupWaits:
@@ -74,6 +76,10 @@ class StartupWaits:
             stages["retimed shapes"] = sum(1 for s in doc.get("shapes") or [] if s.get("retimed"))
             stages.update({k: v for k, v in (phases.get("spans") or {}).items()
                            if k.startswith(("timing: ", "checks: ", "problem: "))})
+            # The runner's own account of its compiles ahead (harness/precompile.py), on a GPU.
+            report = doc.get("precompile") or {}
+            stages.update({f"precompile: {PRECOMPILE[k]}": v for k, v in report.items()
+                           if k in PRECOMPILE and isinstance(v, (int, float))})
             built = doc.get("targets")
             if isinstance(built, dict) and isinstance(built.get("waited_s"), (int, float)):
                 stages["waited for target builds"] = built["waited_s"]
@@ -205,7 +211,7 @@ def main():
             device = r["device"]
             statuses = by_status(r["evaluations"])
             span_headers, spans = spans_by_status(r["evaluations"], ("timing: ",), ("timed calls", "retimed shapes"))
-            check_headers, checks = spans_by_status(r["evaluations"], ("problem: ", "checks: "))
+            check_headers, checks = spans_by_status(r["evaluations"], ("problem: ", "checks: ", "precompile: "))
             per_shape = calls_by_shape(r["evaluations"])
             if args.rerun_stopped:
                 rerun = rerun_stopped(Path(tmp) / f"repo-{warm}", args.rerun_stopped)
@@ -224,7 +230,8 @@ def main():
           "spans)")
     print(tabulate(spans, headers=span_headers, tablefmt="github"))
     print(f"ok evaluations' mean timed calls per benchmark shape, in timing order: {per_shape}")
-    print("\nbefore the timed loop, by status (means per evaluation of the judge's spans)")
+    print("\nbefore the timed loop, by status (means per evaluation of the judge's spans, and of the runner's "
+          "report of its compiles ahead)")
     print(tabulate(checks, headers=check_headers, tablefmt="github"))
     if args.rerun_stopped:
         print(f"\nstopped attempts evaluated again in full ({len(rerun)}; 'through': faster than the "

@@ -34,8 +34,10 @@ def compile_ahead(call, inputs: list, wait_s: float = WAIT_S) -> dict:
     """Compile the Triton launches `call` makes on each of `inputs` (CPU tensors) for this device,
     side by side, in forked children; wait for them (at most `wait_s`).
 
-    Returns {"variants": found, "compiled": built, "failed": [why, ...], "seconds": s}, or
-    {"error": why} when the dry run could not start (the candidate's process, so diagnostic)."""
+    Returns {"variants": found, "compiled": built, "failed": [why, ...], "seconds": s, and where the
+    seconds went: "fork_s" (until the dry run's child ran), "dry_s" (the candidate's dry calls),
+    "slowest_compile_s" and "slowest_launcher_s" (of the variants' children)}, or {"error": why}
+    when the dry run could not start (the candidate's process, so diagnostic)."""
     from triton.runtime import driver
 
     started = time.perf_counter()
@@ -45,8 +47,9 @@ def compile_ahead(call, inputs: list, wait_s: float = WAIT_S) -> dict:
     except Exception as e:  # noqa: BLE001 - no device driver: nothing to compile for
         return {"error": f"no device target ({type(e).__name__}: {e})"[:300]}
     deadline = time.monotonic() + wait_s
+    forked = time.time()  # the wall clock, which parent and child share
     try:
-        child = targets._fork(lambda: _dry_run(call, inputs, device, target, deadline))
+        child = targets._fork(lambda: _dry_run(call, inputs, device, target, deadline, forked))
     except OSError as e:
         return {"error": f"no process for the dry run ({e})"}
     answer = targets._collect({"dry run": child}, wait_s + 1.0,
@@ -55,9 +58,10 @@ def compile_ahead(call, inputs: list, wait_s: float = WAIT_S) -> dict:
     return answer
 
 
-def _dry_run(call, inputs: list, device, target, deadline: float) -> dict:
+def _dry_run(call, inputs: list, device, target, deadline: float, forked: float) -> dict:
     """In the forked child: record the launches of `call` on `inputs` and compile each new one in a
     grandchild; their answers, or why each failed."""
+    fork_s = time.time() - forked
     from triton.runtime import driver, jit
 
     # The device's context belongs to the parent: this process answers from what it was told.
@@ -80,18 +84,26 @@ def _dry_run(call, inputs: list, device, target, deadline: float) -> dict:
 
     jit.JITFunction.run = run
     failed = []
+    started = time.perf_counter()
     for data in inputs:
         try:
             with portable.mapped_devices("cpu"):
                 call(data)
         except BaseException as e:  # noqa: BLE001 - host code that needs what a dry run lacks
             failed.append(f"{type(e).__name__}: {e}"[:200])
+    dry_s = time.perf_counter() - started
     answers = targets._collect(children, max(0.0, deadline - time.monotonic()),
                                late="not compiled within the wait")
     built = [a for a in answers.values() if a.get("compiled")]
     failed += [a["crash"] if "crash" in a else a.get("error", "?") for a in answers.values() if not a.get("compiled")]
     return {"variants": len(children), "compiled": len(built), "failed": failed[:20],
-            "launchers": sum(1 for a in built if a.get("launcher") == "built")}
+            "launchers": sum(1 for a in built if a.get("launcher") == "built"),
+            "fork_s": round(fork_s, 3), "dry_s": round(dry_s, 3),
+            "slowest_compile_s": _longest(built, "compile_s"), "slowest_launcher_s": _longest(built, "launcher_s")}
+
+
+def _longest(answers: list, key: str) -> float:
+    return max((a[key] for a in answers if isinstance(a.get(key), (int, float))), default=0.0)
 
 
 def _variant_key(fn, family: str, args, kwargs):
@@ -109,6 +121,7 @@ def _compile(original, fn, args, kwargs, grid) -> dict:
     cache under the key the real call will look up; then the launcher stub, where it can be built."""
     started = time.perf_counter()
     kernel = original(fn, *args, grid=grid, warmup=True, **kwargs)
+    compiled = time.perf_counter()
     launcher = "not built"
     try:
         from triton.runtime import driver
@@ -117,4 +130,5 @@ def _compile(original, fn, args, kwargs, grid) -> dict:
         launcher = "built"
     except Exception as e:  # noqa: BLE001 - the real call builds it then
         launcher = f"not built: {type(e).__name__}"
-    return {"compiled": True, "seconds": round(time.perf_counter() - started, 3), "launcher": launcher}
+    return {"compiled": True, "compile_s": round(compiled - started, 3),
+            "launcher_s": round(time.perf_counter() - compiled, 3), "launcher": launcher}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kgit_harness import checking, problem, shared
+from kgit_harness import checking, problem, reported, shared
 
 DATA = Path(__file__).parent / "data" / "precompile"
 
@@ -33,6 +33,9 @@ def test_the_launches_compiled_ahead_are_what_the_checks_first_call_then_reads(t
     ahead = probe["ahead"]
     assert ahead["variants"] == 1 and ahead["compiled"] == 1 and ahead["failed"] == [], ahead
     assert ahead["launchers"] == 0  # no device driver here to build the launcher stub with
+    # Where its seconds went: the compile is the longest part, and no part outlasts the whole.
+    parts = [ahead[k] for k in ("fork_s", "dry_s", "slowest_compile_s", "slowest_launcher_s")]
+    assert all(0 <= p <= ahead["seconds"] for p in parts) and ahead["slowest_compile_s"] == max(parts), ahead
     assert probe["cached"] >= 2  # the warm-up's kernel and the candidate's
     assert probe["new_after_call"] == []
 
@@ -86,6 +89,7 @@ def test_the_judge_sends_every_test_shapes_layout_and_keeps_only_counts_seconds_
     planner = shared.Planner()
     assert message["shapes"][0] == {"layout": planner.tree(first), "size": planner.size}
     assert doc["precompile"] == {"variants": 3.0, "seconds": 0.5, "error": "x" * 297 + "..."}
+    assert reported.clean_precompile({"dry_s": 0.2, "slowest_compile_s": "0.4", "fork_s": -1}) == {"dry_s": 0.2}
     # The inputs are the published seed's, as the checks' own first input is.
     again = checking.make_input(reference, checks[0][0], checks[0][1][0])
     assert all(torch.equal(x.float(), y.float()) for x, y in zip(first[:4], again[:4]))
