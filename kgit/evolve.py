@@ -560,16 +560,17 @@ def _shape_ratios(attempts: list[Attempt], measured_on: tuple) -> list[list[floa
     """Per fully timed attempt of the archive, its time over its base's on each shape both timed,
     on the device, harness and evaluator `measured_on`: how far apart one candidate's shapes
     lie, for racing (racing.campaign_spread)."""
-    by_sha = {a.sha: a for a in attempts}
+    timed = {}
+    for attempt in attempts:  # once each: a base with many children is read once
+        found = measure.comparable(attempt, *measured_on)
+        if found and found.status in (None, "ok"):
+            timed[attempt.sha] = found
     ratios = []
     for attempt in attempts:
-        base = by_sha.get(attempt.parents[0]) if attempt.parents else None
-        if base is None:
-            continue
-        mine, theirs = measure.comparable(attempt, *measured_on), measure.comparable(base, *measured_on)
-        if not mine or not theirs or mine.status not in (None, "ok") or theirs.status not in (None, "ok"):
-            continue
-        ratios.append([mine.times[k] / theirs.times[k] for k in mine.times if theirs.times.get(k)])
+        mine = timed.get(attempt.sha)
+        theirs = timed.get(attempt.parents[0]) if attempt.parents else None
+        if mine and theirs:
+            ratios.append([mine.times[k] / theirs.times[k] for k in mine.times if theirs.times.get(k)])
     return ratios
 
 
