@@ -745,7 +745,7 @@ def _static_policy(sources: dict[str, str], task, computed_names: bool = False) 
     return None
 
 
-def _evaluate(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibration, reference_ran: bool = True) -> dict:
+def _evaluate(spec: Spec, task, reference, runner, on_gpu, torch, doc, calibration, reference_ran: bool) -> dict:
     secret = spec.secret_seed
     tests = []
     # [build targets] The runner captures the checks' launches and cross-compiles them

@@ -61,12 +61,11 @@ def check(task, reference, on_gpu: bool, torch, record: Record | None = None) ->
                     f"shape {problem.shape_key(shape)} ({HELD_COPIES} copies of its {_gb(size)} of inputs), "
                     f"{_gb(available)} available; give that shape a smaller `cpu:` entry in task.yml or run "
                     "on a larger machine")
+    record.save()
     device = torch.cuda.get_device_name() if on_gpu else "cpu"
     known = record.ran.get(device)
     if known is not None:
-        record.save()
         return dict(known), False
-    record.save()
     first = task.shapes("tests", on_gpu)[0]
     try:
         data = reference.generate_input(**first)

@@ -118,6 +118,7 @@ class _FreshArenas:
     def __init__(self, ctx, first, device: int):
         self.ctx, self.first, self.device_wanted = ctx, first, device
         self.budget = _budget(ctx)
+        self.slot_bytes = max(ctx.slot_bytes(first), 1)
         self.made: list = []
         self.slots: Any = None  # the current arena (judge.Slots)
         self.timed: list[int] = []  # the current arena's timed slots no call was handed yet
@@ -130,7 +131,7 @@ class _FreshArenas:
         fit, self.device = fresh_slots(capacity, calls, self.device_wanted, least)
         with PHASES.span("timing: arenas"):
             self.slots = self.ctx.new_slots(self.first, capacity)
-        self.budget -= capacity * max(self.ctx.slot_bytes(self.first), 1)
+        self.budget -= capacity * self.slot_bytes
         self.made.append(self.slots)
         self.timed = list(range(1, 1 + fit))
 
