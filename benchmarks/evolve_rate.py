@@ -38,7 +38,7 @@ from kgit_harness import racing
 STAGES = {"checks (calls incl. JIT)": ("candidate imported", "checked"), "timed loop": ("checked", "timed")}
 STAGE_NAMES = ["waited for start-up", *STAGES, "waited for target builds"]
 PRECOMPILE = {"seconds": "runner's total", "fork_s": "fork", "dry_s": "dry calls", "slowest_compile_s": "slowest compile",
-              "slowest_launcher_s": "slowest launcher"}
+              "slowest_launcher_s": "slowest launcher", "early_launchers": "launchers built beside the compile"}
 
 
 class StartupWaits:

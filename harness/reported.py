@@ -236,8 +236,9 @@ def clean_precompile(raw) -> dict | None:
     and seconds, and a reason as one line; informative."""
     if not isinstance(raw, dict):
         return None
-    kept: dict[str, Any] = {k: number(raw.get(k)) for k in ("variants", "compiled", "launchers", "seconds", "fork_s",
-                                                             "dry_s", "slowest_compile_s", "slowest_launcher_s")}
+    kept: dict[str, Any] = {k: number(raw.get(k)) for k in ("variants", "compiled", "launchers", "early_launchers",
+                                                             "seconds", "fork_s", "dry_s", "slowest_compile_s",
+                                                             "slowest_launcher_s")}
     kept = {k: v for k, v in kept.items() if v is not None}
     if isinstance(raw.get("error"), str):
         kept["error"] = line(raw["error"])

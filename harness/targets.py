@@ -608,21 +608,24 @@ def _jsonable(value):
     return json.loads(json.dumps(value, default=repr))
 
 
-def _fork(work) -> tuple[int, int]:
-    """Start `work()` in a forked child that writes its JSON answer to a pipe: (pid, read end)."""
+def _fork(work, beside_timing: bool = True) -> tuple[int, int]:
+    """Start `work()` in a forked child that writes its JSON answer to a pipe: (pid, read end).
+
+    `beside_timing`: the child runs while the parent times calls, so it takes the lowest CPU
+    priority; false for work the parent waits on (precompile.py), which keeps the parent's."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: answer, then leave without running the parent's cleanup
         try:
             os.close(read_fd)
-            # These compiles run beside the timed loop (the parent's): the lowest CPU priority
-            # lets them have only what the timing leaves. A process may always lower its own
-            # priority; raising it back needs CAP_SYS_NICE, so candidate code cannot undo
-            # this for the compile, and the parent's priority is untouched.
-            try:
-                os.nice(19)
-            except OSError:
-                pass
+            # Compiles beside the timed loop get only what the timing leaves. A process may
+            # always lower its own priority; raising it back needs CAP_SYS_NICE, so candidate
+            # code cannot undo this for the compile, and the parent's priority is untouched.
+            if beside_timing:
+                try:
+                    os.nice(19)
+                except OSError:
+                    pass
             try:
                 answer = json.dumps(work(), default=repr).encode()
             except BaseException as e:  # noqa: BLE001 - reported to the parent as the answer

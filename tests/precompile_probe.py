@@ -1,5 +1,6 @@
 """compile_ahead on a machine without a GPU, as far as it goes: a driver that answers with
-MI300X's target (Triton's AMD back end compiles on the CPU), printed as JSON.
+MI300X's target (Triton's AMD back end compiles on the CPU), printed as JSON. Its launcher
+"stub" builds nothing: it notes, one JSON line each, when it was made and from what.
 
     python tests/precompile_probe.py KERNEL.py CACHE_DIR [WAIT_S]
 
@@ -18,10 +19,21 @@ os.environ["TRITON_INTERPRET"] = "0"
 os.environ["TRITON_CACHE_DIR"] = sys.argv[2]
 
 
+class _NotingLauncher:
+    """Notes in CACHE_DIR/../launchers.jsonl when it was made, for which kernel, and what it read
+    of the metadata that goes into a real stub's source."""
+
+    def __init__(self, src, metadata):
+        note = {"at": time.time(), "kernel": src.fn.__name__, "signature": repr(src.signature),
+                "warp_size": metadata.warp_size, "tensordesc_meta": metadata.tensordesc_meta}
+        with open(Path(sys.argv[2]).parent / "launchers.jsonl", "a") as f:
+            f.write(json.dumps(note) + "\n")
+
+
 class _Mi300Driver:
     """Only what Triton's launch path asks of a driver before it launches."""
 
-    launcher_cls = None  # no launcher stub without a device: _compile says so
+    launcher_cls = _NotingLauncher
 
     def get_current_device(self):
         return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -32,12 +33,53 @@ def test_the_launches_compiled_ahead_are_what_the_checks_first_call_then_reads(t
     probe = _probe(problem.shipped()["vector_add"] / "kernel.py", cache)
     ahead = probe["ahead"]
     assert ahead["variants"] == 1 and ahead["compiled"] == 1 and ahead["failed"] == [], ahead
-    assert ahead["launchers"] == 0  # no device driver here to build the launcher stub with
+    # Its launcher stub: once from the compile's source and options while it compiled, then
+    # once after it, from the compiled kernel (on a real driver, a read of the first's build).
+    assert ahead["launchers"] == 1 and ahead["early_launchers"] == 1, ahead
+    early, late = [json.loads(line) for line in (tmp_path / "launchers.jsonl").read_text().splitlines()]
+    assert early["at"] < late["at"] and early["kernel"] == late["kernel"] == "_add"
+    assert early["signature"] == late["signature"] and early["warp_size"] == late["warp_size"] == 64
+    assert early["tensordesc_meta"] is None
     # Where its seconds went: the compile is the longest part, and no part outlasts the whole.
     parts = [ahead[k] for k in ("fork_s", "dry_s", "slowest_compile_s", "slowest_launcher_s")]
     assert all(0 <= p <= ahead["seconds"] for p in parts) and ahead["slowest_compile_s"] == max(parts), ahead
     assert probe["cached"] >= 2  # the warm-up's kernel and the candidate's
     assert probe["new_after_call"] == []
+
+
+def test_the_early_launcher_wraps_the_compile_only_inside_its_block(monkeypatch):
+    """Triton's compile, as the module has it and as a kernel's binder bound it, is wrapped for
+    the block and given back after it; the first compile starts one child building the launcher,
+    from its own source and its options, with what only the compile can know guessed."""
+    import triton.compiler
+
+    from kgit_harness import precompile, targets
+
+    built, compiled, forked = [], [], []
+    monkeypatch.setattr(precompile, "_launcher", lambda src, guess: built.append((src, guess)) or {"launcher": "built"})
+    monkeypatch.setattr(targets, "_fork", lambda work, beside_timing=True: forked.append(beside_timing) or work())
+    monkeypatch.setattr(targets, "_collect", lambda children, timeout_s, late=None: children)
+
+    class Kernel:
+        def compile(self, src, target=None, options=None):
+            compiled.append((src, options))
+            return "compiled"
+
+    kernel = Kernel()
+    bound = kernel.compile
+    kernel.compile = bound  # as a binder leaves it: in the kernel's own dict
+    real = triton.compiler.compile
+    with precompile._EarlyLauncher(kernel, deadline=time.monotonic() + 60) as early:
+        assert triton.compiler.compile is not real and kernel.compile is not bound
+        assert kernel.compile("source", target="t", options={"warp_size": 64}) == "compiled"
+        kernel.compile("source", target="t", options={"warp_size": 64})
+    assert triton.compiler.compile is real and kernel.compile == bound
+    assert early.answer() == "built"
+    assert compiled == [("source", {"warp_size": 64})] * 2
+    [(src, guess)] = built
+    assert src == "source" and guess.warp_size == 64 and guess.tensordesc_meta is None
+    assert forked == [False]  # at the runner's own priority: the checks wait for it
+    assert precompile._EarlyLauncher(kernel, deadline=0.0).answer() == "not started"
 
 
 def test_a_dry_run_that_cannot_launch_reports_why_and_compiles_nothing(tmp_path):
@@ -181,4 +223,6 @@ def test_gpu_the_checks_find_the_candidates_kernels_compiled_ahead(kernel_repo, 
     assert doc["status"] == "ok", doc.get("error")
     report = doc["precompile"]
     assert report["variants"] >= 1 and report["compiled"] == report["variants"], report
+    # Each launcher stub built while its kernel compiled (no tensor descriptors here to guess wrong).
+    assert report["early_launchers"] == report["launchers"] == report["variants"], report
     assert "checks: compiles side by side" in doc["phases"]["spans"]
