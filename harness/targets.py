@@ -12,9 +12,9 @@ occupancy. Two steps:
   constexprs) and the launch options (num_warps, num_stages, num_ctas, waves_per_eu,
   matrix_instr_nonkdim, ...). Launches made while an autotuner benchmarks its
   configurations are left out: only the configuration it runs counts.
-- `build_facts(launches, names)`: compiles each captured kernel for every target, each
-  target in a forked child (an LLVM abort or a hung compile costs that target's facts,
-  never the evaluation), and returns the result document's `targets` entry.
+- `build_facts(launches, names)`: compiles each captured kernel for every target, a
+  target's kernels split over forked children (an LLVM abort or a hung compile costs that
+  target's facts, never the evaluation), and returns the result document's `targets` entry.
 
 Both import and run candidate code, so they belong to the untrusted side (the runner),
 never to the judge: the facts are what the candidate's process reports
@@ -72,6 +72,10 @@ _OCP = {v: k for k, v in _FNUZ.items()}
 _FNUZ_TARGETS = ("gfx942", "gfx90a")
 # Distinct specializations compiled per kernel; the rest are counted, not compiled.
 MAX_VARIANTS = 4
+# Children a target's variants are split over (at the lowest priority, beside the timed loop):
+# one child per target compiled the fp8 baseline's three variants one after the other, which
+# outlasted an H200 timed loop of 2.2-2.4 s by 0.26-0.32 s.
+BUILD_PARTS = 4
 # A target whose compiles take longer gives no facts, so that one absurd kernel costs
 # a bounded share of the evaluation's time limit.
 COMPILE_TIMEOUT_S = 120
@@ -549,19 +553,25 @@ def first_error_line(exc: BaseException, stderr: str = "") -> str:
     return f"{type(exc).__name__}: {picked}"[:300]
 
 
-def _build_target(launches: Launches, name: str) -> dict:
-    """Compile every variant for one target (run in a child)."""
+def _kept(variants: list) -> tuple[list, int]:
+    """The variants compiled, at most MAX_VARIANTS per kernel in launch order, and how many were not."""
+    kept: list = []
+    per_kernel: dict[int, int] = {}
+    for variant in variants:
+        per_kernel[id(variant.fn)] = per_kernel.get(id(variant.fn), 0) + 1
+        if per_kernel[id(variant.fn)] <= MAX_VARIANTS:
+            kept.append(variant)
+    return kept, len(variants) - len(kept)
+
+
+def _build_target(variants: list, name: str) -> dict:
+    """Compile `variants` for one target (run in a child)."""
     from triton.runtime.jit import JITFunction
 
-    if any(not isinstance(v.fn, JITFunction) for v in launches.variants):
+    if any(not isinstance(v.fn, JITFunction) for v in variants):
         _leave_interpreter()
-    kernels, errors, skipped = [], [], 0
-    per_kernel: dict = {}
-    for variant in launches.variants:
-        per_kernel[id(variant.fn)] = per_kernel.get(id(variant.fn), 0) + 1
-        if per_kernel[id(variant.fn)] > MAX_VARIANTS:
-            skipped += 1
-            continue
+    kernels, errors = [], []
+    for variant in variants:
         started = time.perf_counter()
         with _fd_capture(2) as err:
             try:
@@ -579,8 +589,20 @@ def _build_target(launches: Launches, name: str) -> dict:
         if not facts["fits"]:
             errors.append({"kernel": variant.kernel, "error": f"does not fit: {facts['why']}",
                            "options": facts["options"]})
-    return {"builds": not errors and bool(kernels), "error": errors[0]["error"] if errors else None,
-            "kernels": kernels, "failures": errors, "not_compiled": skipped}
+    return {"kernels": kernels, "failures": errors}
+
+
+def _target_result(parts: list, not_compiled: int) -> dict:
+    """One target's entry from its parts' answers, in variant order: a part that crashed, overran or
+    was cut short leaves the target's verdict unknown (builds None), with the others' facts."""
+    kernels = [k for part in parts if "crash" not in part for k in part["kernels"]]
+    failures = [f for part in parts if "crash" not in part for f in part["failures"]]
+    crashed = next((part["crash"] for part in parts if "crash" in part), None)
+    if crashed is not None:
+        return {"builds": None, "error": f"not built: {crashed}", "kernels": kernels, "failures": failures,
+                "not_compiled": not_compiled}
+    return {"builds": not failures and bool(kernels), "error": failures[0]["error"] if failures else None,
+            "kernels": kernels, "failures": failures, "not_compiled": not_compiled}
 
 
 class _fd_capture:
@@ -680,22 +702,27 @@ def _collect(children: dict, timeout_s: float, late: str | None = None) -> dict:
 
 def build_facts(launches: Launches, names, timeout_s: float = COMPILE_TIMEOUT_S) -> dict:
     """The result document's `targets` entry: per target, whether the captured kernels
-    build and what each costs. Targets compile side by side, one forked child each."""
+    build and what each costs. Targets compile side by side in forked children (start_build)."""
     return start_build(launches, names, timeout_s).finish()
 
 
 def start_build(launches: Launches, names, timeout_s: float = COMPILE_TIMEOUT_S) -> Build:
-    """Fork the compile children (from the calling thread, one per target) and return at once."""
+    """Fork the compile children (from the calling thread) and return at once: per target, the
+    variants split over at most BUILD_PARTS children, which compile side by side."""
     names = check_names(names)
-    build = Build(launches, names, timeout_s, time.perf_counter())
+    kept, skipped = _kept(launches.variants)
+    count = min(len(kept), BUILD_PARTS)
+    parts = [kept[len(kept) * i // count:len(kept) * (i + 1) // count] for i in range(count)]
+    build = Build(launches, names, timeout_s, time.perf_counter(), parts=len(parts), not_compiled=skipped)
     if launches.variants:
         sys.stdout.flush()
         sys.stderr.flush()
         for n in names:
-            try:
-                build.children[n] = _fork(lambda n=n: _build_target(launches, n))
-            except OSError as e:  # a process limit: no facts for this target, the evaluation goes on
-                build.refused[n] = f"no compile process could be started ({e})"
+            for i, part in enumerate(parts):
+                try:
+                    build.children[f"{n} {i}"] = _fork(lambda n=n, part=part: _build_target(part, n))
+                except OSError as e:  # a process limit: no facts for this target, the evaluation goes on
+                    build.refused[f"{n} {i}"] = f"no compile process could be started ({e})"
     return build
 
 
@@ -707,8 +734,10 @@ class Build:
     names: list
     timeout_s: float
     started: float
-    children: dict = field(default_factory=dict)
-    refused: dict = field(default_factory=dict)  # target -> why its child could not start
+    parts: int = 1  # children per target, each compiling its share of the variants
+    not_compiled: int = 0  # variants past MAX_VARIANTS of their kernel
+    children: dict = field(default_factory=dict)  # "<target> <part>" -> (pid, fd)
+    refused: dict = field(default_factory=dict)  # "<target> <part>" -> why its child could not start
 
     def finish(self, wait: bool = True) -> dict:
         """`wait` False: only the answers already in; a compile still running is ended (CUT_SHORT)."""
@@ -730,11 +759,7 @@ class Build:
         answers = _collect(self.children, left, late=None if wait else CUT_SHORT)
         answers.update({n: {"crash": why} for n, why in self.refused.items()})
         for n in self.names:
-            answer = answers[n]
-            if "crash" in answer:
-                answer = {"builds": None, "error": f"not built: {answer['crash']}", "kernels": [], "failures": [],
-                          "not_compiled": 0}
-            doc["results"][n] = answer
+            doc["results"][n] = _target_result([answers[f"{n} {i}"] for i in range(self.parts)], self.not_compiled)
         done = time.perf_counter()
         # compile_s: from the fork to the last answer; waited_s: what the evaluation waited for them.
         doc["compile_s"], doc["waited_s"] = round(done - self.started, 3), round(done - waited, 3)

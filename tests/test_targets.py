@@ -214,15 +214,40 @@ def test_facts_collected_without_waiting_keep_the_compiles_done_and_label_the_ot
     """A stopped attempt's judge does not wait for its cross-compiles (judge._targets_finish)."""
     import time
 
-    done = {"builds": True, "kernels": [], "failures": [], "not_compiled": 0}
+    done = {"kernels": [{"kernel": "_k"}], "failures": []}
     build = targets.Build(targets.Launches(variants=[object()], total=1), ["gfx942", "sm_90a"], 120.0,
-                          time.perf_counter(), children={"gfx942": targets._fork(lambda: done),
-                                                         "sm_90a": targets._fork(lambda: time.sleep(60))})
+                          time.perf_counter(), children={"gfx942 0": targets._fork(lambda: done),
+                                                         "sm_90a 0": targets._fork(lambda: time.sleep(60))})
     time.sleep(1.0)  # the first child's answer is in its pipe
     doc = build.finish(wait=False)
-    assert doc["results"]["gfx942"] == done
+    assert doc["results"]["gfx942"] == {"builds": True, "error": None, "kernels": [{"kernel": "_k"}], "failures": [],
+                                        "not_compiled": 0}
     assert doc["results"]["sm_90a"]["builds"] is None
     assert doc["results"]["sm_90a"]["error"] == "not built: " + targets.CUT_SHORT
+
+
+def test_a_targets_variants_compile_in_parts_side_by_side_and_come_back_in_launch_order(monkeypatch):
+    """Each target's variants (at most MAX_VARIANTS a kernel) are split over BUILD_PARTS children
+    at the lowest priority; the entry joins their facts in launch order, and a part that did not
+    answer leaves the target unknown, keeping what the others built."""
+    forked = []
+    monkeypatch.setattr(targets, "_fork", lambda work, beside_timing=True: forked.append(beside_timing) or (0, 0))
+    fn, other = object(), object()
+    variants = [targets.Variant(kernel="_k", fn=fn, options={}, bound={}, specialization={})
+                for _ in range(targets.MAX_VARIANTS + 2)]
+    variants.append(targets.Variant(kernel="_j", fn=other, options={}, bound={}, specialization={}))
+    build = targets.start_build(targets.Launches(variants=variants, total=len(variants)), ["gfx942", "sm_90a"])
+    assert build.parts == targets.BUILD_PARTS and build.not_compiled == 2
+    assert sorted(build.children) == sorted(f"{n} {i}" for n in ("gfx942", "sm_90a") for i in range(targets.BUILD_PARTS))
+    assert forked == [True] * 2 * targets.BUILD_PARTS
+
+    part = lambda *names: {"kernels": [{"kernel": n} for n in names], "failures": []}  # noqa: E731
+    joined = targets._target_result([part("a", "b"), part("c"), {"crash": "overran"}, part("d")], 2)
+    assert joined["builds"] is None and joined["error"] == "not built: overran" and joined["not_compiled"] == 2
+    assert [k["kernel"] for k in joined["kernels"]] == ["a", "b", "c", "d"]
+    failing = {"kernels": [], "failures": [{"kernel": "e", "error": "boom"}]}
+    joined = targets._target_result([part("a"), failing], 0)
+    assert joined["builds"] is False and joined["error"] == "boom" and [k["kernel"] for k in joined["kernels"]] == ["a"]
 
 
 def test_target_names_are_checked_in_task_and_config(tmp_path):
