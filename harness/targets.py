@@ -74,7 +74,9 @@ _FNUZ_TARGETS = ("gfx942", "gfx90a")
 MAX_VARIANTS = 4
 # Children a target's variants are split over (at the lowest priority, beside the timed loop):
 # one child per target compiled the fp8 baseline's three variants one after the other, which
-# outlasted an H200 timed loop of 2.2-2.4 s by 0.26-0.32 s.
+# outlasted an H200 timed loop of 2.2-2.4 s by 0.08-0.41 s. All targets' children together take
+# at most a quarter of the cores this process may run on (at least one child per target), so
+# that the timed loop's host threads keep cores of their own.
 BUILD_PARTS = 4
 # A target whose compiles take longer gives no facts, so that one absurd kernel costs
 # a bounded share of the evaluation's time limit.
@@ -706,12 +708,20 @@ def build_facts(launches: Launches, names, timeout_s: float = COMPILE_TIMEOUT_S)
     return start_build(launches, names, timeout_s).finish()
 
 
+def build_parts(targets: int, cores: int | None = None) -> int:
+    """Children per target: BUILD_PARTS, or fewer where all targets' children would take more than
+    a quarter of `cores` (default: those this process may run on); never fewer than one."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(BUILD_PARTS, cores // (4 * max(1, targets))))
+
+
 def start_build(launches: Launches, names, timeout_s: float = COMPILE_TIMEOUT_S) -> Build:
     """Fork the compile children (from the calling thread) and return at once: per target, the
-    variants split over at most BUILD_PARTS children, which compile side by side."""
+    variants split over `build_parts` children, which compile side by side."""
     names = check_names(names)
     kept, skipped = _kept(launches.variants)
-    count = min(len(kept), BUILD_PARTS)
+    count = min(len(kept), build_parts(len(names)))
     parts = [kept[len(kept) * i // count:len(kept) * (i + 1) // count] for i in range(count)]
     build = Build(launches, names, timeout_s, time.perf_counter(), parts=len(parts), not_compiled=skipped)
     if launches.variants:

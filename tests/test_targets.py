@@ -232,6 +232,7 @@ def test_a_targets_variants_compile_in_parts_side_by_side_and_come_back_in_launc
     answer leaves the target unknown, keeping what the others built."""
     forked = []
     monkeypatch.setattr(targets, "_fork", lambda work, beside_timing=True: forked.append(beside_timing) or (0, 0))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
     fn, other = object(), object()
     variants = [targets.Variant(kernel="_k", fn=fn, options={}, bound={}, specialization={})
                 for _ in range(targets.MAX_VARIANTS + 2)]
@@ -248,6 +249,11 @@ def test_a_targets_variants_compile_in_parts_side_by_side_and_come_back_in_launc
     failing = {"kernels": [], "failures": [{"kernel": "e", "error": "boom"}]}
     joined = targets._target_result([part("a"), failing], 0)
     assert joined["builds"] is False and joined["error"] == "boom" and [k["kernel"] for k in joined["kernels"]] == ["a"]
+
+
+def test_the_builds_beside_the_timing_take_at_most_a_quarter_of_the_cores():
+    assert [targets.build_parts(2, cores) for cores in (1, 2, 8, 16, 24, 32, 128)] == [1, 1, 1, 2, 3, 4, 4]
+    assert targets.build_parts(1, 16) == 4 and targets.build_parts(3, 16) == 1
 
 
 def test_target_names_are_checked_in_task_and_config(tmp_path):
