@@ -27,6 +27,9 @@ from pathlib import Path
 
 from tabulate import tabulate
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from mi300_driver import Mi300Driver  # noqa: E402 - the tests' stand-in driver
+
 # The HIP runtime's one entry point a Triton 3.6 stub asks for; every symbol it then asks for
 # is a function that does nothing (none is called: nothing is launched).
 _STAND_IN = """
@@ -46,26 +49,13 @@ def one(shapes: int, early: bool) -> dict:
     os.environ["TRITON_INTERPRET"] = "0"
     import torch
     from triton.backends.amd.driver import HIPLauncher
-    from triton.backends.compiler import GPUTarget
     from triton.runtime import driver
 
     from kgit_harness import jitwarm, precompile, problem
 
-    class Mi300Driver:
-        launcher_cls = HIPLauncher
-
-        def get_current_device(self):
-            return 0
-
-        def get_current_stream(self, device=None):
-            return 0
-
-        def get_current_target(self):
-            return GPUTarget("hip", "gfx942", 64)
-
     folder = problem.shipped()["fp8_blockscale_gemm"]
     kernel = problem.load_module(folder / "kernel.py", "_kgit_bench_kernel")
-    driver.set_active(Mi300Driver())
+    driver.set_active(Mi300Driver(HIPLauncher))
     jitwarm.after_device(torch)
     if not early:
         class After:

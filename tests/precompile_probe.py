@@ -5,7 +5,7 @@ MI300X's target (Triton's AMD back end compiles on the CPU), printed as JSON. It
     python tests/precompile_probe.py KERNEL.py CACHE_DIR [WAIT_S]
 
 Run in a fresh process: the kernel is imported in compiled mode (TRITON_INTERPRET=0) before
-anything imports Triton otherwise, and the driver is this script's.
+anything imports Triton otherwise, and the driver is tests/mi300_driver.py's.
 """
 
 import importlib.util
@@ -14,6 +14,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+from mi300_driver import Mi300Driver
 
 os.environ["TRITON_INTERPRET"] = "0"
 os.environ["TRITON_CACHE_DIR"] = sys.argv[2]
@@ -30,23 +32,6 @@ class _NotingLauncher:
             f.write(json.dumps(note) + "\n")
 
 
-class _Mi300Driver:
-    """Only what Triton's launch path asks of a driver before it launches."""
-
-    launcher_cls = _NotingLauncher
-
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device=None):
-        return 0
-
-    def get_current_target(self):
-        from triton.backends.compiler import GPUTarget
-
-        return GPUTarget("hip", "gfx942", 64)
-
-
 def _entries(folder: str) -> set:
     return {p.name for p in Path(folder).iterdir()} if Path(folder).exists() else set()
 
@@ -61,7 +46,7 @@ def main():
     kernel = importlib.util.module_from_spec(spec)
     sys.modules["_probe_kernel"] = kernel
     spec.loader.exec_module(kernel)
-    driver.set_active(_Mi300Driver())
+    driver.set_active(Mi300Driver(_NotingLauncher))
     # The runner's warm-up pays Triton's one-time costs (its source hash, the back end) before a
     # candidate arrives; so does this, with a kernel of its own.
     from kgit_harness import jitwarm
