@@ -62,6 +62,12 @@ def test_ambiguous_search_asks_for_more_context():
         edits.replace_once(KERNEL, "return out", "return None")
 
 
+def test_overlapping_places_are_ambiguous_too():
+    # "x\nx" is in "x\nx\nx" at two places that share a line: no single edit is meant.
+    with pytest.raises(edits.EditError, match="matches 2 places"):
+        edits.replace_once("x\nx\nx\n", "x\nx", "y")
+
+
 def test_exact_matches_cover_whole_lines_only():
     # The exact text is also inside the 8-space line; only the 4-space line is a whole-line match.
     new = edits.replace_once(KERNEL, "    return out", "    return None")
