@@ -81,10 +81,13 @@ def _seeder(ctx, shape):
     return lambda i: checking.mix_seed(base, ctx.secret, i)
 
 
-def _capacity(ctx, first, wanted: int, least: int, budget: int | None = None) -> int:
-    """Slots of `first`'s layout an arena may hold: `wanted`, or as many as memory (or `budget`
-    bytes, where given) allows."""
-    size = max(ctx.slot_bytes(first), 1)
+def _slot_size(ctx, first) -> int:
+    return max(ctx.slot_bytes(first), 1)
+
+
+def _capacity(ctx, size: int, wanted: int, least: int, budget: int | None = None) -> int:
+    """Slots of `size` bytes (_slot_size) an arena may hold: `wanted`, or as many as memory (or
+    `budget` bytes, where given) allows."""
     fits = (_budget(ctx) if budget is None else min(budget, _budget(ctx))) // size
     if fits < least:
         raise NoRoom(f"needs {math.ceil(least * size / (1 << 30) * 4)} GiB of free "
@@ -118,7 +121,7 @@ class _FreshArenas:
     def __init__(self, ctx, first, device: int):
         self.ctx, self.first, self.device_wanted = ctx, first, device
         self.budget = _budget(ctx)
-        self.slot_bytes = max(ctx.slot_bytes(first), 1)
+        self.slot_bytes = _slot_size(ctx, first)
         self.made: list = []
         self.slots: Any = None  # the current arena (judge.Slots)
         self.timed: list[int] = []  # the current arena's timed slots no call was handed yet
@@ -127,7 +130,7 @@ class _FreshArenas:
     def grow(self, calls: int, least: int):
         """A new arena for up to `calls` timed calls and the device figure, at least `least` of them
         (NoRoom where not even those fit)."""
-        capacity = _capacity(self.ctx, self.first, 1 + calls + self.device_wanted, 1 + least, self.budget)
+        capacity = _capacity(self.ctx, self.slot_bytes, 1 + calls + self.device_wanted, 1 + least, self.budget)
         fit, self.device = fresh_slots(capacity, calls, self.device_wanted, least)
         with PHASES.span("timing: arenas"):
             self.slots = self.ctx.new_slots(self.first, capacity)
@@ -342,7 +345,7 @@ def _fresh(protocol, ctx, shape, first_shape, race) -> dict:
 def _batch(protocol, ctx, shape, first_shape, race) -> dict:
     seed = _seeder(ctx, shape)
     first = checking.make_input(ctx.reference, shape, seed(0))
-    count = _capacity(ctx, first, protocol.batch, 1)
+    count = _capacity(ctx, _slot_size(ctx, first), protocol.batch, 1)
     with PHASES.span("timing: inputs"):
         inputs = [first] + [checking.make_input(ctx.reference, shape, seed(j)) for j in range(1, count)]
     with PHASES.span("timing: arenas"):

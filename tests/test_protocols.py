@@ -103,8 +103,8 @@ def test_a_shapes_arenas_all_stay_alive_until_the_shape_ends():
     # per input address would replay it there.
     from types import SimpleNamespace
 
-    events = []
-    ctx = SimpleNamespace(on_gpu=True, free_bytes=lambda: 1 << 40, slot_bytes=lambda first: 1 << 20,
+    events, sized = [], []
+    ctx = SimpleNamespace(on_gpu=True, free_bytes=lambda: 1 << 40, slot_bytes=lambda first: sized.append(first) or 1 << 20,
                           new_slots=lambda first, count: events.append(("made", count)) or f"arena {len(events)}",
                           retire=lambda slots: events.append(("retired", slots)))
     arenas = upstream_timing._FreshArenas(ctx, object(), device=5)
@@ -113,12 +113,30 @@ def test_a_shapes_arenas_all_stay_alive_until_the_shape_ends():
     arenas.grow(7, 1)
     assert arenas.timed == list(range(1, 8)) and arenas.device == list(range(8, 13))
     assert events == [("made", 38), ("made", 13)]
+    assert len(sized) == 1  # a slot's size is the shape's: asked once, not again for each arena
     arenas.retire()
     assert events[2:] == [("retired", "arena 1"), ("retired", "arena 2")]
     # Short of memory even for one more call: NoRoom, which the loop turns into the shape's note.
     ctx.free_bytes = lambda: 4 << 20
     with pytest.raises(upstream_timing.NoRoom):
         arenas.grow(32, 1)
+
+
+def test_the_judge_runs_the_reference_for_a_shapes_output_layout_once():
+    """A problem without `output:` sizes its output buffer by the reference's output on the shape's
+    first input (judge.output_like); asking the slot's size again reads what was computed."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from kgit_harness import judge
+
+    runs = []
+    ctx = judge.TimingContext.__new__(judge.TimingContext)
+    ctx.torch, ctx.task, ctx._likes = torch, SimpleNamespace(output=None), {}
+    ctx.reference = SimpleNamespace(ref_kernel=lambda data: runs.append(1) or torch.cat([data[0], data[0]]))
+    sample = (torch.ones(4),)
+    assert ctx.slot_bytes(sample) == ctx.slot_bytes(sample) >= 3 * 4 * 4 and len(runs) == 1
 
 
 def test_a_shapes_arenas_together_stay_within_the_memory_one_shape_may_take():
